@@ -1,0 +1,110 @@
+//! Manifold's configuration: the native TOML format and Claude Desktop style JSON
+//! (`{"mcpServers": {...}}`), parsed with serde and validated once into the runtime types
+//! below, which the rest of Manifold uses. Errors name the file, the key and the problem.
+//!
+//! API CONTRACT (the implementation is being written; keep these public names and meanings).
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file this configuration was read from.
+    pub source: PathBuf,
+    pub server: ServerSettings,
+    pub names: NameSettings,
+    /// Enabled upstreams, sorted by key so that everything derived from them is deterministic.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Entries that were skipped with the reason (e.g. a JSON entry with `url`, HTTP upstreams
+    /// are not supported yet; or `enabled = false`). `manifold check` prints these.
+    pub skipped: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServerSettings {
+    /// Downstream page size for list results; 0 means one page holding everything.
+    pub page_size: usize,
+    /// Largest downstream message accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// How long a forwarded request may take before the host gets a timeout error.
+    pub request_timeout: Duration,
+    /// How long `initialize` waits for upstreams' first start before answering.
+    pub startup_timeout: Duration,
+    /// How long a child gets to exit after its stdin closes, and again after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct NameSettings {
+    /// Between prefix and name. Only `[A-Za-z0-9_-]`, 1..=8 characters.
+    pub separator: String,
+    /// Longest exposed tool/prompt name (1..=128); longer ones are shortened with a hash.
+    pub max_length: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    /// The key under `[upstreams.KEY]` (TOML) or `mcpServers.KEY` (JSON), verbatim.
+    pub key: String,
+    /// Raw prefix (defaults to the key; may be empty = no prefix). Sanitized by the catalog.
+    pub prefix: String,
+    pub transport: Transport,
+    pub tools: NameFilter,
+    pub prompts: NameFilter,
+    pub restart: RestartPolicy,
+    /// Overrides `server.request_timeout` for this upstream.
+    pub request_timeout: Option<Duration>,
+    /// Largest message accepted from this upstream; a longer line counts as garbage.
+    pub max_message_bytes: usize,
+}
+
+#[derive(Clone, Debug)]
+pub enum Transport {
+    Stdio(StdioConfig),
+}
+
+#[derive(Clone)]
+pub struct StdioConfig {
+    /// After `${VAR}` interpolation. A bare name (no `/`) is looked up on PATH, then in the
+    /// directory holding the running `manifold` executable (see `resolve_command`).
+    pub command: String,
+    pub args: Vec<String>,
+    /// After interpolation. Values may be secrets: the Debug impl redacts them.
+    pub env: BTreeMap<String, String>,
+    /// Relative paths are resolved against the config file's directory.
+    pub cwd: Option<PathBuf>,
+}
+
+/// Include/exclude globs (`*` matches any run of characters) and renames, all keyed by the
+/// upstream's original name. A rename value is the full exposed name (no prefix added).
+#[derive(Clone, Debug, Default)]
+pub struct NameFilter {
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub rename: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RestartPolicy {
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {key}: {problem}")]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// Dotted path of the offending key, e.g. `upstreams.time.args[1]`, or `(file)`.
+    pub key: String,
+    pub problem: String,
+}
+
+/// Reads a config file; `.toml` is native, `.json` is Claude Desktop style; other extensions
+/// are an error. `${VAR}` is interpolated from `env`, `$$` is a literal `$`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let _ = path;
+    unimplemented!("being written")
+}

@@ -1,0 +1,199 @@
+//! Newline-delimited framing (MCP's stdio transport) over a reusable buffer, with a size
+//! limit. The caller reads bytes into the buffer with `read_with`, then takes frames.
+
+/// One framing result.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A complete line without its terminator (`\n` or `\r\n`). May be empty.
+    Line(&'a [u8]),
+    /// A line longer than the limit was dropped whole; `len` is its length. The next frame
+    /// starts after its terminator.
+    Oversize { len: usize },
+}
+
+/// A read buffer that yields lines and skips lines over `max` bytes without storing them.
+#[derive(Debug)]
+pub struct LineBuffer {
+    /// Always fully initialized; bytes `start..end` are unconsumed input.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// `start..scanned` is known to hold no newline.
+    scanned: usize,
+    /// While dropping an oversize line: how many of its bytes were dropped so far.
+    skipping: Option<usize>,
+    max: usize,
+}
+
+const MIN_READ: usize = 64 * 1024;
+
+impl LineBuffer {
+    /// A buffer for lines of at most `max` bytes (terminator excluded).
+    pub fn new(max: usize) -> Self {
+        Self { buf: vec![0; MIN_READ], start: 0, end: 0, scanned: 0, skipping: None, max }
+    }
+
+    /// Reads once into free space with `read`, which returns how many bytes it wrote
+    /// (0 at end of input). Returns that count.
+    pub fn read_with<E>(
+        &mut self,
+        read: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        self.make_room();
+        let n = read(&mut self.buf[self.end..])?;
+        self.end += n.min(self.buf.len() - self.end);
+        Ok(n)
+    }
+
+    fn make_room(&mut self) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            self.scanned = 0;
+        }
+        if self.buf.len() - self.end >= MIN_READ / 4 {
+            return;
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.scanned -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() - self.end < MIN_READ / 4 {
+            let grown = (self.buf.len() * 2).min(self.max.saturating_add(2 * MIN_READ));
+            self.buf.resize(grown.max(self.end + MIN_READ), 0);
+        }
+    }
+
+    /// The next complete frame, if the buffer holds one.
+    pub fn next_frame(&mut self) -> Option<Frame<'_>> {
+        if let Some(dropped) = self.skipping {
+            let Some(pos) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) else {
+                self.skipping = Some(dropped + (self.end - self.start));
+                self.start = self.end;
+                self.scanned = self.end;
+                return None;
+            };
+            self.skipping = None;
+            self.start += pos + 1;
+            self.scanned = self.start;
+            return Some(Frame::Oversize { len: dropped + pos });
+        }
+        let Some(pos) = memchr::memchr(b'\n', &self.buf[self.scanned..self.end]) else {
+            self.scanned = self.end;
+            if self.end - self.start > self.max {
+                self.skipping = Some(self.end - self.start);
+                self.start = self.end;
+            }
+            return None;
+        };
+        let line_start = self.start;
+        let line_end = self.scanned + pos;
+        self.start = line_end + 1;
+        self.scanned = self.start;
+        if line_end - line_start > self.max {
+            return Some(Frame::Oversize { len: line_end - line_start });
+        }
+        Some(Frame::Line(trim_cr(&self.buf[line_start..line_end])))
+    }
+
+    /// At end of input: the unterminated last line, if any bytes remain.
+    pub fn take_rest(&mut self) -> Option<Frame<'_>> {
+        if let Some(dropped) = self.skipping.take() {
+            let len = dropped + (self.end - self.start);
+            self.start = self.end;
+            return Some(Frame::Oversize { len });
+        }
+        if self.start == self.end {
+            return None;
+        }
+        let (s, e) = (self.start, self.end);
+        self.start = self.end;
+        self.scanned = self.end;
+        if e - s > self.max {
+            return Some(Frame::Oversize { len: e - s });
+        }
+        Some(Frame::Line(trim_cr(&self.buf[s..e])))
+    }
+}
+
+fn trim_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `input` in chunks of `chunk` bytes and collects every frame.
+    fn frames(input: &[u8], chunk: usize, max: usize) -> Vec<Result<String, usize>> {
+        let mut lb = LineBuffer::new(max);
+        let mut out = Vec::new();
+        let mut rest = input;
+        loop {
+            let n = lb
+                .read_with(|spare| {
+                    let n = chunk.min(rest.len()).min(spare.len());
+                    spare[..n].copy_from_slice(&rest[..n]);
+                    Ok::<_, ()>(n)
+                })
+                .unwrap();
+            rest = &rest[n..];
+            while let Some(f) = lb.next_frame() {
+                out.push(conv(f));
+            }
+            if n == 0 {
+                if let Some(f) = lb.take_rest() {
+                    out.push(conv(f));
+                }
+                return out;
+            }
+        }
+    }
+
+    fn conv(f: Frame<'_>) -> Result<String, usize> {
+        match f {
+            Frame::Line(l) => Ok(String::from_utf8(l.to_vec()).unwrap()),
+            Frame::Oversize { len } => Err(len),
+        }
+    }
+
+    #[test]
+    fn splits_lines_across_any_chunking() {
+        let input = b"{\"a\":1}\r\n\n{\"b\":2}\nlast";
+        for chunk in [1, 2, 3, 7, 100] {
+            assert_eq!(
+                frames(input, chunk, 1024),
+                vec![Ok("{\"a\":1}".into()), Ok(String::new()), Ok("{\"b\":2}".into()), Ok("last".into())],
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn drops_oversize_lines_whole_and_keeps_going() {
+        let mut input = b"ok1\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 5000));
+        input.extend(b"\nok2\n");
+        for chunk in [1, 10, 4096, 100_000] {
+            assert_eq!(
+                frames(&input, chunk, 100),
+                vec![Ok("ok1".into()), Err(5000), Ok("ok2".into())],
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn handles_lines_larger_than_the_initial_buffer() {
+        let big = "y".repeat(300_000);
+        let input = format!("{big}\nz\n");
+        assert_eq!(frames(input.as_bytes(), 50_000, 1 << 20), vec![Ok(big), Ok("z".into())]);
+    }
+
+    #[test]
+    fn a_line_of_exactly_max_is_accepted() {
+        assert_eq!(frames(b"abcd\nabcde\n", 3, 4), vec![Ok("abcd".into()), Err(5)]);
+    }
+}

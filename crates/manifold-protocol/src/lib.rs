@@ -1,0 +1,19 @@
+//! The JSON-RPC 2.0 layer of MCP as Manifold needs it, and nothing more: decoding the envelope
+//! of a message (`jsonrpc`, `id`, `method`, and the few `params` fields routing needs) while
+//! every payload stays raw JSON, writing messages back with only the parts Manifold must
+//! rewrite changed, error codes, protocol versions, and newline framing. This crate does no
+//! I/O: callers read and write bytes, this crate tells them what the bytes mean.
+#![forbid(unsafe_code)]
+
+pub mod envelope;
+pub mod error;
+pub mod framing;
+pub mod object;
+pub mod version;
+pub mod write;
+
+pub use envelope::{Envelope, Kind, MessageError, Params};
+pub use error::{codes, ErrorObject};
+pub use framing::{Frame, LineBuffer};
+pub use object::RawObject;
+pub use serde_json::value::RawValue;
