@@ -1,1 +1,19 @@
-//! stub
+//! The merged catalog: every upstream's tools, prompts, resources and resource templates under
+//! namespaced names and URIs, with the reverse mapping for routing and pre-serialized pages for
+//! serving lists. A catalog is immutable: each change to any upstream's slice builds a new one,
+//! which readers pick up by swapping an `Arc`. This crate does no I/O.
+//!
+//! Names follow one rule (DESIGN.md decision 4): `{prefix}{separator}{name}`, sanitized to
+//! `[A-Za-z0-9_-]` and shortened with a stable hash past the length limit, so a name depends
+//! only on its own upstream's configuration, never on which other upstreams exist or started
+//! first. URIs become `{scheme-safe prefix}+{original URI}`, which is reversible.
+#![forbid(unsafe_code)]
+
+mod build;
+mod listing;
+pub mod naming;
+pub mod rewrite;
+pub mod uri;
+
+pub use build::{Catalog, Collision, Resolved, UpstreamDef, UpstreamSlice, UpstreamState};
+pub use listing::{Cursor, Item, Kind, Listing, NameOrigin, PageError};

@@ -1,1 +1,64 @@
-fn main() {}
+//! `manifold`: many MCP servers presented to a host as one.
+//!
+//! `manifold serve --config FILE` serves the merged catalog over stdio;
+//! `manifold check --config FILE` validates the config, starts the upstreams and prints the
+//! merged catalog, every renamed or shortened name and every collision.
+#![forbid(unsafe_code)]
+
+mod check;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "manifold", version, about = "Many MCP servers presented to a host as one")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the merged catalog to a host over stdio.
+    Serve {
+        /// Config file: `.toml` (native) or `.json` (Claude Desktop `mcpServers` format).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate a config, start its upstreams and print the merged catalog.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Serve { config } => run::serve(&config),
+        Command::Check { config } => check::check(&config),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("manifold: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr (stdout belongs to the protocol). `MANIFOLD_LOG` takes an
+/// env-filter directive such as `info` or `manifold_upstream=debug`.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MANIFOLD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}

@@ -1,0 +1,302 @@
+//! Building a catalog from the upstreams' slices, and routing lookups in it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use manifold_config::{NameFilter, NameSettings, UpstreamConfig};
+use manifold_protocol::RawObject;
+use serde_json::value::RawValue;
+
+use crate::listing::{Item, Kind, Listing, NameOrigin};
+use crate::{naming, uri};
+
+/// What the configuration says about an upstream's place in the catalog.
+#[derive(Debug, Clone)]
+pub struct UpstreamDef {
+    pub key: String,
+    /// Sanitized; empty means names are exposed without a prefix.
+    pub prefix: String,
+    pub uri_prefix: String,
+    pub tools: NameFilter,
+    pub prompts: NameFilter,
+}
+
+impl UpstreamDef {
+    pub fn from_config(cfg: &UpstreamConfig) -> Self {
+        let prefix = naming::sanitize(&cfg.prefix);
+        let uri_source = if cfg.prefix.is_empty() { &cfg.key } else { &cfg.prefix };
+        Self {
+            key: cfg.key.clone(),
+            prefix,
+            uri_prefix: uri::uri_prefix(uri_source),
+            tools: cfg.tools.clone(),
+            prompts: cfg.prompts.clone(),
+        }
+    }
+
+    /// Checks that no two upstreams share a name prefix or a URI prefix: either would make
+    /// every name of one a possible collision with the other's.
+    pub fn validate_all(defs: &[UpstreamDef]) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        for (i, a) in defs.iter().enumerate() {
+            for b in &defs[i + 1..] {
+                if !a.prefix.is_empty() && a.prefix == b.prefix {
+                    problems.push(format!(
+                        "upstreams {:?} and {:?} both use the name prefix {:?}; set `prefix` on one",
+                        a.key, b.key, a.prefix
+                    ));
+                }
+                if a.uri_prefix == b.uri_prefix {
+                    problems.push(format!(
+                        "upstreams {:?} and {:?} both map to the resource URI prefix {:?}; set `prefix` on one",
+                        a.key, b.key, a.uri_prefix
+                    ));
+                }
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems) }
+    }
+}
+
+/// What an upstream offered the last time its catalog was fetched.
+#[derive(Debug, Default)]
+pub struct UpstreamSlice {
+    pub tools: Vec<Box<RawValue>>,
+    pub prompts: Vec<Box<RawValue>>,
+    pub resources: Vec<Box<RawValue>>,
+    pub templates: Vec<Box<RawValue>>,
+    /// The `capabilities` object of its initialize result.
+    pub capabilities: Option<Box<RawValue>>,
+    pub protocol_version: String,
+    /// The `instructions` of its initialize result, if any.
+    pub instructions: Option<String>,
+}
+
+impl UpstreamSlice {
+    fn items(&self, kind: Kind) -> &[Box<RawValue>] {
+        match kind {
+            Kind::Tools => &self.tools,
+            Kind::Prompts => &self.prompts,
+            Kind::Resources => &self.resources,
+            Kind::ResourceTemplates => &self.templates,
+        }
+    }
+
+    /// Whether the upstream declared capability `name` (e.g. "completions", "logging").
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.capabilities
+            .as_deref()
+            .and_then(|c| RawObject::parse(c).ok())
+            .is_some_and(|c| c.get(name).is_some_and(|v| v.get() != "null"))
+    }
+}
+
+/// Health of an upstream as the catalog shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamState {
+    Starting,
+    Up,
+    /// Not serving; calls to its entries fail at once with `reason`.
+    Down { reason: String },
+}
+
+/// Two or more entries wanting the same exposed name. None of them is exposed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collision {
+    pub kind: Kind,
+    pub exposed: String,
+    /// (upstream key, original name) of every claimant.
+    pub owners: Vec<(String, String)>,
+}
+
+/// The result of looking up an exposed name.
+#[derive(Debug)]
+pub enum Resolved<'a> {
+    Found(&'a Item),
+    Ambiguous(&'a Collision),
+    Unknown,
+}
+
+/// An immutable merged catalog.
+#[derive(Debug)]
+pub struct Catalog {
+    generation: u64,
+    defs: Arc<[UpstreamDef]>,
+    states: Vec<UpstreamState>,
+    slices: Vec<Option<Arc<UpstreamSlice>>>,
+    lists: [Listing; 4],
+    uri_prefixes: HashMap<String, usize>,
+    collisions: Vec<Collision>,
+    /// Entries an upstream listed without their name or URI; reported by `check`.
+    malformed: Vec<String>,
+}
+
+impl Catalog {
+    /// Merges `slices` (indexed like `defs`; `None` = never fetched) into a catalog.
+    pub fn build(
+        defs: Arc<[UpstreamDef]>,
+        names: &NameSettings,
+        page_size: usize,
+        generation: u64,
+        states: Vec<UpstreamState>,
+        slices: Vec<Option<Arc<UpstreamSlice>>>,
+    ) -> Self {
+        let mut collisions = Vec::new();
+        let mut malformed = Vec::new();
+        let lists = Kind::ALL.map(|kind| {
+            let items = merge_kind(kind, &defs, names, &slices, &mut malformed);
+            let items = withhold_collisions(kind, items, &defs, &mut collisions);
+            Listing::new(kind, items, page_size, generation)
+        });
+        let uri_prefixes = defs.iter().enumerate().map(|(i, d)| (d.uri_prefix.clone(), i)).collect();
+        Self { generation, defs, states, slices, lists, uri_prefixes, collisions, malformed }
+    }
+
+    /// An empty catalog for the given upstreams, all starting.
+    pub fn empty(defs: Arc<[UpstreamDef]>, names: &NameSettings, page_size: usize) -> Self {
+        let n = defs.len();
+        Self::build(defs, names, page_size, 0, vec![UpstreamState::Starting; n], vec![None; n])
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn defs(&self) -> &Arc<[UpstreamDef]> {
+        &self.defs
+    }
+
+    pub fn state(&self, upstream: usize) -> &UpstreamState {
+        &self.states[upstream]
+    }
+
+    pub fn states(&self) -> &[UpstreamState] {
+        &self.states
+    }
+
+    pub fn slice(&self, upstream: usize) -> Option<&Arc<UpstreamSlice>> {
+        self.slices.get(upstream).and_then(Option::as_ref)
+    }
+
+    pub fn slices(&self) -> &[Option<Arc<UpstreamSlice>>] {
+        &self.slices
+    }
+
+    pub fn listing(&self, kind: Kind) -> &Listing {
+        &self.lists[kind as usize]
+    }
+
+    pub fn collisions(&self) -> &[Collision] {
+        &self.collisions
+    }
+
+    pub fn malformed(&self) -> &[String] {
+        &self.malformed
+    }
+
+    /// Looks up an exposed tool or prompt name.
+    pub fn resolve_name(&self, kind: Kind, exposed: &str) -> Resolved<'_> {
+        if let Some(item) = self.listing(kind).get(exposed) {
+            return Resolved::Found(item);
+        }
+        match self.collisions.iter().find(|c| c.kind == kind && c.exposed == exposed) {
+            Some(c) => Resolved::Ambiguous(c),
+            None => Resolved::Unknown,
+        }
+    }
+
+    /// The upstream and original URI behind an exposed URI (or URI template).
+    pub fn resolve_uri<'u>(&self, exposed: &'u str) -> Option<(usize, &'u str)> {
+        let (prefix, original) = uri::split(exposed)?;
+        self.uri_prefixes.get(prefix).map(|&i| (i, original))
+    }
+}
+
+fn merge_kind(
+    kind: Kind,
+    defs: &[UpstreamDef],
+    names: &NameSettings,
+    slices: &[Option<Arc<UpstreamSlice>>],
+    malformed: &mut Vec<String>,
+) -> Vec<Item> {
+    let mut items = Vec::new();
+    for (upstream, (def, slice)) in defs.iter().zip(slices).enumerate() {
+        let Some(slice) = slice else { continue };
+        for raw in slice.items(kind) {
+            match expose_item(kind, def, names, raw) {
+                Ok(Some((exposed, original, origin, raw))) => {
+                    items.push(Item { exposed, original, upstream, origin, raw });
+                }
+                Ok(None) => {}
+                Err(problem) => malformed.push(format!("{}: {problem}", def.key)),
+            }
+        }
+    }
+    items
+}
+
+type Exposed = (String, String, NameOrigin, Box<RawValue>);
+
+/// Namespaces one item; `Ok(None)` when the config filters it out.
+fn expose_item(
+    kind: Kind,
+    def: &UpstreamDef,
+    names: &NameSettings,
+    raw: &RawValue,
+) -> Result<Option<Exposed>, String> {
+    let key = kind.id_key();
+    let mut obj = RawObject::parse(raw).map_err(|_| format!("a {} entry is not an object", kind.result_key()))?;
+    let original = obj
+        .get_str(key)
+        .ok_or_else(|| format!("a {} entry has no string {key:?}", kind.result_key()))?
+        .into_owned();
+    let (exposed, origin) = match kind {
+        Kind::Tools | Kind::Prompts => {
+            let filter = if kind == Kind::Tools { &def.tools } else { &def.prompts };
+            if !filter.admits(&original) {
+                return Ok(None);
+            }
+            let rename = filter.rename.get(&original).map(String::as_str);
+            naming::exposed_name(names, &def.prefix, &original, rename)
+        }
+        Kind::Resources | Kind::ResourceTemplates => {
+            (uri::expose(&def.uri_prefix, &original), NameOrigin::Prefixed)
+        }
+    };
+    obj.set_str(key, &exposed);
+    Ok(Some((exposed, original, origin, obj.to_raw())))
+}
+
+/// Removes every item whose exposed name is claimed more than once and records why.
+fn withhold_collisions(
+    kind: Kind,
+    items: Vec<Item>,
+    defs: &[UpstreamDef],
+    collisions: &mut Vec<Collision>,
+) -> Vec<Item> {
+    if matches!(kind, Kind::Resources | Kind::ResourceTemplates) {
+        return items;
+    }
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for item in &items {
+        *count.entry(item.exposed.as_str()).or_default() += 1;
+    }
+    let mut clashing: Vec<String> =
+        count.into_iter().filter(|&(_, n)| n > 1).map(|(name, _)| name.to_owned()).collect();
+    if clashing.is_empty() {
+        return items;
+    }
+    clashing.sort();
+    for exposed in &clashing {
+        let owners = items
+            .iter()
+            .filter(|i| &i.exposed == exposed)
+            .map(|i| (defs[i.upstream].key.clone(), i.original.clone()))
+            .collect();
+        collisions.push(Collision { kind, exposed: exposed.clone(), owners });
+    }
+    items.into_iter().filter(|i| clashing.binary_search(&i.exposed).is_err()).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,54 @@
+//! The `initialize` result: the negotiated version, capabilities that reflect what the
+//! upstreams offer, and a `serverInfo` that says what this merged server is.
+
+use manifold_catalog::Catalog;
+use serde_json::{json, Map, Value};
+
+/// The initialize result for `catalog`, as JSON text.
+pub fn result(catalog: &Catalog, version: &str) -> String {
+    let slices: Vec<_> = catalog.slices().iter().flatten().collect();
+    let offers = |cap: &str| slices.iter().any(|s| s.has_capability(cap));
+    let mut caps = Map::new();
+    // Tools are always offered: upstreams that are still starting may bring some later, and
+    // list_changed tells the host when they do.
+    caps.insert("tools".into(), json!({ "listChanged": true }));
+    if offers("prompts") {
+        caps.insert("prompts".into(), json!({ "listChanged": true }));
+    }
+    if offers("resources") {
+        caps.insert("resources".into(), json!({ "listChanged": true }));
+    }
+    if offers("completions") {
+        caps.insert("completions".into(), json!({}));
+    }
+    if offers("logging") {
+        caps.insert("logging".into(), json!({}));
+    }
+    let keys: Vec<&str> = catalog.defs().iter().map(|d| d.key.as_str()).collect();
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": caps,
+        "serverInfo": {
+            "name": "manifold",
+            "title": format!("Manifold ({})", keys.join(", ")),
+            "version": env!("CARGO_PKG_VERSION"),
+        },
+        "instructions": instructions(catalog),
+    });
+    result.to_string()
+}
+
+/// Tells the model what it is talking to, and passes on each upstream's own instructions.
+fn instructions(catalog: &Catalog) -> Value {
+    let mut text = String::from(
+        "Manifold presents several MCP servers as one. Tool and prompt names start with the \
+         server's prefix; resource URIs start with the server's prefix and '+'. Servers:",
+    );
+    for (i, def) in catalog.defs().iter().enumerate() {
+        text.push_str(&format!("\n- {} (prefix {:?}, {:?})", def.key, def.prefix, catalog.state(i)));
+        if let Some(own) = catalog.slice(i).and_then(|s| s.instructions.as_deref()) {
+            text.push_str(&format!(": {}", own.trim()));
+        }
+    }
+    Value::String(text)
+}

@@ -1,0 +1,308 @@
+//! The upstream actor: owns one upstream's lifecycle (spawn, handshake, catalog refresh,
+//! health, restart with capped exponential backoff, shutdown). It never sits on the hot path:
+//! requests go through the `Connection` it publishes, not through its mailbox.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use arc_swap::ArcSwapOption;
+use manifold_catalog::{Kind, UpstreamSlice, UpstreamState};
+use manifold_config::{Transport, UpstreamConfig};
+use rustix::process::Signal;
+use serde_json::value::RawValue;
+use tokio::sync::oneshot;
+
+use crate::connection::Connection;
+use crate::hub::Hub;
+use crate::pipe::{PipeWriter, WhenFull};
+use crate::{handshake, process, reader};
+
+/// An upstream that stayed up this long starts its next backoff from the beginning.
+const HEALTHY_AFTER: Duration = Duration::from_secs(30);
+/// How often pending requests are checked against their deadlines.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// Requests queued to a child that does not read its input, before new ones are refused.
+const WRITE_QUEUE_LIMIT: usize = 64 << 20;
+
+pub struct UpstreamActor {
+    pub(crate) index: usize,
+    pub(crate) key: Arc<str>,
+    pub(crate) uri_prefix: Arc<str>,
+    pub(crate) cfg: UpstreamConfig,
+    pub(crate) timeout: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) current: Arc<ArcSwapOption<Connection>>,
+    generation: u64,
+    pid: Option<u32>,
+    backoff: Duration,
+    up_since: Option<Instant>,
+    stopping: bool,
+    stopped: Vec<oneshot::Sender<()>>,
+    slice: Option<Arc<UpstreamSlice>>,
+}
+
+impl UpstreamActor {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        index: usize,
+        cfg: UpstreamConfig,
+        uri_prefix: Arc<str>,
+        timeout: Duration,
+        grace: Duration,
+        hub: Arc<Hub>,
+        current: Arc<ArcSwapOption<Connection>>,
+    ) -> Self {
+        Self {
+            index,
+            key: cfg.key.as_str().into(),
+            uri_prefix,
+            backoff: cfg.restart.initial_backoff,
+            cfg,
+            timeout,
+            grace,
+            hub,
+            current,
+            generation: 0,
+            pid: None,
+            up_since: None,
+            stopping: false,
+            stopped: Vec::new(),
+            slice: None,
+        }
+    }
+}
+
+impl Actor for UpstreamActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(SWEEP_EVERY, |act, _| {
+            if let Some(conn) = act.current.load_full() {
+                conn.expire(Instant::now());
+            }
+        });
+        self.start(ctx);
+    }
+}
+
+/// The reader thread saw the process end (sent from that thread).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Exited {
+    generation: u64,
+    reason: String,
+}
+
+/// The upstream said one of its lists changed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Refresh {
+    generation: u64,
+    kinds: Vec<Kind>,
+}
+
+/// Stop the upstream and every process of its group; resolves once they are gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+impl UpstreamActor {
+    fn start(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        let _span = tracing::info_span!("upstream.start", upstream = %self.key, generation).entered();
+        let Transport::Stdio(stdio) = &self.cfg.transport;
+        let mut child = match process::spawn(stdio) {
+            Ok(child) => child,
+            Err(e) => return self.stopped_with(ctx, format!("could not start {:?}: {e}", stdio.command)),
+        };
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take()) else {
+            return self.stopped_with(ctx, "its pipes could not be opened".into());
+        };
+        let writer = match PipeWriter::new(OwnedFd::from(stdin), WRITE_QUEUE_LIMIT, WhenFull::Fail) {
+            Ok(w) => w,
+            Err(e) => return self.stopped_with(ctx, format!("its input pipe is unusable: {e}")),
+        };
+        self.pid = Some(child.id());
+        tracing::info!(upstream = %self.key, pid = child.id(), "started");
+        let conn = Arc::new(Connection::new(Arc::clone(&self.key), Arc::clone(&self.uri_prefix), writer, self.timeout));
+        self.current.store(Some(Arc::clone(&conn)));
+        process::relay_stderr(Arc::clone(&self.key), stderr);
+        let events = ReaderEvents { addr: ctx.address(), hub: Arc::clone(&self.hub), generation, uri_prefix: Arc::clone(&self.uri_prefix) };
+        let (reader_conn, grace, max, addr) = (Arc::clone(&conn), self.grace, self.cfg.max_message_bytes, ctx.address());
+        let spawned = std::thread::Builder::new().name(format!("upstream-{}", self.key)).spawn(move || {
+            let reason = reader::run(&reader_conn, stdout, max, &events);
+            reader_conn.close(&reason);
+            let status = process::reap(&mut child, grace);
+            addr.do_send(Exited { generation, reason: format!("{reason}; exit: {status}") });
+        });
+        if let Err(e) = spawned {
+            conn.close("no reader thread");
+            return self.stopped_with(ctx, format!("could not start its reader thread: {e}"));
+        }
+        ctx.spawn(actix::fut::wrap_future(handshake::run(conn)).map(move |res, act: &mut Self, _| {
+            act.handshake_done(generation, res);
+        }));
+    }
+
+    fn handshake_done(&mut self, generation: u64, res: Result<UpstreamSlice, String>) {
+        if generation != self.generation {
+            return;
+        }
+        match res {
+            Ok(slice) => {
+                tracing::info!(
+                    upstream = %self.key, version = %slice.protocol_version, tools = slice.tools.len(),
+                    prompts = slice.prompts.len(), resources = slice.resources.len(),
+                    templates = slice.templates.len(), "ready"
+                );
+                let slice = Arc::new(slice);
+                self.slice = Some(Arc::clone(&slice));
+                self.up_since = Some(Instant::now());
+                self.hub.update(self.index, UpstreamState::Up, Some(slice));
+                self.hub.settle(self.index);
+            }
+            Err(reason) => {
+                tracing::warn!(upstream = %self.key, "handshake failed: {reason}");
+                // Ending the process makes the reader report the exit, which restarts it.
+                if let Some(conn) = self.current.load_full() {
+                    conn.close(&format!("handshake failed: {reason}"));
+                }
+                if let Some(pid) = self.pid {
+                    process::signal_group(pid, Signal::TERM);
+                }
+            }
+        }
+    }
+
+    /// The upstream is down: publish that, fail fast, and schedule a restart.
+    fn stopped_with(&mut self, ctx: &mut Context<Self>, reason: String) {
+        self.current.store(None);
+        self.pid = None;
+        self.hub.update(self.index, UpstreamState::Down { reason: reason.clone() }, None);
+        self.hub.settle(self.index);
+        if self.stopping {
+            for tx in self.stopped.drain(..) {
+                let _ = tx.send(());
+            }
+            return;
+        }
+        let delay = self.next_backoff();
+        tracing::warn!(upstream = %self.key, "stopped: {reason}; restarting in {}ms", delay.as_millis());
+        ctx.run_later(delay, |act, ctx| act.start(ctx));
+    }
+
+    fn next_backoff(&mut self) -> Duration {
+        if self.up_since.take().is_some_and(|t| t.elapsed() >= HEALTHY_AFTER) {
+            self.backoff = self.cfg.restart.initial_backoff;
+        }
+        let delay = self.backoff;
+        self.backoff = (self.backoff * 2).min(self.cfg.restart.max_backoff);
+        delay
+    }
+}
+
+impl Handler<Exited> for UpstreamActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Exited, ctx: &mut Context<Self>) {
+        if msg.generation == self.generation {
+            self.stopped_with(ctx, msg.reason);
+        }
+    }
+}
+
+impl Handler<Refresh> for UpstreamActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Refresh, ctx: &mut Context<Self>) {
+        let (Some(conn), Some(old)) = (self.current.load_full(), self.slice.clone()) else { return };
+        if msg.generation != self.generation {
+            return;
+        }
+        let generation = msg.generation;
+        let fut = handshake::refresh(conn, old, msg.kinds);
+        ctx.spawn(actix::fut::wrap_future(fut).map(move |res, act: &mut Self, _| {
+            if generation != act.generation {
+                return;
+            }
+            match res {
+                Ok(slice) => {
+                    let slice = Arc::new(slice);
+                    act.slice = Some(Arc::clone(&slice));
+                    act.hub.update(act.index, UpstreamState::Up, Some(slice));
+                }
+                Err(e) => tracing::warn!(upstream = %act.key, "refreshing its catalog failed: {e}"),
+            }
+        }));
+    }
+}
+
+impl Handler<Shutdown> for UpstreamActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
+        let Some(pid) = self.pid else { return Box::pin(async {}) };
+        let (tx, rx) = oneshot::channel();
+        self.stopped.push(tx);
+        // Closing stdin is the polite stop the spec describes; signals follow if ignored.
+        if let Some(conn) = self.current.load_full() {
+            conn.close("Manifold is shutting down");
+        }
+        ctx.run_later(self.grace, move |_, _| process::signal_group(pid, Signal::TERM));
+        ctx.run_later(self.grace * 2, move |_, _| process::signal_group(pid, Signal::KILL));
+        let limit = self.grace * 3 + Duration::from_secs(1);
+        Box::pin(async move {
+            let _ = tokio::time::timeout(limit, rx).await;
+        })
+    }
+}
+
+/// Routes an upstream's notifications from its reader thread.
+struct ReaderEvents {
+    addr: Addr<UpstreamActor>,
+    hub: Arc<Hub>,
+    generation: u64,
+    uri_prefix: Arc<str>,
+}
+
+impl reader::Events for ReaderEvents {
+    fn notification(&self, conn: &Connection, method: &str, params: Option<&RawValue>) {
+        let kinds = match method {
+            "notifications/tools/list_changed" => vec![Kind::Tools],
+            "notifications/prompts/list_changed" => vec![Kind::Prompts],
+            "notifications/resources/list_changed" => vec![Kind::Resources, Kind::ResourceTemplates],
+            "notifications/message" | "notifications/resources/updated" => {
+                self.relay(method, params);
+                return;
+            }
+            _ => {
+                tracing::debug!(upstream = conn.name(), method, "notification not forwarded");
+                return;
+            }
+        };
+        self.addr.do_send(Refresh { generation: self.generation, kinds });
+    }
+}
+
+impl ReaderEvents {
+    fn relay(&self, method: &str, params: Option<&RawValue>) {
+        let params = match (method, params) {
+            ("notifications/resources/updated", Some(p)) => {
+                manifold_catalog::rewrite::expose_member(p, "uri", &self.uri_prefix)
+            }
+            (_, Some(p)) => Some(p.to_owned()),
+            (_, None) => None,
+        };
+        let mut line = Vec::new();
+        manifold_protocol::write::notification(&mut line, method, params.as_deref().map(RawValue::get));
+        self.hub.broadcast(&line);
+    }
+}

@@ -1,0 +1,95 @@
+//! `manifold check`: validate a config, start its upstreams, print the merged catalog with
+//! every renamed, sanitized or shortened name, and fail on anything a user must fix.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+use manifold_catalog::{Catalog, Kind, NameOrigin, UpstreamState};
+
+use crate::run;
+
+pub fn check(path: &Path) -> anyhow::Result<ExitCode> {
+    let (config, defs) = run::load(path)?;
+    let system = actix::System::new();
+    let (report, problems) = system.block_on(async move {
+        let (hub, handles) = run::start_upstreams(&config, &defs);
+        hub.wait_settled(config.server.startup_timeout).await;
+        let catalog = hub.catalog();
+        let out = render(&catalog, &config.skipped);
+        let problems = problems(path, &catalog);
+        run::stop_upstreams(&handles).await;
+        (out, problems)
+    });
+    print!("{report}");
+    if problems.is_empty() {
+        println!("ok: {}", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in &problems {
+        eprintln!("{p}");
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+fn render(catalog: &Catalog, skipped: &[(String, String)]) -> String {
+    let mut out = String::new();
+    let defs = catalog.defs();
+    let _ = writeln!(out, "upstreams:");
+    for (i, def) in defs.iter().enumerate() {
+        let state = match catalog.state(i) {
+            UpstreamState::Up => "up".to_owned(),
+            UpstreamState::Starting => "did not finish starting".to_owned(),
+            UpstreamState::Down { reason } => format!("DOWN: {reason}"),
+        };
+        let _ = writeln!(out, "  {} (prefix {:?}, uri prefix {:?}): {state}", def.key, def.prefix, def.uri_prefix);
+    }
+    for (key, why) in skipped {
+        let _ = writeln!(out, "  {key}: skipped ({why})");
+    }
+    for kind in Kind::ALL {
+        let items = catalog.listing(kind).items();
+        let _ = writeln!(out, "{} ({}):", kind.result_key(), items.len());
+        for item in items {
+            let note = match item.origin {
+                NameOrigin::Prefixed => "",
+                NameOrigin::Sanitized => "  [sanitized]",
+                NameOrigin::Shortened => "  [shortened]",
+                NameOrigin::Renamed => "  [renamed]",
+            };
+            let _ = writeln!(out, "  {} -> {}:{}{note}", item.exposed, defs[item.upstream].key, item.original);
+        }
+    }
+    out
+}
+
+/// Everything that makes `check` fail, each naming the file, the key and the problem.
+fn problems(path: &Path, catalog: &Catalog) -> Vec<String> {
+    let file = path.display();
+    let mut problems = Vec::new();
+    for (i, def) in catalog.defs().iter().enumerate() {
+        match catalog.state(i) {
+            UpstreamState::Up => {}
+            UpstreamState::Starting => problems.push(format!("{file}: upstreams.{}: did not finish starting in time", def.key)),
+            UpstreamState::Down { reason } => problems.push(format!("{file}: upstreams.{}: {reason}", def.key)),
+        }
+    }
+    for c in catalog.collisions() {
+        let owners: Vec<String> = c.owners.iter().map(|(u, n)| format!("upstreams.{u} {n:?}")).collect();
+        problems.push(format!(
+            "{file}: {}: name collision: {:?} is wanted by {}; set a prefix or a rename",
+            kind_key(c.kind), c.exposed, owners.join(" and ")
+        ));
+    }
+    for m in catalog.malformed() {
+        problems.push(format!("{file}: upstreams.{m}"));
+    }
+    problems
+}
+
+fn kind_key(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Tools => "tools",
+        _ => "prompts",
+    }
+}

@@ -1,0 +1,74 @@
+//! `manifold serve`: load the config, start every upstream actor, serve the host over stdio,
+//! and stop every child process when the host leaves or a signal arrives.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use manifold_catalog::UpstreamDef;
+use manifold_config::Config;
+use manifold_server::{stdio, Router};
+use manifold_upstream::{Hub, UpstreamHandle};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Loads and validates a config, including the name rules that span upstreams.
+pub fn load(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
+    let config = manifold_config::load(path)?;
+    let defs: Arc<[UpstreamDef]> = config.upstreams.iter().map(UpstreamDef::from_config).collect();
+    if let Err(problems) = UpstreamDef::validate_all(&defs) {
+        anyhow::bail!("{}: upstreams: {}", path.display(), problems.join("; "));
+    }
+    for (key, why) in &config.skipped {
+        tracing::warn!(upstream = %key, "skipped: {why}");
+    }
+    Ok((config, defs))
+}
+
+/// Starts the hub and one actor per upstream. Must run inside the actix system.
+pub fn start_upstreams(config: &Config, defs: &Arc<[UpstreamDef]>) -> (Arc<Hub>, Vec<UpstreamHandle>) {
+    let hub = Hub::new(Arc::clone(defs), config.names.clone(), config.server.page_size);
+    let handles = config
+        .upstreams
+        .iter()
+        .zip(defs.iter())
+        .enumerate()
+        .map(|(i, (cfg, def))| {
+            UpstreamHandle::start(
+                i,
+                cfg.clone(),
+                &def.uri_prefix,
+                config.server.request_timeout,
+                config.server.shutdown_grace,
+                Arc::clone(&hub),
+            )
+        })
+        .collect();
+    (hub, handles)
+}
+
+/// Stops every upstream and waits until their processes are gone.
+pub async fn stop_upstreams(handles: &[UpstreamHandle]) {
+    futures::future::join_all(handles.iter().map(UpstreamHandle::shutdown)).await;
+}
+
+pub fn serve(path: &Path) -> anyhow::Result<ExitCode> {
+    let (config, defs) = load(path)?;
+    let system = actix::System::new();
+    system.block_on(async move {
+        let (hub, handles) = start_upstreams(&config, &defs);
+        let runtime = tokio::runtime::Handle::current();
+        let router = Router::new(hub, handles.clone(), config.server.clone(), runtime);
+        let (_session, host_gone) = stdio::serve_stdio(router).context("cannot serve stdio")?;
+        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+        tokio::select! {
+            _ = host_gone => tracing::info!("host disconnected; shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM; shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT; shutting down"),
+        }
+        stop_upstreams(&handles).await;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
