@@ -1,0 +1,285 @@
+//! tools/call: argument checks and the behaviour of every tool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::rpc::RpcError;
+use crate::state::{CancelToken, State};
+use crate::tools;
+
+/// Largest `big` answer; protects the test machine from a typo such as 1e12.
+const MAX_BIG_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Answers a tools/call. Fast calls run inline on the reader thread (no spawn cost on the
+/// benchmarked path); `sleep`, and every call when --delay-us is set, run on their own thread
+/// so they never hold up other requests.
+pub fn call(state: &Arc<State>, id: Value, params: Value) {
+    let is_sleep = params.get("name").and_then(Value::as_str) == Some("sleep");
+    if !is_sleep && state.args.delay_us == 0 {
+        if let Some(reply) = run(state, &params, None) {
+            state.out.reply(&id, reply);
+        }
+        return;
+    }
+    let token = state.register(&id);
+    let shared = Arc::clone(state);
+    let spawned = std::thread::Builder::new()
+        .name("fixture-call".into())
+        .spawn(move || {
+            if shared.args.delay_us > 0 {
+                std::thread::sleep(Duration::from_micros(shared.args.delay_us));
+            }
+            let reply = run(&shared, &params, Some(&token));
+            // A cancelled request gets no response at all, as the spec asks.
+            if shared.finish(&id, &token) {
+                return;
+            }
+            if let Some(reply) = reply {
+                shared.out.reply(&id, reply);
+            }
+        });
+    if let Err(e) = spawned {
+        // Without threads the fixture cannot keep its concurrency promise; stop loudly.
+        eprintln!("manifold-fixture: cannot spawn call thread: {e}");
+        state.out.exit(1);
+    }
+}
+
+/// Runs one tool; None means "send no response" (garbage, crash).
+fn run(
+    state: &State,
+    params: &Value,
+    token: Option<&CancelToken>,
+) -> Option<Result<Value, RpcError>> {
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return Some(Err(RpcError::invalid_params("Missing tool name")));
+    };
+    let args = params.get("arguments").unwrap_or(&Value::Null);
+    let result = match name {
+        "echo" => echo(args),
+        "add" => add(args),
+        "sleep" => sleep(args, token),
+        "crash" => crash(state, args),
+        "garbage" => {
+            state.out.raw(b"}{ not json");
+            return None;
+        }
+        "big" => big(args),
+        "links" => links(&state.args.name),
+        "fail" => tool_error("it failed"),
+        "whoami" => text_result(format!("{} {}", state.args.name, state.pid)),
+        "progress" => progress(state, params, args),
+        "add_tool" => add_tool(state, args),
+        "log" => log(state, args),
+        "cancelled_count" => text_result(state.cancelled_count().to_string()),
+        other if tools::is_extra(state, other) || is_dynamic(state, other) => echo(args),
+        other => {
+            return Some(Err(RpcError::invalid_params(format!(
+                "Unknown tool: {other}"
+            ))))
+        }
+    };
+    Some(Ok(result))
+}
+
+fn is_dynamic(state: &State, name: &str) -> bool {
+    state.with_dynamic(|dynamic| dynamic.iter().any(|(n, _)| n == name))
+}
+
+pub fn text_result(text: impl Into<String>) -> Value {
+    // `x-fixture-result` is an unknown member the aggregator must pass through untouched.
+    json!({ "content": [{ "type": "text", "text": text.into() }], "x-fixture-result": 1 })
+}
+
+pub fn tool_error(text: impl Into<String>) -> Value {
+    json!({ "content": [{ "type": "text", "text": text.into() }], "isError": true, "x-fixture-result": 1 })
+}
+
+pub fn arg_str<'a>(args: &'a Value, key: &str) -> Result<&'a str, String> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("missing or non-string argument `{key}`"))
+}
+
+pub fn arg_f64(args: &Value, key: &str) -> Result<f64, String> {
+    args.get(key)
+        .and_then(Value::as_f64)
+        .ok_or_else(|| format!("missing or non-numeric argument `{key}`"))
+}
+
+pub fn arg_u64(args: &Value, key: &str) -> Result<u64, String> {
+    args.get(key)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("missing or non-negative-integer argument `{key}`"))
+}
+
+fn echo(args: &Value) -> Value {
+    match arg_str(args, "text") {
+        Ok(text) => json!({
+            "content": [{ "type": "text", "text": text }],
+            "structuredContent": { "text": text },
+            "x-fixture-result": 1,
+        }),
+        Err(e) => tool_error(e),
+    }
+}
+
+fn add(args: &Value) -> Value {
+    match (arg_f64(args, "a"), arg_f64(args, "b")) {
+        (Ok(a), Ok(b)) => {
+            let sum = json!(a + b);
+            // Integers print as integers ("3", not "3.0") when both inputs were integers.
+            let sum = match (args["a"].as_i64(), args["b"].as_i64()) {
+                (Some(a), Some(b)) => a.checked_add(b).map_or(sum, |s| json!(s)),
+                _ => sum,
+            };
+            let mut result = text_result(sum.to_string());
+            result["structuredContent"] = json!({ "sum": sum });
+            result
+        }
+        (Err(e), _) | (_, Err(e)) => tool_error(e),
+    }
+}
+
+fn sleep(args: &Value, token: Option<&CancelToken>) -> Value {
+    let ms = match arg_u64(args, "ms") {
+        Ok(ms) => ms,
+        Err(e) => return tool_error(e),
+    };
+    let duration = Duration::from_millis(ms);
+    match token {
+        // Cancelled or not, the caller (`call`) decides whether to respond via `finish`.
+        Some(token) => {
+            token.sleep(duration);
+        }
+        None => std::thread::sleep(duration),
+    }
+    text_result(format!("slept {ms}"))
+}
+
+fn crash(state: &State, args: &Value) -> ! {
+    let code = args.get("code").and_then(Value::as_i64).unwrap_or(3);
+    let code = i32::try_from(code).unwrap_or(3);
+    eprintln!(
+        "manifold-fixture {} crashing with code {code}",
+        state.args.name
+    );
+    state.out.exit(code)
+}
+
+fn big(args: &Value) -> Value {
+    match arg_u64(args, "bytes") {
+        Ok(n) if n > MAX_BIG_BYTES => tool_error(format!("bytes must be at most {MAX_BIG_BYTES}")),
+        Ok(n) => text_result("x".repeat(n as usize)),
+        Err(e) => tool_error(e),
+    }
+}
+
+pub fn data_json(server: &str) -> String {
+    json!({ "server": server, "items": [1, 2, 3] }).to_string()
+}
+
+fn links(server: &str) -> Value {
+    json!({
+        "content": [
+            { "type": "resource_link", "uri": format!("fixture://{server}/readme"), "name": "readme" },
+            { "type": "resource", "resource": {
+                "uri": format!("fixture://{server}/data.json"),
+                "mimeType": "application/json",
+                "text": data_json(server),
+            } },
+        ],
+        "x-fixture-result": 1,
+    })
+}
+
+fn progress(state: &State, params: &Value, args: &Value) -> Value {
+    let steps = match arg_u64(args, "steps") {
+        Ok(steps) => steps,
+        Err(e) => return tool_error(e),
+    };
+    if let Some(token) = params.get("_meta").and_then(|m| m.get("progressToken")) {
+        for i in 1..=steps {
+            let note = json!({ "progressToken": token, "progress": i, "total": steps });
+            state.out.notify("notifications/progress", &note);
+        }
+    }
+    text_result(format!("progressed {steps}"))
+}
+
+fn add_tool(state: &State, args: &Value) -> Value {
+    let name = match arg_str(args, "name") {
+        Ok(name) => name,
+        Err(e) => return tool_error(e),
+    };
+    if tools::is_builtin(name) || tools::is_extra(state, name) {
+        return tool_error(format!("tool {name} already exists"));
+    }
+    let description = format!(
+        "Dynamic tool {name} of fixture server {}; echoes `text`.",
+        state.args.name
+    );
+    if !state.add_dynamic(name, tools::echo_descriptor(name, description)) {
+        return tool_error(format!("tool {name} already exists"));
+    }
+    state
+        .out
+        .notify("notifications/tools/list_changed", &json!({}));
+    text_result(format!("added {name}"))
+}
+
+fn log(state: &State, args: &Value) -> Value {
+    let level = args.get("level").and_then(Value::as_str).unwrap_or("info");
+    let message = match arg_str(args, "message") {
+        Ok(message) => message,
+        Err(e) => return tool_error(e),
+    };
+    let note = json!({ "level": level, "logger": state.args.name, "data": message });
+    state.out.notify("notifications/message", &note);
+    text_result("logged")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echo_requires_text() {
+        assert_eq!(
+            echo(&json!({ "text": "hi" }))["structuredContent"]["text"],
+            "hi"
+        );
+        assert_eq!(echo(&json!({}))["isError"], true);
+        assert_eq!(echo(&json!({ "text": 5 }))["isError"], true);
+    }
+
+    #[test]
+    fn add_sums_integers_and_floats() {
+        let r = add(&json!({ "a": 1, "b": 2 }));
+        assert_eq!(r["content"][0]["text"], "3");
+        assert_eq!(r["structuredContent"]["sum"], 3);
+        assert_eq!(
+            add(&json!({ "a": 0.5, "b": 2 }))["structuredContent"]["sum"],
+            2.5
+        );
+        assert_eq!(add(&json!({ "a": "1", "b": 2 }))["isError"], true);
+    }
+
+    #[test]
+    fn argument_helpers_reject_wrong_types() {
+        assert!(arg_u64(&json!({ "ms": -1 }), "ms").is_err());
+        assert_eq!(arg_u64(&json!({ "ms": 7 }), "ms"), Ok(7));
+        assert!(arg_str(&Value::Null, "text").is_err());
+        assert!(arg_f64(&json!({ "a": null }), "a").is_err());
+    }
+
+    #[test]
+    fn big_is_exact() {
+        let r = big(&json!({ "bytes": 1000 }));
+        assert_eq!(r["content"][0]["text"].as_str().unwrap().len(), 1000);
+        assert_eq!(big(&json!({}))["isError"], true);
+    }
+}

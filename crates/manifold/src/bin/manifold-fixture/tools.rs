@@ -1,0 +1,164 @@
+//! Tool descriptors (what tools/list shows). Behaviour lives in `calls.rs`.
+
+use serde_json::{json, Value};
+
+use crate::paging::paged;
+use crate::rpc::RpcError;
+use crate::state::State;
+use crate::Args;
+
+/// (name, what it does, JSON of the schema's properties, required) of every built-in tool.
+type Spec = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+);
+
+const TEXT_PROP: &str = r#"{"text": {"type": "string", "description": "Text to echo back"}}"#;
+
+#[rustfmt::skip]
+const SPECS: [Spec; 13] = [
+    ("echo", "Echoes `text` back as text and structuredContent", TEXT_PROP, &["text"]),
+    ("add", "Adds two numbers", r#"{"a": {"type": "number"}, "b": {"type": "number"}}"#, &["a", "b"]),
+    ("sleep", "Sleeps `ms` milliseconds (cancellable) then answers", r#"{"ms": {"type": "integer", "minimum": 0}}"#, &["ms"]),
+    ("crash", "Exits the server process immediately with `code` (default 3)", r#"{"code": {"type": "integer"}}"#, &[]),
+    ("garbage", "Writes a non-JSON line to stdout instead of a response", "{}", &[]),
+    ("big", "Returns one text content of exactly `bytes` characters", r#"{"bytes": {"type": "integer", "minimum": 0}}"#, &["bytes"]),
+    ("links", "Returns a resource_link and an embedded resource", "{}", &[]),
+    ("fail", "Always returns a tool error (isError true)", "{}", &[]),
+    ("whoami", "Returns the server name and pid", "{}", &[]),
+    ("progress", "Sends `steps` progress notifications when given a progressToken", r#"{"steps": {"type": "integer", "minimum": 0}}"#, &["steps"]),
+    ("add_tool", "Adds an echo-like tool `name` and sends tools/list_changed", r#"{"name": {"type": "string"}}"#, &["name"]),
+    ("log", "Sends a notifications/message with `level` (default info) and `message`", r#"{"level": {"type": "string"}, "message": {"type": "string"}}"#, &["message"]),
+    ("cancelled_count", "Returns how many in-flight calls were cancelled", "{}", &[]),
+];
+
+fn properties(json_text: &str) -> Value {
+    // The texts are literals above; a typo is a fixture bug that its unit test catches.
+    serde_json::from_str(json_text).unwrap_or_else(|_| json!({}))
+}
+
+pub fn is_builtin(name: &str) -> bool {
+    SPECS.iter().any(|(n, ..)| *n == name)
+}
+
+pub fn descriptor(name: &str, description: String, properties: Value, required: &[&str]) -> Value {
+    json!({
+        "name": name,
+        "description": description,
+        "inputSchema": { "type": "object", "properties": properties, "required": required },
+        // Unknown member: lets tests check the aggregator passes tools through losslessly.
+        "x-fixture": { "kept": true },
+    })
+}
+
+pub fn echo_descriptor(name: &str, description: String) -> Value {
+    let properties = json!({ "text": { "type": "string", "description": "Text to echo back" } });
+    descriptor(name, description, properties, &["text"])
+}
+
+/// Built-in tools followed by `tool_0..tool_{N-1}`.
+pub fn static_tools(args: &Args) -> Vec<Value> {
+    let server = &args.name;
+    let mut tools: Vec<Value> = SPECS
+        .iter()
+        .map(|(name, what, props, required)| {
+            let description = format!("{what} (fixture server {server}).");
+            descriptor(name, description, properties(props), required)
+        })
+        .collect();
+    tools.extend(
+        (0..args.extra_tools)
+            .map(|i| echo_descriptor(&format!("tool_{i}"), extra_description(i, server))),
+    );
+    tools
+}
+
+/// A 300 byte description, so catalogs with many extra tools have a realistic size.
+fn extra_description(i: usize, server: &str) -> String {
+    let mut text = format!(
+        "Extra tool number {i} of fixture server {server}. It echoes its `text` argument back \
+         unchanged as text content and as structuredContent. It exists to make catalogs large."
+    );
+    const FILLER: &str = " Padding keeps every extra tool description at three hundred bytes.";
+    while text.len() < 300 {
+        text.push_str(FILLER);
+    }
+    // Cut at a char boundary: a non-ASCII server name must not make this panic.
+    let mut end = 300.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
+}
+
+/// True for `tool_N` with N below --extra-tools.
+pub fn is_extra(state: &State, name: &str) -> bool {
+    numbered(name, "tool_").is_some_and(|i| i < state.args.extra_tools)
+}
+
+/// N of `PREFIX{N}` written canonically (digits only, no leading zero), so exactly one
+/// name maps to each extra tool or prompt.
+pub fn numbered(name: &str, prefix: &str) -> Option<usize> {
+    let digits = name.strip_prefix(prefix)?;
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits.len() == 1 || !digits.starts_with('0'));
+    canonical.then(|| digits.parse().ok()).flatten()
+}
+
+pub fn list(state: &State, params: &Value) -> Result<Value, RpcError> {
+    state.with_dynamic(|dynamic| {
+        let len = state.tools.len() + dynamic.len();
+        let all = state.tools.iter().chain(dynamic.iter().map(|(_, d)| d));
+        paged(all, len, "tools", params, state.args.page_size)
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_names_are_canonical() {
+        assert_eq!(numbered("tool_0", "tool_"), Some(0));
+        assert_eq!(numbered("tool_12", "tool_"), Some(12));
+        for bad in ["tool_", "tool_01", "tool_+1", "tool_x", "echo"] {
+            assert_eq!(numbered(bad, "tool_"), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn extra_descriptions_are_about_300_bytes() {
+        for i in [0, 7, 12345] {
+            assert_eq!(extra_description(i, "srv").len(), 300);
+        }
+        assert!(extra_description(1, "ééééééééééééééééééééééééééééééééé").len() <= 300);
+    }
+
+    #[test]
+    fn every_builtin_mentions_the_server() {
+        let args = <crate::Args as clap::Parser>::parse_from([
+            "fixture",
+            "--name",
+            "zed",
+            "--extra-tools",
+            "2",
+        ]);
+        let tools = static_tools(&args);
+        assert_eq!(tools.len(), SPECS.len() + 2);
+        for (name, _, props, _) in SPECS {
+            assert!(
+                serde_json::from_str::<Value>(props).unwrap().is_object(),
+                "{name}"
+            );
+        }
+        for t in &tools {
+            assert!(t["description"].as_str().unwrap().contains("zed"));
+            assert_eq!(t["x-fixture"]["kept"], true);
+        }
+    }
+}
