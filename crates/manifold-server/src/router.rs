@@ -78,7 +78,7 @@ impl Router {
             _ if !session.is_ready() => return Err(RouteError::NotInitialized),
             _ => {}
         }
-        let params = env.routing_params()?;
+        let params = env.routing_params().map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
         match method {
             "tools/list" => self.list(session, id, ListKind::Tools, &params),
             "prompts/list" => self.list(session, id, ListKind::Prompts, &params),
@@ -94,7 +94,7 @@ impl Router {
     }
 
     fn initialize(self: &Arc<Self>, session: &Arc<Session>, id: &RawValue, env: &Envelope<'_>) -> Result<(), RouteError> {
-        let params = env.routing_params()?;
+        let params = env.routing_params().map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
         if !session.begin_initialize() {
             return Err(RouteError::AlreadyInitialized);
         }

@@ -32,6 +32,9 @@ enum Command {
     Check {
         #[arg(long, short)]
         config: PathBuf,
+        /// Only validate the file and the naming rules; do not start the upstreams.
+        #[arg(long)]
+        no_start: bool,
     },
 }
 
@@ -40,7 +43,7 @@ fn main() -> ExitCode {
     init_logging();
     let result = match cli.command {
         Command::Serve { config } => run::serve(&config),
-        Command::Check { config } => check::check(&config),
+        Command::Check { config, no_start } => check::check(&config, no_start),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,325 @@
+//! Shared harness for integration tests: runs the real `manifold` binary over pipes against
+//! fixture upstreams, with every wait bounded so that a broken build fails instead of hanging.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// How long any single expected message may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub fn manifold_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_manifold")
+}
+
+pub fn fixture_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_manifold-fixture")
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "manifold-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A TOML `[upstreams.KEY]` section running the fixture with `args`.
+pub fn fixture_upstream(key: &str, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "[upstreams.{key}]\ncommand = {:?}\nargs = [{}]\n",
+        fixture_bin(),
+        args.join(", ")
+    )
+}
+
+/// A running `manifold serve` with its stdio.
+pub struct Manifold {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    rx: Receiver<String>,
+    /// Messages read while waiting for something else.
+    backlog: VecDeque<Value>,
+    pub stderr: Arc<Mutex<String>>,
+    next_id: u64,
+    pub dir: TempDir,
+}
+
+impl Manifold {
+    /// Starts `manifold serve` on `config` (TOML text).
+    pub fn start(config: &str) -> Self {
+        let dir = TempDir::new("serve");
+        let path = dir.write("manifold.toml", config);
+        Self::start_with(&["serve", "--config", path.to_str().unwrap()], dir)
+    }
+
+    pub fn start_with(args: &[&str], dir: TempDir) -> Self {
+        let mut child = Command::new(manifold_bin())
+            .args(args)
+            .env("MANIFOLD_LOG", "info,manifold_upstream=debug")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("manifold starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr_text = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&stderr_text);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let stdin = child.stdin.take();
+        Manifold { child, stdin, rx, backlog: VecDeque::new(), stderr: stderr_text, next_id: 1, dir }
+    }
+
+    /// Starts and completes the handshake.
+    pub fn ready(config: &str) -> Self {
+        let mut m = Self::start(config);
+        let init = m.initialize();
+        assert!(init.get("result").is_some(), "initialize failed: {init}");
+        m
+    }
+
+    pub fn initialize(&mut self) -> Value {
+        let r = self.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}),
+        );
+        self.notify("notifications/initialized", json!({}));
+        r
+    }
+
+    pub fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    pub fn send(&mut self, msg: &Value) {
+        self.send_raw(&msg.to_string());
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// Sends a request and returns its id without waiting.
+    pub fn send_request(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// Sends a request and waits for its response (other messages are kept).
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send_request(method, params);
+        self.response(&json!(id))
+    }
+
+    /// Waits for the response with `id`.
+    pub fn response(&mut self, id: &Value) -> Value {
+        self.wait_for(|m| m.get("id") == Some(id) && m.get("method").is_none())
+    }
+
+    /// The next message from Manifold, in order.
+    pub fn recv(&mut self) -> Value {
+        if let Some(m) = self.backlog.pop_front() {
+            return m;
+        }
+        self.read_line(WAIT).unwrap_or_else(|| panic!("no message within {WAIT:?}; stderr:\n{}", self.stderr()))
+    }
+
+    fn read_line(&mut self, wait: Duration) -> Option<Value> {
+        match self.rx.recv_timeout(wait) {
+            Ok(line) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => panic!("manifold closed stdout; stderr:\n{}", self.stderr()),
+        }
+    }
+
+    /// Waits for the first message matching `pred`; the others stay queued in order.
+    pub fn wait_for(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(pos) = self.backlog.iter().position(&pred) {
+            return self.backlog.remove(pos).unwrap();
+        }
+        let until = Instant::now() + WAIT;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let Some(m) = self.read_line(left) else {
+                panic!("no matching message within {WAIT:?}; seen {:?}; stderr:\n{}", self.backlog, self.stderr())
+            };
+            if pred(&m) {
+                return m;
+            }
+            self.backlog.push_back(m);
+        }
+    }
+
+    /// Whether a message matching `pred` arrives within `wait` (kept in the backlog if so).
+    pub fn sees_within(&mut self, wait: Duration, pred: impl Fn(&Value) -> bool) -> bool {
+        if self.backlog.iter().any(&pred) {
+            return true;
+        }
+        let until = Instant::now() + wait;
+        while let Some(m) = self.read_line(until.saturating_duration_since(Instant::now())) {
+            let hit = pred(&m);
+            self.backlog.push_back(m);
+            if hit {
+                return true;
+            }
+        }
+        false
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Every item of a paginated list, following nextCursor.
+    pub fn list_all(&mut self, method: &str, key: &str) -> Vec<Value> {
+        let mut items = Vec::new();
+        let mut params = json!({});
+        for _ in 0..1000 {
+            let r = self.request(method, params.clone());
+            let result = r.get("result").unwrap_or_else(|| panic!("{method} failed: {r}"));
+            items.extend(result[key].as_array().unwrap().iter().cloned());
+            match result.get("nextCursor").and_then(Value::as_str) {
+                Some(c) => params = json!({ "cursor": c }),
+                None => return items,
+            }
+        }
+        panic!("{method} never ended");
+    }
+
+    pub fn names(&mut self, method: &str, key: &str, field: &str) -> Vec<String> {
+        self.list_all(method, key).iter().map(|t| t[field].as_str().unwrap().to_owned()).collect()
+    }
+
+    /// Calls a tool and returns the whole response.
+    pub fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": args}))
+    }
+
+    /// Closes stdin and waits (bounded) for Manifold to exit; returns its exit code.
+    pub fn close(&mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        self.wait_exit()
+    }
+
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        let until = Instant::now() + WAIT;
+        while Instant::now() < until {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("manifold did not exit within {WAIT:?}; stderr:\n{}", self.stderr());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Manifold {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        if self.child.try_wait().ok().flatten().is_none() {
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until && self.child.try_wait().ok().flatten().is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The text of the first content block of a tool result.
+pub fn text_of(response: &Value) -> String {
+    response["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text in {response}")).to_owned()
+}
+
+pub fn error_code(response: &Value) -> i64 {
+    response["error"]["code"].as_i64().unwrap_or_else(|| panic!("not an error: {response}"))
+}
+
+/// Whether a process with `pid` exists and is not a zombie.
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Polls `cond` until true or the deadline passes (a hang guard, not a timing assertion).
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + WAIT;
+    while Instant::now() < until {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// Pids written by fixtures started with `--pid-file`.
+pub fn read_pids(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}

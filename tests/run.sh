@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: lints, unit and integration tests against the
+# in-repo fixtures, then interop tests against real third-party peers (installed here from the
+# pinned versions in tests/interop/). Needs cargo, python3 and npm; nothing else by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "unit and integration tests (fixture upstreams, rmcp client)"
+cargo test --workspace --locked
+
+step "install interop peers (PyPI: mcp, mcp-server-time; npm: server-everything)"
+bash tests/interop/install.sh
+
+step "interop: official Python SDK client against Manifold fronting real servers"
+MANIFOLD_BIN="$PWD/target/debug/manifold" .venv/bin/python -m pytest tests/interop -q

@@ -1,0 +1,115 @@
+//! `manifold check` and the example configs shipped under `config/`.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::*;
+
+fn check(config: &Path) -> (i32, String, String) {
+    let out = Command::new(manifold_bin())
+        .args(["check", "--config", config.to_str().unwrap()])
+        .env("PATH", path_with_fixture())
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// The example configs name `manifold-fixture` bare; make sure the test build of it is found.
+fn path_with_fixture() -> String {
+    let dir = Path::new(fixture_bin()).parent().unwrap().display().to_string();
+    format!("{dir}:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+#[test]
+fn check_prints_the_merged_catalog_and_every_renamed_name() {
+    let dir = TempDir::new("check");
+    let long = "p".repeat(70);
+    let config = format!(
+        "{}[upstreams.alpha.tools]\nrename = {{ echo = \"say\" }}\n{}prefix = {long:?}\n",
+        fixture_upstream("alpha", &["--name", "alpha"]),
+        fixture_upstream("beta", &["--name", "beta"]),
+    );
+    let (code, out, err) = check(&dir.write("c.toml", &config));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("say -> alpha:echo  [renamed]"), "{out}");
+    assert!(out.contains("alpha__add -> alpha:add"), "{out}");
+    assert!(out.contains("[shortened]"), "{out}");
+    assert!(out.contains("alpha+fixture://alpha/readme -> alpha:fixture://alpha/readme"), "{out}");
+}
+
+#[test]
+fn check_fails_on_collisions_naming_file_and_keys() {
+    let dir = TempDir::new("check");
+    let config = format!(
+        "{}prefix = \"\"\n{}prefix = \"\"\n",
+        fixture_upstream("alpha", &["--name", "alpha"]),
+        fixture_upstream("beta", &["--name", "beta"]),
+    );
+    let path = dir.write("clash.toml", &config);
+    let (code, out, err) = check(&path);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("clash.toml") && err.contains("collision") && err.contains("upstreams.alpha") && err.contains("upstreams.beta"), "{err}");
+}
+
+#[test]
+fn check_fails_on_bad_configs_and_dead_upstreams() {
+    let dir = TempDir::new("check");
+    let (code, _, err) = check(&dir.write("bad.toml", "[upstreams.a]\ncomand = \"x\"\n"));
+    assert_ne!(code, 0);
+    assert!(err.contains("bad.toml") && err.contains("comand"), "{err}");
+    let (code, _, err) = check(&dir.write("dead.toml", "[upstreams.ghost]\ncommand = \"/nonexistent/ghost-server\"\n"));
+    assert_ne!(code, 0);
+    assert!(err.contains("dead.toml") && err.contains("upstreams.ghost"), "{err}");
+    let (code, _, err) = check(&dir.write("dup.toml", &format!("{}prefix = \"x\"\n{}prefix = \"x\"\n", fixture_upstream("a", &[]), fixture_upstream("b", &[]))));
+    assert_ne!(code, 0);
+    assert!(err.contains("dup.toml") && err.contains("prefix"), "{err}");
+    let (code, _, err) = check(&dir.write("x.yaml", ""));
+    assert_ne!(code, 0);
+    assert!(err.contains("x.yaml"), "{err}");
+}
+
+#[test]
+fn claude_desktop_json_works_as_is() {
+    let dir = TempDir::new("json");
+    let json = serde_json::json!({
+        "globalShortcut": "Ctrl+Space",
+        "mcpServers": {
+            "my notes": {"command": fixture_bin(), "args": ["--name", "notes"], "env": {"X": "1"}},
+            "remote": {"url": "https://example.invalid/mcp"}
+        }
+    });
+    let path = dir.write("claude_desktop_config.json", &json.to_string());
+    let (code, out, err) = check(&path);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("my_notes__echo -> my notes:echo  [sanitized]") || out.contains("my_notes__echo"), "{out}");
+    let mut m = Manifold::start_with(&["serve", "--config", path.to_str().unwrap()], dir);
+    m.initialize();
+    assert_eq!(text_of(&m.call("my_notes__echo", serde_json::json!({"text": "json"}))), "json");
+}
+
+/// Every file under `config/` loads; the ones that need only what the repository builds
+/// also pass `check`, which starts their upstreams.
+#[test]
+fn every_shipped_config_loads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        seen += 1;
+        if text.contains("manifold-fixture") {
+            let (code, out, err) = check(&path);
+            assert_eq!(code, 0, "{}: {out}{err}", path.display());
+            assert!(out.contains("__"), "{}: empty catalog: {out}", path.display());
+        } else {
+            // Real peers are installed by the interop suite; here the file and names must hold.
+            let out = Command::new(manifold_bin())
+                .args(["check", "--no-start", "--config", path.to_str().unwrap()])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{}: {err}", path.display());
+        }
+    }
+    assert!(seen >= 2, "config/ should hold the demo and examples");
+}
