@@ -2,12 +2,31 @@
 //! (`{"mcpServers": {...}}`), parsed with serde and validated once into the runtime types
 //! below, which the rest of Manifold uses. Errors name the file, the key and the problem.
 //!
-//! API CONTRACT (the implementation is being written; keep these public names and meanings).
+//! Entry points: [`load`] (process environment), [`load_with_env`] and [`parse_str`] (an
+//! environment lookup function, for tests and tools), [`resolve_command`], and the name
+//! filtering helpers [`glob_match`] and [`NameFilter::admits`] used by the catalog.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+mod claude_json;
+mod command;
+mod error;
+mod glob;
+mod interpolate;
+mod redact;
+mod schema;
+mod toml_format;
+mod validate;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
+
+pub use command::resolve_command;
+pub use glob::glob_match;
 
 /// A validated configuration.
 #[derive(Clone, Debug)]
@@ -102,9 +121,65 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// How `${VAR}` is looked up: `Some(value)` if the variable is set.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
 /// Reads a config file; `.toml` is native, `.json` is Claude Desktop style; other extensions
-/// are an error. `${VAR}` is interpolated from `env`, `$$` is a literal `$`.
+/// are an error. `${VAR}` is interpolated from the process environment, `$$` is a literal `$`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let _ = path;
-    unimplemented!("being written")
+    // A value that is not valid Unicode cannot be put into a UTF-8 config string, so it counts
+    // as unset rather than being mangled.
+    load_with_env(path, &|name| std::env::var(name).ok())
+}
+
+/// [`load`] with `${VAR}` looked up through `env` instead of the process environment.
+pub fn load_with_env(path: &Path, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+    // The extension is checked first so that a wrong file is reported as such, not as
+    // unreadable or as a syntax error.
+    let format = Format::of(path)?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| error::at(path, error::FILE_KEY, format!("cannot read the file: {e}")))?;
+    format.parse(path, &text, env)
+}
+
+/// Parses `text` as if it had been read from `path`, whose extension picks the format; `path`
+/// is also used in errors and to resolve relative `cwd` values. Nothing is read from disk.
+pub fn parse_str(path: &Path, text: &str, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+    Format::of(path)?.parse(path, text, env)
+}
+
+/// The supported file formats, chosen by extension.
+#[derive(Clone, Copy)]
+enum Format {
+    Toml,
+    ClaudeJson,
+}
+
+impl Format {
+    fn of(path: &Path) -> Result<Format, ConfigError> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
+        if ext.eq_ignore_ascii_case("toml") {
+            Ok(Format::Toml)
+        } else if ext.eq_ignore_ascii_case("json") {
+            Ok(Format::ClaudeJson)
+        } else {
+            Err(error::at(
+                path,
+                error::FILE_KEY,
+                "unsupported file extension; supported are .toml (Manifold's native format) \
+                 and .json (Claude Desktop style {\"mcpServers\": {...}})",
+            ))
+        }
+    }
+
+    fn parse(self, path: &Path, text: &str, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+        let ctx = validate::Ctx { file: path, env };
+        match self {
+            Format::Toml => toml_format::parse(&ctx, text),
+            Format::ClaudeJson => claude_json::parse(&ctx, text),
+        }
+    }
 }

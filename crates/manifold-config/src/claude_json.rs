@@ -1,0 +1,118 @@
+//! Claude Desktop style JSON: `{"mcpServers": {"name": {"command": ..., "args": [...],
+//! "env": {...}, "cwd": ...}}}`. Such files are shared with other tools, so unknown top-level
+//! and entry keys are ignored rather than rejected, and entries Manifold cannot run (disabled
+//! or HTTP ones) are skipped with a reason instead of failing the whole file.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::{self, child};
+use crate::schema::{RawNames, RawServer, RawUpstream};
+use crate::validate::{self, Ctx};
+use crate::{Config, ConfigError};
+
+const SERVERS_KEY: &str = "mcpServers";
+const HTTP_SKIP: &str = "HTTP upstreams are not supported yet";
+
+pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
+    let root: Value = serde_json::from_str(text).map_err(|e| syntax_error(ctx, &e))?;
+    let Value::Object(mut root) = root else {
+        return Err(ctx.err(
+            error::FILE_KEY,
+            "expected a JSON object with an \"mcpServers\" key",
+        ));
+    };
+    let servers = match root.remove(SERVERS_KEY) {
+        Some(Value::Object(servers)) => servers,
+        Some(_) => return Err(ctx.err(SERVERS_KEY, "expected an object of servers")),
+        None => {
+            return Err(ctx.err(
+                SERVERS_KEY,
+                "required key is missing; a Claude Desktop style file looks like \
+                 {\"mcpServers\": {\"name\": {\"command\": ...}}}",
+            ))
+        }
+    };
+    let mut upstreams = Vec::new();
+    let mut skipped = Vec::new();
+    for (key, entry) in servers {
+        let path = child(SERVERS_KEY, &key);
+        match entry_to_raw(ctx, &path, entry)? {
+            Ok(raw) => upstreams.push(validate::upstream(ctx, &path, &key, raw)?),
+            Err(reason) => skipped.push((key, reason.to_owned())),
+        }
+    }
+    // serde_json's map is ordered by key unless its `preserve_order` feature is on (another
+    // crate in the build could enable it), so sort explicitly.
+    upstreams.sort_by(|a, b| a.key.cmp(&b.key));
+    skipped.sort();
+    Ok(Config {
+        source: ctx.file.to_path_buf(),
+        server: validate::server(ctx, RawServer::default())?,
+        names: validate::names(ctx, RawNames::default())?,
+        upstreams,
+        skipped,
+    })
+}
+
+/// The entry as the shared schema, or the reason it is skipped.
+fn entry_to_raw(
+    ctx: &Ctx<'_>,
+    path: &str,
+    entry: Value,
+) -> Result<Result<RawUpstream, &'static str>, ConfigError> {
+    let Value::Object(obj) = entry else {
+        return Err(ctx.err(path, "expected an object with a \"command\" key"));
+    };
+    if field::<bool>(ctx, &obj, path, "disabled")? == Some(true) {
+        return Ok(Err(validate::DISABLED));
+    }
+    let kind = field::<String>(ctx, &obj, path, "type")?;
+    let command = field::<String>(ctx, &obj, path, "command")?;
+    let has_url = obj.get("url").is_some_and(|u| !u.is_null());
+    if kind.is_some_and(|k| k != "stdio") || (has_url && command.is_none()) {
+        return Ok(Err(HTTP_SKIP));
+    }
+    let Some(command) = command else {
+        return Err(ctx.err(child(path, "command"), "required key is missing"));
+    };
+    Ok(Ok(RawUpstream {
+        command,
+        args: field(ctx, &obj, path, "args")?.unwrap_or_default(),
+        env: field(ctx, &obj, path, "env")?.unwrap_or_default(),
+        cwd: field(ctx, &obj, path, "cwd")?,
+        ..RawUpstream::default()
+    }))
+}
+
+/// One known entry key, deserialized on its own so that a wrong type names that key; `null`
+/// counts as absent.
+fn field<T: DeserializeOwned>(
+    ctx: &Ctx<'_>,
+    obj: &Map<String, Value>,
+    path: &str,
+    name: &str,
+) -> Result<Option<T>, ConfigError> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => T::deserialize(value)
+            .map(Some)
+            .map_err(|e| ctx.err(child(path, name), e.to_string())),
+    }
+}
+
+fn syntax_error(ctx: &Ctx<'_>, e: &serde_json::Error) -> ConfigError {
+    // serde_json appends " at line L column C" to its message; it is rebuilt in the same
+    // shape as TOML syntax errors.
+    let shown = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let message = shown.strip_suffix(&suffix).unwrap_or(&shown);
+    ctx.err(
+        error::FILE_KEY,
+        format!(
+            "JSON syntax error at line {}, column {}: {message}",
+            e.line(),
+            e.column()
+        ),
+    )
+}

@@ -1,0 +1,57 @@
+//! The native TOML schema as serde structs. Every key is optional here (defaults are applied
+//! in `validate`) and unknown keys are rejected, so a typo is an error instead of a silently
+//! ignored setting. The Claude JSON reader fills the same structs so both formats share one
+//! validation path.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawServer {
+    pub(crate) page_size: Option<u64>,
+    pub(crate) max_message_bytes: Option<u64>,
+    pub(crate) request_timeout_ms: Option<u64>,
+    pub(crate) startup_timeout_ms: Option<u64>,
+    pub(crate) shutdown_grace_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawNames {
+    pub(crate) separator: Option<String>,
+    pub(crate) max_length: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawUpstream {
+    pub(crate) command: String,
+    #[serde(default)]
+    pub(crate) args: Vec<String>,
+    #[serde(default)]
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) prefix: Option<String>,
+    pub(crate) enabled: Option<bool>,
+    pub(crate) request_timeout_ms: Option<u64>,
+    pub(crate) max_message_bytes: Option<u64>,
+    pub(crate) restart_initial_backoff_ms: Option<u64>,
+    pub(crate) restart_max_backoff_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) tools: RawFilter,
+    #[serde(default)]
+    pub(crate) prompts: RawFilter,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawFilter {
+    #[serde(default)]
+    pub(crate) include: Vec<String>,
+    #[serde(default)]
+    pub(crate) exclude: Vec<String>,
+    #[serde(default)]
+    pub(crate) rename: BTreeMap<String, String>,
+}

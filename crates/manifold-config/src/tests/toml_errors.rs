@@ -1,0 +1,218 @@
+//! Invalid TOML configurations: every error names the file and the offending key.
+
+use super::toml_err;
+
+fn upstream_err(body: &str) -> (String, String) {
+    toml_err(&format!("[upstreams.up]\ncommand = \"x\"\n{body}\n"))
+}
+
+#[test]
+fn server_settings_are_range_checked() {
+    let (key, problem) = toml_err("[server]\nmax_message_bytes = 1023\n");
+    assert_eq!(key, "server.max_message_bytes");
+    assert_eq!(problem, "1023 is too small; must be at least 1024");
+    let (key, problem) = toml_err("[server]\nrequest_timeout_ms = 0\n");
+    assert_eq!(key, "server.request_timeout_ms");
+    assert_eq!(problem, "0 is too small; must be greater than 0");
+    let (key, problem) = toml_err("[server]\npage_size = -1\n");
+    assert_eq!(key, "server.page_size");
+    assert!(problem.contains("-1"), "{problem}");
+}
+
+#[test]
+fn separator_must_be_short_and_host_safe() {
+    for bad in ["/", ".", ":", "a/b", "", "123456789", "é", " "] {
+        let (key, problem) = toml_err(&format!("[names]\nseparator = \"{bad}\"\n"));
+        assert_eq!(key, "names.separator", "{bad:?}");
+        assert!(problem.contains("'/', '.' or ':'"), "{problem}");
+        assert!(problem.contains("1 to 8"), "{problem}");
+    }
+    for good in ["_", "-", "12345678", "__", "aZ9-_"] {
+        assert!(
+            super::toml(&format!("[names]\nseparator = \"{good}\"\n")).is_ok(),
+            "{good}"
+        );
+    }
+}
+
+#[test]
+fn max_length_must_be_between_1_and_128() {
+    for bad in [0, 129, 100_000] {
+        let (key, problem) = toml_err(&format!("[names]\nmax_length = {bad}\n"));
+        assert_eq!(key, "names.max_length");
+        assert_eq!(
+            problem,
+            format!("{bad} is out of range; must be between 1 and 128")
+        );
+    }
+    assert_eq!(
+        super::toml("[names]\nmax_length = 1\n")
+            .unwrap()
+            .names
+            .max_length,
+        1
+    );
+}
+
+#[test]
+fn command_is_required_and_non_empty() {
+    let (key, problem) = toml_err("[upstreams.up]\nargs = []\n");
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("upstreams.up.command", "required key is missing")
+    );
+    let (key, problem) = toml_err("[upstreams.up]\ncommand = \"\"\n");
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("upstreams.up.command", "must not be empty")
+    );
+    // Empty only after interpolation still counts.
+    let env = |name: &str| (name == "EMPTY").then(String::new);
+    let err = crate::parse_str(
+        std::path::Path::new("m.toml"),
+        "[upstreams.up]\ncommand = \"${EMPTY}\"\n",
+        &env,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "m.toml: upstreams.up.command: must not be empty"
+    );
+}
+
+#[test]
+fn upstream_settings_are_range_checked() {
+    let (key, problem) =
+        upstream_err("restart_initial_backoff_ms = 500\nrestart_max_backoff_ms = 499");
+    assert_eq!(key, "upstreams.up.restart_max_backoff_ms");
+    assert_eq!(problem, "499 is less than restart_initial_backoff_ms (500)");
+    // The default maximum (30000) is checked against a larger initial value too.
+    let (key, _) = upstream_err("restart_initial_backoff_ms = 30001");
+    assert_eq!(key, "upstreams.up.restart_max_backoff_ms");
+    let (key, _) = upstream_err("restart_max_backoff_ms = 249");
+    assert_eq!(key, "upstreams.up.restart_max_backoff_ms");
+    let (key, problem) = upstream_err("restart_initial_backoff_ms = 0");
+    assert_eq!(key, "upstreams.up.restart_initial_backoff_ms");
+    assert!(problem.contains("greater than 0"), "{problem}");
+    let (key, problem) = upstream_err("max_message_bytes = 10");
+    assert_eq!(key, "upstreams.up.max_message_bytes");
+    assert!(problem.contains("at least 1024"), "{problem}");
+    let (key, _) = upstream_err("request_timeout_ms = 0");
+    assert_eq!(key, "upstreams.up.request_timeout_ms");
+}
+
+#[test]
+fn renames_and_env_names_are_checked() {
+    let (key, problem) = upstream_err("[upstreams.up.tools]\nrename = { a = \"\" }");
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("upstreams.up.tools.rename.a", "must not be empty")
+    );
+    let (key, problem) = upstream_err("env = { \"A=B\" = \"x\" }");
+    assert_eq!(key, "upstreams.up.env.\"A=B\"");
+    assert!(problem.contains("invalid variable name"), "{problem}");
+    let (key, _) = upstream_err("env = { \"\" = \"x\" }");
+    assert_eq!(key, "upstreams.up.env.\"\"");
+    let (key, problem) = upstream_err("args = [\"a\\u0000b\"]");
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("upstreams.up.args[0]", "contains a NUL character")
+    );
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_path() {
+    let (key, problem) = toml_err("[upstreams.time]\ncomand = \"x\"\n");
+    assert_eq!(key, "upstreams.time.comand");
+    assert!(
+        problem.starts_with("unknown key; expected one of command, args, env"),
+        "{problem}"
+    );
+    let cases = [
+        ("pagesize = 1", "pagesize"),
+        ("[server]\npagesize = 1", "server.pagesize"),
+        ("[names]\nsep = \"_\"", "names.sep"),
+        (
+            "[upstreams.t]\ncommand = \"x\"\n[upstreams.t.tools]\ninclud = []",
+            "upstreams.t.tools.includ",
+        ),
+        (
+            "[upstreams.t]\ncommand = \"x\"\n[upstreams.t.prompts]\nx = 1",
+            "upstreams.t.prompts.x",
+        ),
+        (
+            "[upstreams.\"my s.rv\"]\ncommand = \"x\"\nurl = \"http://h\"",
+            "upstreams.\"my s.rv\".url",
+        ),
+    ];
+    for (text, want) in cases {
+        let (key, problem) = toml_err(text);
+        assert_eq!(key, want, "{text}");
+        assert!(problem.starts_with("unknown key"), "{problem}");
+    }
+    let (_, problem) = toml_err("[server]\npagesize = 1\n");
+    assert!(
+        problem.contains("page_size") && !problem.contains('`'),
+        "{problem}"
+    );
+}
+
+#[test]
+fn wrong_types_are_named_with_their_path() {
+    let cases = [
+        ("[server]\npage_size = \"10\"", "server.page_size"),
+        ("server = 3", "server"),
+        ("upstreams = 3", "upstreams"),
+        ("[upstreams]\nt = \"x\"", "upstreams.t"),
+        ("[upstreams.t]\ncommand = 1", "upstreams.t.command"),
+        (
+            "[upstreams.t]\ncommand = \"x\"\nargs = \"a b\"",
+            "upstreams.t.args",
+        ),
+        (
+            "[upstreams.t]\ncommand = \"x\"\nenv = { A = 1 }",
+            "upstreams.t.env.A",
+        ),
+        (
+            "[upstreams.t]\ncommand = \"x\"\nenabled = \"no\"",
+            "upstreams.t.enabled",
+        ),
+        (
+            "[upstreams.t]\ncommand = \"x\"\ntools = { include = \"a\" }",
+            "upstreams.t.tools.include",
+        ),
+    ];
+    for (text, want) in cases {
+        let (key, problem) = toml_err(text);
+        assert_eq!(key, want, "{text}");
+        assert!(
+            problem.contains("invalid type") || problem.contains("expected"),
+            "{problem}"
+        );
+        assert!(
+            !problem.contains("Raw"),
+            "internal type names leak: {problem}"
+        );
+    }
+}
+
+#[test]
+fn syntax_errors_carry_line_and_column() {
+    let (key, problem) = toml_err("[server]\npage_size = 10\nmax_message_bytes = = 3\n");
+    assert_eq!(key, "(file)");
+    assert!(
+        problem.starts_with("TOML syntax error at line 3, column "),
+        "{problem}"
+    );
+    let (_, problem) = toml_err("[upstreams.a]\ncommand = \"x\"\ncommand = \"y\"\n");
+    assert!(
+        problem.starts_with("TOML syntax error at line 3, column 1"),
+        "{problem}"
+    );
+    assert!(problem.contains("duplicate"), "{problem}");
+    let (_, problem) = toml_err("[upstreams.a\n");
+    assert!(
+        problem.starts_with("TOML syntax error at line 1, column "),
+        "{problem}"
+    );
+}

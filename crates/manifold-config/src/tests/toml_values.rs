@@ -1,0 +1,225 @@
+//! Valid TOML configurations: defaults, every setting, ordering, skipping, interpolation.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{map, stdio, test_env, toml, toml_err};
+use crate::parse_str;
+
+#[test]
+fn empty_file_gives_every_server_and_name_default() {
+    let config = toml("").unwrap();
+    assert_eq!(config.source, PathBuf::from("/etc/manifold/manifold.toml"));
+    assert_eq!(config.server.page_size, 1000);
+    assert_eq!(config.server.max_message_bytes, 4 * 1024 * 1024);
+    assert_eq!(config.server.request_timeout, Duration::from_millis(60_000));
+    assert_eq!(config.server.startup_timeout, Duration::from_millis(10_000));
+    assert_eq!(config.server.shutdown_grace, Duration::from_millis(2_000));
+    assert_eq!(config.names.separator, "__");
+    assert_eq!(config.names.max_length, 64);
+    assert!(config.upstreams.is_empty() && config.skipped.is_empty());
+}
+
+#[test]
+fn empty_tables_also_give_defaults() {
+    let config = toml("[server]\n[names]\n[upstreams]\n").unwrap();
+    assert_eq!(config.server.page_size, 1000);
+    assert_eq!(config.names.separator, "__");
+    assert!(config.upstreams.is_empty());
+}
+
+#[test]
+fn upstream_defaults() {
+    let config = toml("[upstreams.time]\ncommand = \"mcp-server-time\"\n").unwrap();
+    let up = &config.upstreams[0];
+    assert_eq!(up.key, "time");
+    assert_eq!(up.prefix, "time");
+    assert_eq!(up.request_timeout, None);
+    assert_eq!(up.max_message_bytes, 64 * 1024 * 1024);
+    assert_eq!(up.restart.initial_backoff, Duration::from_millis(250));
+    assert_eq!(up.restart.max_backoff, Duration::from_millis(30_000));
+    for filter in [&up.tools, &up.prompts] {
+        assert!(filter.include.is_empty() && filter.exclude.is_empty() && filter.rename.is_empty());
+    }
+    let s = stdio(&config, 0);
+    assert_eq!(s.command, "mcp-server-time");
+    assert!(s.args.is_empty() && s.env.is_empty());
+    assert_eq!(s.cwd, None);
+}
+
+const FULL: &str = r#"
+[server]
+page_size = 0
+max_message_bytes = 1024
+request_timeout_ms = 5
+startup_timeout_ms = 0
+shutdown_grace_ms = 7
+
+[names]
+separator = "-x_9"
+max_length = 128
+
+[upstreams.time]
+command = "mcp-server-time"
+args = ["--local-timezone", "UTC"]
+env = { TZ = "UTC", TOKEN = "${MY_TOKEN}" }
+cwd = "."
+prefix = ""
+enabled = true
+request_timeout_ms = 30000
+max_message_bytes = 67108864
+restart_initial_backoff_ms = 100
+restart_max_backoff_ms = 100
+
+[upstreams.time.tools]
+include = ["get_*"]
+exclude = ["convert_time"]
+rename = { get_current_time = "now" }
+
+[upstreams.time.prompts]
+exclude = ["*"]
+"#;
+
+#[test]
+fn every_setting_is_read() {
+    let config = toml(FULL).unwrap();
+    assert_eq!(config.server.page_size, 0);
+    assert_eq!(config.server.max_message_bytes, 1024);
+    assert_eq!(config.server.request_timeout, Duration::from_millis(5));
+    assert_eq!(config.server.startup_timeout, Duration::ZERO);
+    assert_eq!(config.server.shutdown_grace, Duration::from_millis(7));
+    assert_eq!(config.names.separator, "-x_9");
+    assert_eq!(config.names.max_length, 128);
+    let up = &config.upstreams[0];
+    assert_eq!(up.prefix, "", "an empty prefix is allowed");
+    assert_eq!(up.request_timeout, Some(Duration::from_millis(30_000)));
+    assert_eq!(up.max_message_bytes, 67_108_864);
+    assert_eq!(up.restart.initial_backoff, Duration::from_millis(100));
+    assert_eq!(up.restart.max_backoff, Duration::from_millis(100));
+    assert_eq!(up.tools.include, vec!["get_*"]);
+    assert_eq!(up.tools.exclude, vec!["convert_time"]);
+    assert_eq!(up.tools.rename, map(&[("get_current_time", "now")]));
+    assert!(up.tools.admits("get_current_time") && !up.tools.admits("convert_time"));
+    assert_eq!(up.prompts.exclude, vec!["*"]);
+    assert!(!up.prompts.admits("anything"));
+    let s = stdio(&config, 0);
+    assert_eq!(s.args, vec!["--local-timezone", "UTC"]);
+    assert_eq!(s.env, map(&[("TOKEN", "tok-123"), ("TZ", "UTC")]));
+    assert_eq!(s.cwd, Some(PathBuf::from("/etc/manifold/.")));
+}
+
+#[test]
+fn upstreams_are_sorted_by_key_and_keys_may_hold_spaces() {
+    let text = "[upstreams.zeta]\ncommand = \"z\"\n[upstreams.\"my server\"]\ncommand = \"m\"\n\
+                [upstreams.alpha]\ncommand = \"a\"\nprefix = \"custom\"\n";
+    let config = toml(text).unwrap();
+    let keys: Vec<_> = config.upstreams.iter().map(|u| u.key.as_str()).collect();
+    assert_eq!(keys, ["alpha", "my server", "zeta"]);
+    let prefixes: Vec<_> = config.upstreams.iter().map(|u| u.prefix.as_str()).collect();
+    assert_eq!(
+        prefixes,
+        ["custom", "my server", "zeta"],
+        "prefix is raw; the catalog sanitizes"
+    );
+}
+
+#[test]
+fn disabled_upstreams_are_skipped_without_validation() {
+    let text = "[upstreams.off]\ncommand = \"${NOT_SET}\"\nenabled = false\n\
+                [upstreams.on]\ncommand = \"on\"\nenabled = true\n";
+    let config = toml(text).unwrap();
+    assert_eq!(config.upstreams.len(), 1);
+    assert_eq!(config.upstreams[0].key, "on");
+    assert_eq!(
+        config.skipped,
+        vec![("off".to_owned(), "disabled".to_owned())]
+    );
+    // Only enabled upstreams count: zero of them is a valid (empty) configuration.
+    let config = toml("[upstreams.off]\ncommand = \"x\"\nenabled = false\n").unwrap();
+    assert!(config.upstreams.is_empty());
+    // Unknown keys are still errors in a disabled upstream: they are typos either way.
+    let (key, _) = toml_err("[upstreams.off]\ncommand = \"x\"\nenabled = false\nenv2 = 1\n");
+    assert_eq!(key, "upstreams.off.env2");
+}
+
+#[test]
+fn interpolation_applies_to_command_args_env_and_cwd() {
+    let text = r#"
+[upstreams.gh]
+command = "${BIN}/server"
+args = ["--home", "${HOME}", "price=$$5", "$${HOME}", "$PLAIN"]
+env = { TOKEN = "Bearer ${GITHUB_TOKEN}", LITERAL = "a$$b" }
+cwd = "${HOME}/work"
+prefix = "${HOME}"
+"#;
+    let config = toml(text).unwrap();
+    let s = stdio(&config, 0);
+    assert_eq!(s.command, "/opt/bin/server");
+    assert_eq!(
+        s.args,
+        vec!["--home", "/home/me", "price=$5", "${HOME}", "$PLAIN"]
+    );
+    assert_eq!(
+        s.env,
+        map(&[("LITERAL", "a$b"), ("TOKEN", "Bearer ghp_secret")])
+    );
+    assert_eq!(s.cwd, Some(PathBuf::from("/home/me/work")));
+    assert_eq!(
+        config.upstreams[0].prefix, "${HOME}",
+        "only process settings are interpolated"
+    );
+}
+
+#[test]
+fn missing_variables_name_the_key() {
+    let cases = [
+        ("command = \"${NOPE}\"", "upstreams.gh.command"),
+        (
+            "command = \"x\"\nargs = [\"a\", \"${NOPE}\"]",
+            "upstreams.gh.args[1]",
+        ),
+        (
+            "command = \"x\"\nenv = { TOKEN = \"${NOPE}\" }",
+            "upstreams.gh.env.TOKEN",
+        ),
+        ("command = \"x\"\ncwd = \"${NOPE}/w\"", "upstreams.gh.cwd"),
+    ];
+    for (body, want_key) in cases {
+        let (key, problem) = toml_err(&format!("[upstreams.gh]\n{body}\n"));
+        assert_eq!(key, want_key);
+        assert_eq!(problem, "environment variable NOPE is not set");
+    }
+    let err = toml("[upstreams.gh]\ncommand = \"x\"\nenv = { TOKEN = \"${NOPE}\" }\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "/etc/manifold/manifold.toml: upstreams.gh.env.TOKEN: environment variable NOPE is not set"
+    );
+}
+
+#[test]
+fn unterminated_interpolation_is_an_error() {
+    let (key, problem) = toml_err("[upstreams.gh]\ncommand = \"x\"\nargs = [\"${HOME\"]\n");
+    assert_eq!(key, "upstreams.gh.args[0]");
+    assert!(problem.contains("unterminated"), "{problem}");
+}
+
+#[test]
+fn relative_cwd_resolves_against_the_config_directory() {
+    let parse = |file: &str, cwd: &str| {
+        let text = format!("[upstreams.a]\ncommand = \"x\"\ncwd = \"{cwd}\"\n");
+        let config = parse_str(Path::new(file), &text, &test_env).unwrap();
+        stdio(&config, 0).cwd.clone()
+    };
+    assert_eq!(
+        parse("/etc/m/c.toml", "data"),
+        Some(PathBuf::from("/etc/m/data"))
+    );
+    assert_eq!(
+        parse("/etc/m/c.toml", "../x"),
+        Some(PathBuf::from("/etc/m/../x"))
+    );
+    assert_eq!(parse("/etc/m/c.toml", "/abs"), Some(PathBuf::from("/abs")));
+    assert_eq!(parse("rel/c.toml", "data"), Some(PathBuf::from("rel/data")));
+    // A bare file name has no directory to join; the path stays relative to manifold's own.
+    assert_eq!(parse("c.toml", "data"), Some(PathBuf::from("data")));
+}

@@ -1,0 +1,252 @@
+//! Turning the parsed schema into the runtime types: defaults, range checks and `${VAR}`
+//! interpolation, each failure reported with the dotted key it concerns.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{self, child};
+use crate::schema::{RawFilter, RawNames, RawServer, RawUpstream};
+use crate::{
+    ConfigError, EnvLookup, NameFilter, NameSettings, RestartPolicy, ServerSettings, StdioConfig,
+    Transport, UpstreamConfig,
+};
+
+pub(crate) const DEFAULT_PAGE_SIZE: u64 = 1000;
+pub(crate) const DEFAULT_MAX_MESSAGE_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MIN_MAX_MESSAGE_BYTES: u64 = 1024;
+pub(crate) const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 2_000;
+pub(crate) const DEFAULT_SEPARATOR: &str = "__";
+pub(crate) const DEFAULT_MAX_LENGTH: u64 = 64;
+pub(crate) const MAX_MAX_LENGTH: u64 = 128;
+pub(crate) const MAX_SEPARATOR_CHARS: usize = 8;
+/// Upstreams may legitimately return large results (file contents, images), so their limit is
+/// well above the downstream default.
+pub(crate) const DEFAULT_UPSTREAM_MAX_MESSAGE_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_INITIAL_BACKOFF_MS: u64 = 250;
+pub(crate) const DEFAULT_MAX_BACKOFF_MS: u64 = 30_000;
+
+/// The skip reason for `enabled = false` / `"disabled": true`.
+pub(crate) const DISABLED: &str = "disabled";
+
+/// What every validation step needs: the file (for errors and relative paths) and the
+/// environment (for interpolation).
+pub(crate) struct Ctx<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) env: EnvLookup<'a>,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn err(&self, key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+        error::at(self.file, key, problem)
+    }
+
+    fn interpolate(&self, key: &str, text: &str) -> Result<String, ConfigError> {
+        let value =
+            crate::interpolate::interpolate(text, self.env).map_err(|p| self.err(key, p))?;
+        // A NUL byte cannot be passed to a process (argv, environment and paths are C
+        // strings), so it is reported here rather than as an obscure spawn failure.
+        if value.contains('\0') {
+            return Err(self.err(key, "contains a NUL character"));
+        }
+        Ok(value)
+    }
+}
+
+pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, ConfigError> {
+    let page_size = raw.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
+    let max_message_bytes = raw.max_message_bytes.unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
+    let request_timeout_ms = raw.request_timeout_ms.unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS);
+    check_min(
+        ctx,
+        "server.max_message_bytes",
+        max_message_bytes,
+        MIN_MAX_MESSAGE_BYTES,
+    )?;
+    check_min(ctx, "server.request_timeout_ms", request_timeout_ms, 1)?;
+    Ok(ServerSettings {
+        page_size: to_usize(ctx, "server.page_size", page_size)?,
+        max_message_bytes: to_usize(ctx, "server.max_message_bytes", max_message_bytes)?,
+        request_timeout: Duration::from_millis(request_timeout_ms),
+        startup_timeout: ms(raw.startup_timeout_ms, DEFAULT_STARTUP_TIMEOUT_MS),
+        shutdown_grace: ms(raw.shutdown_grace_ms, DEFAULT_SHUTDOWN_GRACE_MS),
+    })
+}
+
+pub(crate) fn names(ctx: &Ctx<'_>, raw: RawNames) -> Result<NameSettings, ConfigError> {
+    let separator = raw
+        .separator
+        .unwrap_or_else(|| DEFAULT_SEPARATOR.to_owned());
+    let chars = separator.chars().count();
+    let allowed = separator
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !(1..=MAX_SEPARATOR_CHARS).contains(&chars) || !allowed {
+        return Err(ctx.err(
+            "names.separator",
+            format!(
+                "{separator:?} is not allowed: use 1 to {MAX_SEPARATOR_CHARS} characters from \
+                 A-Z, a-z, 0-9, '_' and '-' (hosts reject tool names containing '/', '.' or ':')"
+            ),
+        ));
+    }
+    let max_length = raw.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
+    if !(1..=MAX_MAX_LENGTH).contains(&max_length) {
+        return Err(ctx.err(
+            "names.max_length",
+            format!("{max_length} is out of range; must be between 1 and {MAX_MAX_LENGTH}"),
+        ));
+    }
+    Ok(NameSettings {
+        separator,
+        max_length: to_usize(ctx, "names.max_length", max_length)?,
+    })
+}
+
+/// Validates one enabled upstream; `path` is its dotted key (e.g. `upstreams.time`).
+pub(crate) fn upstream(
+    ctx: &Ctx<'_>,
+    path: &str,
+    key: &str,
+    raw: RawUpstream,
+) -> Result<UpstreamConfig, ConfigError> {
+    let max_message_bytes = raw
+        .max_message_bytes
+        .unwrap_or(DEFAULT_UPSTREAM_MAX_MESSAGE_BYTES);
+    check_min(
+        ctx,
+        &child(path, "max_message_bytes"),
+        max_message_bytes,
+        MIN_MAX_MESSAGE_BYTES,
+    )?;
+    if let Some(timeout) = raw.request_timeout_ms {
+        check_min(ctx, &child(path, "request_timeout_ms"), timeout, 1)?;
+    }
+    Ok(UpstreamConfig {
+        key: key.to_owned(),
+        prefix: raw.prefix.clone().unwrap_or_else(|| key.to_owned()),
+        restart: restart(ctx, path, &raw)?,
+        request_timeout: raw.request_timeout_ms.map(Duration::from_millis),
+        max_message_bytes: to_usize(ctx, &child(path, "max_message_bytes"), max_message_bytes)?,
+        tools: filter(ctx, &child(path, "tools"), raw.tools)?,
+        prompts: filter(ctx, &child(path, "prompts"), raw.prompts)?,
+        transport: Transport::Stdio(stdio(ctx, path, raw.command, raw.args, raw.env, raw.cwd)?),
+    })
+}
+
+fn restart(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<RestartPolicy, ConfigError> {
+    let initial = raw
+        .restart_initial_backoff_ms
+        .unwrap_or(DEFAULT_INITIAL_BACKOFF_MS);
+    let max = raw.restart_max_backoff_ms.unwrap_or(DEFAULT_MAX_BACKOFF_MS);
+    // The backoff doubles from the initial value, so zero would restart a crashing server in
+    // a tight loop forever.
+    check_min(ctx, &child(path, "restart_initial_backoff_ms"), initial, 1)?;
+    if max < initial {
+        return Err(ctx.err(
+            child(path, "restart_max_backoff_ms"),
+            format!("{max} is less than restart_initial_backoff_ms ({initial})"),
+        ));
+    }
+    Ok(RestartPolicy {
+        initial_backoff: Duration::from_millis(initial),
+        max_backoff: Duration::from_millis(max),
+    })
+}
+
+fn stdio(
+    ctx: &Ctx<'_>,
+    path: &str,
+    command: String,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+) -> Result<StdioConfig, ConfigError> {
+    let command_key = child(path, "command");
+    let command = ctx.interpolate(&command_key, &command)?;
+    if command.trim().is_empty() {
+        return Err(ctx.err(command_key, "must not be empty"));
+    }
+    let args = args
+        .iter()
+        .enumerate()
+        .map(|(i, arg)| ctx.interpolate(&format!("{path}.args[{i}]"), arg))
+        .collect::<Result<_, _>>()?;
+    let env = interpolate_env(ctx, &child(path, "env"), env)?;
+    let cwd = match cwd {
+        Some(cwd) => Some(resolve_cwd(
+            ctx.file,
+            &ctx.interpolate(&child(path, "cwd"), &cwd)?,
+        )),
+        None => None,
+    };
+    Ok(StdioConfig {
+        command,
+        args,
+        env,
+        cwd,
+    })
+}
+
+fn interpolate_env(
+    ctx: &Ctx<'_>,
+    path: &str,
+    env: BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    env.into_iter()
+        .map(|(name, value)| {
+            let key = child(path, &name);
+            // The OS splits `NAME=VALUE` at the first `=`, so such a name cannot be set.
+            if name.is_empty() || name.contains(['=', '\0']) {
+                return Err(ctx.err(key, "invalid variable name (empty, or contains '=' or NUL)"));
+            }
+            let value = ctx.interpolate(&key, &value)?;
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// A relative `cwd` means relative to the config file, not to wherever manifold was started,
+/// so that a config keeps working when the host launches manifold from another directory.
+fn resolve_cwd(file: &Path, cwd: &str) -> PathBuf {
+    let cwd = Path::new(cwd);
+    match file.parent() {
+        Some(dir) if cwd.is_relative() && !dir.as_os_str().is_empty() => dir.join(cwd),
+        _ => cwd.to_path_buf(),
+    }
+}
+
+fn filter(ctx: &Ctx<'_>, path: &str, raw: RawFilter) -> Result<NameFilter, ConfigError> {
+    for (original, exposed) in &raw.rename {
+        if exposed.is_empty() {
+            return Err(ctx.err(child(&child(path, "rename"), original), "must not be empty"));
+        }
+    }
+    Ok(NameFilter {
+        include: raw.include,
+        exclude: raw.exclude,
+        rename: raw.rename,
+    })
+}
+
+fn check_min(ctx: &Ctx<'_>, key: &str, value: u64, min: u64) -> Result<(), ConfigError> {
+    if value < min {
+        let need = if min == 1 {
+            "must be greater than 0".to_owned()
+        } else {
+            format!("must be at least {min}")
+        };
+        return Err(ctx.err(key, format!("{value} is too small; {need}")));
+    }
+    Ok(())
+}
+
+fn to_usize(ctx: &Ctx<'_>, key: &str, value: u64) -> Result<usize, ConfigError> {
+    usize::try_from(value).map_err(|_| ctx.err(key, format!("{value} is too large")))
+}
+
+fn ms(value: Option<u64>, default: u64) -> Duration {
+    Duration::from_millis(value.unwrap_or(default))
+}
