@@ -117,7 +117,15 @@ impl Manifold {
             }
         });
         let stdin = child.stdin.take();
-        Manifold { child, stdin, rx, backlog: VecDeque::new(), stderr: stderr_text, next_id: 1, dir }
+        Manifold {
+            child,
+            stdin,
+            rx,
+            backlog: VecDeque::new(),
+            stderr: stderr_text,
+            next_id: 1,
+            dir,
+        }
     }
 
     /// Starts and completes the handshake.
@@ -176,14 +184,20 @@ impl Manifold {
         if let Some(m) = self.backlog.pop_front() {
             return m;
         }
-        self.read_line(WAIT).unwrap_or_else(|| panic!("no message within {WAIT:?}; stderr:\n{}", self.stderr()))
+        self.read_line(WAIT)
+            .unwrap_or_else(|| panic!("no message within {WAIT:?}; stderr:\n{}", self.stderr()))
     }
 
     fn read_line(&mut self, wait: Duration) -> Option<Value> {
         match self.rx.recv_timeout(wait) {
-            Ok(line) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))),
+            Ok(line) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}")),
+            ),
             Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => panic!("manifold closed stdout; stderr:\n{}", self.stderr()),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("manifold closed stdout; stderr:\n{}", self.stderr())
+            }
         }
     }
 
@@ -196,7 +210,11 @@ impl Manifold {
         loop {
             let left = until.saturating_duration_since(Instant::now());
             let Some(m) = self.read_line(left) else {
-                panic!("no matching message within {WAIT:?}; seen {:?}; stderr:\n{}", self.backlog, self.stderr())
+                panic!(
+                    "no matching message within {WAIT:?}; seen {:?}; stderr:\n{}",
+                    self.backlog,
+                    self.stderr()
+                )
             };
             if pred(&m) {
                 return m;
@@ -231,7 +249,9 @@ impl Manifold {
         let mut params = json!({});
         for _ in 0..1000 {
             let r = self.request(method, params.clone());
-            let result = r.get("result").unwrap_or_else(|| panic!("{method} failed: {r}"));
+            let result = r
+                .get("result")
+                .unwrap_or_else(|| panic!("{method} failed: {r}"));
             items.extend(result[key].as_array().unwrap().iter().cloned());
             match result.get("nextCursor").and_then(Value::as_str) {
                 Some(c) => params = json!({ "cursor": c }),
@@ -242,7 +262,10 @@ impl Manifold {
     }
 
     pub fn names(&mut self, method: &str, key: &str, field: &str) -> Vec<String> {
-        self.list_all(method, key).iter().map(|t| t[field].as_str().unwrap().to_owned()).collect()
+        self.list_all(method, key)
+            .iter()
+            .map(|t| t[field].as_str().unwrap().to_owned())
+            .collect()
     }
 
     /// Calls a tool and returns the whole response.
@@ -264,7 +287,10 @@ impl Manifold {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("manifold did not exit within {WAIT:?}; stderr:\n{}", self.stderr());
+        panic!(
+            "manifold did not exit within {WAIT:?}; stderr:\n{}",
+            self.stderr()
+        );
     }
 
     pub fn pid(&self) -> u32 {
@@ -288,17 +314,27 @@ impl Drop for Manifold {
 
 /// The text of the first content block of a tool result.
 pub fn text_of(response: &Value) -> String {
-    response["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text in {response}")).to_owned()
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {response}"))
+        .to_owned()
 }
 
 pub fn error_code(response: &Value) -> i64 {
-    response["error"]["code"].as_i64().unwrap_or_else(|| panic!("not an error: {response}"))
+    response["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an error: {response}"))
 }
 
 /// Whether a process with `pid` exists and is not a zombie.
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }

@@ -5,7 +5,11 @@ use serde_json::json;
 use crate::common::*;
 
 fn two_fixtures() -> String {
-    format!("{}{}", fixture_upstream("alpha", &["--name", "alpha"]), fixture_upstream("beta", &["--name", "beta"]))
+    format!(
+        "{}{}",
+        fixture_upstream("alpha", &["--name", "alpha"]),
+        fixture_upstream("beta", &["--name", "beta"])
+    )
 }
 
 #[test]
@@ -16,14 +20,41 @@ fn merges_every_kind_from_two_upstreams() {
         assert!(tools.contains(&t.to_owned()), "{t} missing from {tools:?}");
     }
     let prompts = m.names("prompts/list", "prompts", "name");
-    assert!(prompts.contains(&"alpha__greet".into()) && prompts.contains(&"beta__greet".into()), "{prompts:?}");
+    assert!(
+        prompts.contains(&"alpha__greet".into()) && prompts.contains(&"beta__greet".into()),
+        "{prompts:?}"
+    );
     let resources = m.names("resources/list", "resources", "uri");
-    assert!(resources.contains(&"alpha+fixture://alpha/readme".into()), "{resources:?}");
-    assert!(resources.contains(&"beta+fixture://beta/data.json".into()), "{resources:?}");
-    let templates = m.names("resources/templates/list", "resourceTemplates", "uriTemplate");
-    assert_eq!(templates, ["alpha+fixture://alpha/items/{id}", "beta+fixture://beta/items/{id}"]);
-    let re = |n: &str| !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    assert!(tools.iter().chain(&prompts).all(|n| re(n)), "a name hosts reject: {tools:?}");
+    assert!(
+        resources.contains(&"alpha+fixture://alpha/readme".into()),
+        "{resources:?}"
+    );
+    assert!(
+        resources.contains(&"beta+fixture://beta/data.json".into()),
+        "{resources:?}"
+    );
+    let templates = m.names(
+        "resources/templates/list",
+        "resourceTemplates",
+        "uriTemplate",
+    );
+    assert_eq!(
+        templates,
+        [
+            "alpha+fixture://alpha/items/{id}",
+            "beta+fixture://beta/items/{id}"
+        ]
+    );
+    let re = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 64
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    assert!(
+        tools.iter().chain(&prompts).all(|n| re(n)),
+        "a name hosts reject: {tools:?}"
+    );
 }
 
 #[test]
@@ -31,9 +62,17 @@ fn unknown_fields_survive_both_ways() {
     let mut m = Manifold::ready(&two_fixtures());
     let tools = m.list_all("tools/list", "tools");
     let echo = tools.iter().find(|t| t["name"] == "alpha__echo").unwrap();
-    assert_eq!(echo["x-fixture"], json!({"kept": true}), "unknown item field lost: {echo}");
+    assert_eq!(
+        echo["x-fixture"],
+        json!({"kept": true}),
+        "unknown item field lost: {echo}"
+    );
     let r = m.call("beta__echo", json!({"text": "hi"}));
-    assert_eq!(r["result"]["x-fixture-result"], json!(1), "unknown result field lost: {r}");
+    assert_eq!(
+        r["result"]["x-fixture-result"],
+        json!(1),
+        "unknown result field lost: {r}"
+    );
     assert_eq!(r["result"]["structuredContent"], json!({"text": "hi"}));
 }
 
@@ -47,7 +86,10 @@ fn names_follow_config_prefix_separator_renames_and_filters() {
     let mut m = Manifold::ready(&config);
     let tools = m.names("tools/list", "tools", "name");
     assert!(tools.contains(&"plus".into()), "{tools:?}");
-    assert!(!tools.iter().any(|t| t.starts_with("A-") && t != "A-plus"), "filters ignored: {tools:?}");
+    assert!(
+        !tools.iter().any(|t| t.starts_with("A-") && t != "A-plus"),
+        "filters ignored: {tools:?}"
+    );
     assert!(tools.contains(&"beta-echo".into()), "{tools:?}");
     assert_eq!(text_of(&m.call("plus", json!({"a": 2, "b": 3}))), "5");
 }
@@ -64,14 +106,28 @@ fn long_names_are_shortened_stably_and_do_not_depend_on_other_upstreams() {
     let mut a = Manifold::ready(&alone);
     let mut b = Manifold::ready(&with_more);
     let names_a = a.names("tools/list", "tools", "name");
-    let names_b: Vec<String> =
-        b.names("tools/list", "tools", "name").into_iter().filter(|n| !n.starts_with("zeta__")).collect();
+    let names_b: Vec<String> = b
+        .names("tools/list", "tools", "name")
+        .into_iter()
+        .filter(|n| !n.starts_with("zeta__"))
+        .collect();
     assert_eq!(names_a.len(), 3, "{names_a:?}");
-    assert_eq!(names_a, names_b, "names changed when another upstream was added");
-    assert!(names_a.iter().all(|n| n.len() == 64 && n.starts_with("a_very_long_prefix")), "{names_a:?}");
+    assert_eq!(
+        names_a, names_b,
+        "names changed when another upstream was added"
+    );
+    assert!(
+        names_a
+            .iter()
+            .all(|n| n.len() == 64 && n.starts_with("a_very_long_prefix")),
+        "{names_a:?}"
+    );
     let unique: std::collections::HashSet<_> = names_a.iter().collect();
     assert_eq!(unique.len(), 3, "shortening made duplicates: {names_a:?}");
-    assert_eq!(text_of(&a.call(&names_a[0], json!({"text": "routed"}))), "routed");
+    assert_eq!(
+        text_of(&a.call(&names_a[0], json!({"text": "routed"}))),
+        "routed"
+    );
 }
 
 #[test]
@@ -83,17 +139,27 @@ fn collisions_are_withheld_and_explained() {
     );
     let mut m = Manifold::ready(&config);
     let tools = m.names("tools/list", "tools", "name");
-    assert!(!tools.contains(&"echo".into()), "a colliding name was served: {tools:?}");
+    assert!(
+        !tools.contains(&"echo".into()),
+        "a colliding name was served: {tools:?}"
+    );
     let r = m.call("echo", json!({"text": "x"}));
     assert_eq!(error_code(&r), -32602);
     let msg = r["error"]["message"].as_str().unwrap();
     assert!(msg.contains("alpha") && msg.contains("beta"), "{msg}");
-    assert!(m.stderr().contains("name collision"), "no collision logged:\n{}", m.stderr());
+    assert!(
+        m.stderr().contains("name collision"),
+        "no collision logged:\n{}",
+        m.stderr()
+    );
 }
 
 #[test]
 fn downstream_pagination_chains_and_refuses_bad_cursors() {
-    let config = format!("[server]\npage_size = 3\n\n{}", fixture_upstream("alpha", &["--name", "alpha", "--extra-tools", "10"]));
+    let config = format!(
+        "[server]\npage_size = 3\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha", "--extra-tools", "10"])
+    );
     let mut m = Manifold::ready(&config);
     let first = m.request("tools/list", json!({}));
     assert_eq!(first["result"]["tools"].as_array().unwrap().len(), 3);
@@ -110,10 +176,25 @@ fn downstream_pagination_chains_and_refuses_bad_cursors() {
 
 #[test]
 fn paginated_upstream_lists_are_fetched_whole() {
-    let config = fixture_upstream("alpha", &["--name", "alpha", "--page-size", "2", "--extra-tools", "7", "--extra-prompts", "5"]);
+    let config = fixture_upstream(
+        "alpha",
+        &[
+            "--name",
+            "alpha",
+            "--page-size",
+            "2",
+            "--extra-tools",
+            "7",
+            "--extra-prompts",
+            "5",
+        ],
+    );
     let mut m = Manifold::ready(&config);
     let tools = m.names("tools/list", "tools", "name");
-    assert!(tools.contains(&"alpha__tool_6".into()) && tools.contains(&"alpha__echo".into()), "{tools:?}");
+    assert!(
+        tools.contains(&"alpha__tool_6".into()) && tools.contains(&"alpha__echo".into()),
+        "{tools:?}"
+    );
     let prompts = m.names("prompts/list", "prompts", "name");
     assert!(prompts.contains(&"alpha__prompt_4".into()), "{prompts:?}");
 }
@@ -121,23 +202,51 @@ fn paginated_upstream_lists_are_fetched_whole() {
 #[test]
 fn resource_uris_route_and_map_back() {
     let mut m = Manifold::ready(&two_fixtures());
-    let r = m.request("resources/read", json!({"uri": "beta+fixture://beta/readme"}));
-    assert_eq!(r["result"]["contents"][0]["uri"], "beta+fixture://beta/readme", "{r}");
-    assert!(r["result"]["contents"][0]["text"].as_str().unwrap().contains("beta"));
+    let r = m.request(
+        "resources/read",
+        json!({"uri": "beta+fixture://beta/readme"}),
+    );
+    assert_eq!(
+        r["result"]["contents"][0]["uri"], "beta+fixture://beta/readme",
+        "{r}"
+    );
+    assert!(r["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("beta"));
     // A URI matching an exposed template.
-    let r = m.request("resources/read", json!({"uri": "alpha+fixture://alpha/items/42"}));
-    assert_eq!(r["result"]["contents"][0]["uri"], "alpha+fixture://alpha/items/42", "{r}");
-    assert!(r["result"]["contents"][0]["text"].as_str().unwrap().contains("42"));
+    let r = m.request(
+        "resources/read",
+        json!({"uri": "alpha+fixture://alpha/items/42"}),
+    );
+    assert_eq!(
+        r["result"]["contents"][0]["uri"], "alpha+fixture://alpha/items/42",
+        "{r}"
+    );
+    assert!(r["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("42"));
     // URIs inside tool results: resource links and embedded resources.
     let r = m.call("alpha__links", json!({}));
     let content = r["result"]["content"].as_array().unwrap();
     assert_eq!(content[0]["uri"], "alpha+fixture://alpha/readme", "{r}");
-    assert_eq!(content[1]["resource"]["uri"], "alpha+fixture://alpha/data.json", "{r}");
+    assert_eq!(
+        content[1]["resource"]["uri"], "alpha+fixture://alpha/data.json",
+        "{r}"
+    );
     // And inside prompt messages.
     let r = m.request("prompts/get", json!({"name": "beta__with_resource"}));
-    assert_eq!(r["result"]["messages"][0]["content"]["resource"]["uri"], "beta+fixture://beta/readme", "{r}");
+    assert_eq!(
+        r["result"]["messages"][0]["content"]["resource"]["uri"], "beta+fixture://beta/readme",
+        "{r}"
+    );
     // Unknown resources.
-    for uri in ["zzz+fixture://alpha/readme", "fixture://alpha/readme", "alpha+fixture://alpha/missing"] {
+    for uri in [
+        "zzz+fixture://alpha/readme",
+        "fixture://alpha/readme",
+        "alpha+fixture://alpha/missing",
+    ] {
         let r = m.request("resources/read", json!({"uri": uri}));
         assert_eq!(error_code(&r), -32002, "{uri}: {r}");
     }

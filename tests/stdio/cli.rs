@@ -11,12 +11,20 @@ fn check(config: &Path) -> (i32, String, String) {
         .env("PATH", path_with_fixture())
         .output()
         .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// The example configs name `manifold-fixture` bare; make sure the test build of it is found.
 fn path_with_fixture() -> String {
-    let dir = Path::new(fixture_bin()).parent().unwrap().display().to_string();
+    let dir = Path::new(fixture_bin())
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
     format!("{dir}:{}", std::env::var("PATH").unwrap_or_default())
 }
 
@@ -34,7 +42,10 @@ fn check_prints_the_merged_catalog_and_every_renamed_name() {
     assert!(out.contains("say -> alpha:echo  [renamed]"), "{out}");
     assert!(out.contains("alpha__add -> alpha:add"), "{out}");
     assert!(out.contains("[shortened]"), "{out}");
-    assert!(out.contains("alpha+fixture://alpha/readme -> alpha:fixture://alpha/readme"), "{out}");
+    assert!(
+        out.contains("alpha+fixture://alpha/readme -> alpha:fixture://alpha/readme"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -48,7 +59,13 @@ fn check_fails_on_collisions_naming_file_and_keys() {
     let path = dir.write("clash.toml", &config);
     let (code, out, err) = check(&path);
     assert_ne!(code, 0, "{out}");
-    assert!(err.contains("clash.toml") && err.contains("collision") && err.contains("upstreams.alpha") && err.contains("upstreams.beta"), "{err}");
+    assert!(
+        err.contains("clash.toml")
+            && err.contains("collision")
+            && err.contains("upstreams.alpha")
+            && err.contains("upstreams.beta"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -57,10 +74,23 @@ fn check_fails_on_bad_configs_and_dead_upstreams() {
     let (code, _, err) = check(&dir.write("bad.toml", "[upstreams.a]\ncomand = \"x\"\n"));
     assert_ne!(code, 0);
     assert!(err.contains("bad.toml") && err.contains("comand"), "{err}");
-    let (code, _, err) = check(&dir.write("dead.toml", "[upstreams.ghost]\ncommand = \"/nonexistent/ghost-server\"\n"));
+    let (code, _, err) = check(&dir.write(
+        "dead.toml",
+        "[upstreams.ghost]\ncommand = \"/nonexistent/ghost-server\"\n",
+    ));
     assert_ne!(code, 0);
-    assert!(err.contains("dead.toml") && err.contains("upstreams.ghost"), "{err}");
-    let (code, _, err) = check(&dir.write("dup.toml", &format!("{}prefix = \"x\"\n{}prefix = \"x\"\n", fixture_upstream("a", &[]), fixture_upstream("b", &[]))));
+    assert!(
+        err.contains("dead.toml") && err.contains("upstreams.ghost"),
+        "{err}"
+    );
+    let (code, _, err) = check(&dir.write(
+        "dup.toml",
+        &format!(
+            "{}prefix = \"x\"\n{}prefix = \"x\"\n",
+            fixture_upstream("a", &[]),
+            fixture_upstream("b", &[])
+        ),
+    ));
     assert_ne!(code, 0);
     assert!(err.contains("dup.toml") && err.contains("prefix"), "{err}");
     let (code, _, err) = check(&dir.write("x.yaml", ""));
@@ -81,10 +111,17 @@ fn claude_desktop_json_works_as_is() {
     let path = dir.write("claude_desktop_config.json", &json.to_string());
     let (code, out, err) = check(&path);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("my_notes__echo -> my notes:echo  [sanitized]") || out.contains("my_notes__echo"), "{out}");
+    assert!(
+        out.contains("my_notes__echo -> my notes:echo  [sanitized]")
+            || out.contains("my_notes__echo"),
+        "{out}"
+    );
     let mut m = Manifold::start_with(&["serve", "--config", path.to_str().unwrap()], dir);
     m.initialize();
-    assert_eq!(text_of(&m.call("my_notes__echo", serde_json::json!({"text": "json"}))), "json");
+    assert_eq!(
+        text_of(&m.call("my_notes__echo", serde_json::json!({"text": "json"}))),
+        "json"
+    );
 }
 
 /// Every file under `config/` loads; the ones that need only what the repository builds
@@ -100,7 +137,11 @@ fn every_shipped_config_loads() {
         if text.contains("manifold-fixture") {
             let (code, out, err) = check(&path);
             assert_eq!(code, 0, "{}: {out}{err}", path.display());
-            assert!(out.contains("__"), "{}: empty catalog: {out}", path.display());
+            assert!(
+                out.contains("__"),
+                "{}: empty catalog: {out}",
+                path.display()
+            );
         } else {
             // Real peers are installed by the interop suite; here the file and names must hold.
             let out = Command::new(manifold_bin())

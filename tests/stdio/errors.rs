@@ -5,7 +5,10 @@ use serde_json::json;
 use crate::common::*;
 
 fn one_fixture() -> String {
-    format!("[server]\nmax_message_bytes = 4096\n\n{}", fixture_upstream("alpha", &["--name", "alpha"]))
+    format!(
+        "[server]\nmax_message_bytes = 4096\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha"])
+    )
 }
 
 #[test]
@@ -13,11 +16,18 @@ fn requests_before_initialize_are_refused() {
     let mut m = Manifold::start(&one_fixture());
     let r = m.request("tools/list", json!({}));
     assert_eq!(error_code(&r), -32600, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("initialize"));
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("initialize"));
     // ping is allowed before initialize.
     assert!(m.request("ping", json!({})).get("result").is_some());
     assert!(m.initialize().get("result").is_some());
-    assert_eq!(error_code(&m.initialize()), -32600, "a second initialize must be refused");
+    assert_eq!(
+        error_code(&m.initialize()),
+        -32600,
+        "a second initialize must be refused"
+    );
 }
 
 #[test]
@@ -36,7 +46,10 @@ fn malformed_and_invalid_messages_get_errors_and_the_session_survives() {
     assert_eq!(error_code(&m.recv()), -32602);
     let r = m.request("no/such/method", json!({}));
     assert_eq!(error_code(&r), -32601, "{r}");
-    assert_eq!(text_of(&m.call("alpha__echo", json!({"text": "still here"}))), "still here");
+    assert_eq!(
+        text_of(&m.call("alpha__echo", json!({"text": "still here"}))),
+        "still here"
+    );
 }
 
 #[test]
@@ -44,9 +57,18 @@ fn unknown_names_get_invalid_params() {
     let mut m = Manifold::ready(&one_fixture());
     let r = m.call("alpha__nope", json!({}));
     assert_eq!(error_code(&r), -32602);
-    assert!(r["error"]["message"].as_str().unwrap().contains("alpha__nope"));
-    assert_eq!(error_code(&m.request("prompts/get", json!({"name": "zz"}))), -32602);
-    assert_eq!(error_code(&m.request("tools/call", json!({"arguments": {}}))), -32602);
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("alpha__nope"));
+    assert_eq!(
+        error_code(&m.request("prompts/get", json!({"name": "zz"}))),
+        -32602
+    );
+    assert_eq!(
+        error_code(&m.request("tools/call", json!({"arguments": {}}))),
+        -32602
+    );
     // A tool that ran and failed is a result with isError, not a JSON-RPC error.
     let r = m.call("alpha__fail", json!({}));
     assert_eq!(r["result"]["isError"], json!(true), "{r}");
@@ -59,8 +81,14 @@ fn oversize_messages_are_refused_and_the_session_survives() {
     m.send(&json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {"name": "alpha__echo", "arguments": {"text": big}}}));
     let r = m.recv();
     assert_eq!(error_code(&r), -32600, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("4096"), "{r}");
-    assert_eq!(text_of(&m.call("alpha__echo", json!({"text": "after"}))), "after");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("4096"),
+        "{r}"
+    );
+    assert_eq!(
+        text_of(&m.call("alpha__echo", json!({"text": "after"}))),
+        "after"
+    );
 }
 
 #[test]

@@ -5,24 +5,52 @@ use serde_json::json;
 use crate::common::*;
 
 fn fast_restart(key: &str, args: &[&str]) -> String {
-    format!("{}restart_initial_backoff_ms = 50\nrestart_max_backoff_ms = 200\n", fixture_upstream(key, args))
+    format!(
+        "{}restart_initial_backoff_ms = 50\nrestart_max_backoff_ms = 200\n",
+        fixture_upstream(key, args)
+    )
 }
 
 #[test]
 fn a_crashed_upstream_fails_its_requests_and_comes_back() {
-    let config = format!("{}{}", fast_restart("alpha", &["--name", "alpha"]), fixture_upstream("beta", &["--name", "beta"]));
+    let config = format!(
+        "{}{}",
+        fast_restart("alpha", &["--name", "alpha"]),
+        fixture_upstream("beta", &["--name", "beta"])
+    );
     let mut m = Manifold::ready(&config);
     let pid_before = text_of(&m.call("alpha__whoami", json!({})));
-    let slow = m.send_request("tools/call", json!({"name": "alpha__sleep", "arguments": {"ms": 10000}}));
+    let slow = m.send_request(
+        "tools/call",
+        json!({"name": "alpha__sleep", "arguments": {"ms": 10000}}),
+    );
     let r = m.call("alpha__crash", json!({"code": 7}));
     assert_eq!(error_code(&r), -32010, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("alpha"), "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("alpha"),
+        "{r}"
+    );
     let r = m.response(&json!(slow));
-    assert_eq!(error_code(&r), -32010, "in-flight requests fail at once: {r}");
+    assert_eq!(
+        error_code(&r),
+        -32010,
+        "in-flight requests fail at once: {r}"
+    );
     // The other upstream never noticed.
-    assert_eq!(text_of(&m.call("beta__echo", json!({"text": "fine"}))), "fine");
-    eventually("alpha restarts", || m.call("alpha__echo", json!({"text": "back"})).get("result").is_some());
-    assert_ne!(text_of(&m.call("alpha__whoami", json!({}))), pid_before, "a new process serves alpha");
+    assert_eq!(
+        text_of(&m.call("beta__echo", json!({"text": "fine"}))),
+        "fine"
+    );
+    eventually("alpha restarts", || {
+        m.call("alpha__echo", json!({"text": "back"}))
+            .get("result")
+            .is_some()
+    });
+    assert_ne!(
+        text_of(&m.call("alpha__whoami", json!({}))),
+        pid_before,
+        "a new process serves alpha"
+    );
     assert!(m.stderr().contains("restarting"), "{}", m.stderr());
 }
 
@@ -31,7 +59,11 @@ fn an_upstream_that_sends_garbage_is_restarted() {
     let mut m = Manifold::ready(&fast_restart("alpha", &["--name", "alpha"]));
     let r = m.call("alpha__garbage", json!({}));
     assert_eq!(error_code(&r), -32010, "{r}");
-    eventually("alpha restarts", || m.call("alpha__echo", json!({"text": "ok"})).get("result").is_some());
+    eventually("alpha restarts", || {
+        m.call("alpha__echo", json!({"text": "ok"}))
+            .get("result")
+            .is_some()
+    });
     assert!(m.stderr().contains("not JSON-RPC"), "{}", m.stderr());
 }
 
@@ -46,22 +78,43 @@ fn an_upstream_that_cannot_start_does_not_stop_the_others() {
     assert_eq!(text_of(&m.call("beta__echo", json!({"text": "up"}))), "up");
     let tools = m.names("tools/list", "tools", "name");
     assert!(tools.iter().all(|t| t.starts_with("beta__")), "{tools:?}");
-    let r = m.request("resources/read", json!({"uri": "broken+fixture://broken/readme"}));
+    let r = m.request(
+        "resources/read",
+        json!({"uri": "broken+fixture://broken/readme"}),
+    );
     assert_eq!(error_code(&r), -32010, "a down upstream fails fast: {r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("broken"), "{r}");
-    assert!(m.stderr().contains("manifold-no-such-server"), "{}", m.stderr());
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("broken"),
+        "{r}"
+    );
+    assert!(
+        m.stderr().contains("manifold-no-such-server"),
+        "{}",
+        m.stderr()
+    );
 }
 
 #[test]
 fn a_down_upstream_keeps_its_names_and_fails_fast() {
-    let config = format!("{}restart_initial_backoff_ms = 60000\nrestart_max_backoff_ms = 60000\n", fixture_upstream("alpha", &["--name", "alpha"]));
+    let config = format!(
+        "{}restart_initial_backoff_ms = 60000\nrestart_max_backoff_ms = 60000\n",
+        fixture_upstream("alpha", &["--name", "alpha"])
+    );
     let mut m = Manifold::ready(&config);
     m.call("alpha__crash", json!({}));
     eventually("alpha is marked down", || {
         let r = m.call("alpha__echo", json!({"text": "x"}));
-        r.get("error").is_some() && r["error"]["message"].as_str().unwrap().contains("unavailable")
+        r.get("error").is_some()
+            && r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("unavailable")
     });
-    assert!(m.names("tools/list", "tools", "name").contains(&"alpha__echo".into()), "names stay stable while down");
+    assert!(
+        m.names("tools/list", "tools", "name")
+            .contains(&"alpha__echo".into()),
+        "names stay stable while down"
+    );
 }
 
 fn pid_config(dir: &TempDir) -> (String, std::path::PathBuf) {
@@ -77,7 +130,9 @@ fn pid_config(dir: &TempDir) -> (String, std::path::PathBuf) {
 
 fn assert_all_gone(pids: &[u32]) {
     assert_eq!(pids.len(), 2, "both fixtures wrote their pid: {pids:?}");
-    eventually("every upstream process is gone", || pids.iter().all(|p| !process_alive(*p)));
+    eventually("every upstream process is gone", || {
+        pids.iter().all(|p| !process_alive(*p))
+    });
 }
 
 #[test]
@@ -98,9 +153,15 @@ fn sigterm_and_sigint_stop_every_child() {
         let (config, pids) = pid_config(&dir);
         let mut m = Manifold::ready(&config);
         // A call in flight must not hold the shutdown up.
-        m.send_request("tools/call", json!({"name": "alpha__sleep", "arguments": {"ms": 30000}}));
+        m.send_request(
+            "tools/call",
+            json!({"name": "alpha__sleep", "arguments": {"ms": 30000}}),
+        );
         let pids = read_pids(&pids);
-        let status = std::process::Command::new("kill").args([signal, &m.pid().to_string()]).status().unwrap();
+        let status = std::process::Command::new("kill")
+            .args([signal, &m.pid().to_string()])
+            .status()
+            .unwrap();
         assert!(status.success());
         assert_eq!(m.wait_exit(), Some(0), "{signal}");
         assert_all_gone(&pids);

@@ -1,5 +1,8 @@
 //! Integration tests: the real `manifold` binary over stdio against fixture upstreams.
 
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

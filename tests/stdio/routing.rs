@@ -7,7 +7,11 @@ use serde_json::json;
 use crate::common::*;
 
 fn two_fixtures() -> String {
-    format!("{}{}", fixture_upstream("alpha", &["--name", "alpha"]), fixture_upstream("beta", &["--name", "beta"]))
+    format!(
+        "{}{}",
+        fixture_upstream("alpha", &["--name", "alpha"]),
+        fixture_upstream("beta", &["--name", "beta"])
+    )
 }
 
 #[test]
@@ -17,22 +21,42 @@ fn initialize_negotiates_and_describes_the_merged_server() {
     let result = &r["result"];
     assert_eq!(result["protocolVersion"], "2025-03-26");
     assert_eq!(result["serverInfo"]["name"], "manifold");
-    assert!(result["serverInfo"]["title"].as_str().unwrap().contains("alpha"));
+    assert!(result["serverInfo"]["title"]
+        .as_str()
+        .unwrap()
+        .contains("alpha"));
     for cap in ["tools", "prompts", "resources", "completions", "logging"] {
-        assert!(result["capabilities"].get(cap).is_some(), "{cap} missing: {r}");
+        assert!(
+            result["capabilities"].get(cap).is_some(),
+            "{cap} missing: {r}"
+        );
     }
-    let mut m = Manifold::start(&fixture_upstream("alpha", &["--name", "alpha", "--no-prompts", "--no-resources"]));
+    let mut m = Manifold::start(&fixture_upstream(
+        "alpha",
+        &["--name", "alpha", "--no-prompts", "--no-resources"],
+    ));
     let r = m.request("initialize", json!({"protocolVersion": "2099-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
-    assert_eq!(r["result"]["protocolVersion"], "2025-11-25", "unknown versions get our latest");
-    assert!(r["result"]["capabilities"].get("prompts").is_none(), "no upstream offers prompts: {r}");
+    assert_eq!(
+        r["result"]["protocolVersion"], "2025-11-25",
+        "unknown versions get our latest"
+    );
+    assert!(
+        r["result"]["capabilities"].get("prompts").is_none(),
+        "no upstream offers prompts: {r}"
+    );
     assert!(r["result"]["capabilities"].get("resources").is_none());
 }
 
 #[test]
 fn prompts_and_completions_route_to_the_owner() {
     let mut m = Manifold::ready(&two_fixtures());
-    let r = m.request("prompts/get", json!({"name": "beta__greet", "arguments": {"name": "Ada"}}));
-    let text = r["result"]["messages"][0]["content"]["text"].as_str().unwrap();
+    let r = m.request(
+        "prompts/get",
+        json!({"name": "beta__greet", "arguments": {"name": "Ada"}}),
+    );
+    let text = r["result"]["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap();
     assert!(text.contains("Ada") && text.contains("beta"), "{r}");
     let r = m.request("completion/complete", json!({"ref": {"type": "ref/prompt", "name": "alpha__greet"}, "argument": {"name": "name", "value": "b"}}));
     assert_eq!(r["result"]["completion"]["values"], json!(["bob"]), "{r}");
@@ -48,46 +72,90 @@ fn set_level_fans_out_to_every_upstream() {
     let r = m.request("logging/setLevel", json!({"level": "debug"}));
     assert_eq!(r["result"], json!({}), "{r}");
     for who in ["alpha", "beta"] {
-        let n = m.wait_for(|msg| msg["method"] == "notifications/message" && msg["params"]["logger"] == who);
-        assert!(n["params"]["data"].as_str().unwrap().contains("debug"), "{n}");
+        let n = m.wait_for(|msg| {
+            msg["method"] == "notifications/message" && msg["params"]["logger"] == who
+        });
+        assert!(
+            n["params"]["data"].as_str().unwrap().contains("debug"),
+            "{n}"
+        );
     }
 }
 
 #[test]
 fn a_slow_upstream_does_not_block_another() {
     let mut m = Manifold::ready(&two_fixtures());
-    let slow = m.send_request("tools/call", json!({"name": "alpha__sleep", "arguments": {"ms": 3000}}));
-    let fast = m.send_request("tools/call", json!({"name": "beta__echo", "arguments": {"text": "quick"}}));
-    let same_upstream = m.send_request("tools/call", json!({"name": "alpha__echo", "arguments": {"text": "also quick"}}));
+    let slow = m.send_request(
+        "tools/call",
+        json!({"name": "alpha__sleep", "arguments": {"ms": 3000}}),
+    );
+    let fast = m.send_request(
+        "tools/call",
+        json!({"name": "beta__echo", "arguments": {"text": "quick"}}),
+    );
+    let same_upstream = m.send_request(
+        "tools/call",
+        json!({"name": "alpha__echo", "arguments": {"text": "also quick"}}),
+    );
     let first = m.wait_for(|msg| msg.get("id").is_some());
-    assert_ne!(first["id"], json!(slow), "the slow call answered first: {first}");
+    assert_ne!(
+        first["id"],
+        json!(slow),
+        "the slow call answered first: {first}"
+    );
     let mut ids = vec![first["id"].clone()];
     ids.push(m.wait_for(|msg| msg.get("id").is_some())["id"].clone());
-    assert!(ids.contains(&json!(fast)) && ids.contains(&json!(same_upstream)), "{ids:?}");
+    assert!(
+        ids.contains(&json!(fast)) && ids.contains(&json!(same_upstream)),
+        "{ids:?}"
+    );
     assert_eq!(text_of(&m.response(&json!(slow))), "slept 3000");
 }
 
 #[test]
 fn requests_time_out_with_a_clear_error() {
-    let config = format!("[server]\nrequest_timeout_ms = 300\n\n{}", fixture_upstream("alpha", &["--name", "alpha"]));
+    let config = format!(
+        "[server]\nrequest_timeout_ms = 300\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha"])
+    );
     let mut m = Manifold::ready(&config);
     let r = m.call("alpha__sleep", json!({"ms": 5000}));
     assert_eq!(error_code(&r), -32011, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("alpha"), "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("alpha"),
+        "{r}"
+    );
     // The upstream was told to stop working on it.
-    eventually("the upstream sees the cancellation", || text_of(&m.call("alpha__cancelled_count", json!({}))) == "1");
+    eventually("the upstream sees the cancellation", || {
+        text_of(&m.call("alpha__cancelled_count", json!({}))) == "1"
+    });
 }
 
 #[test]
 fn cancellation_reaches_the_owning_upstream_with_its_id() {
     let mut m = Manifold::ready(&two_fixtures());
-    let id = m.send_request("tools/call", json!({"name": "beta__sleep", "arguments": {"ms": 10000}}));
+    let id = m.send_request(
+        "tools/call",
+        json!({"name": "beta__sleep", "arguments": {"ms": 10000}}),
+    );
     // Make sure the call reached beta before cancelling it.
     assert_eq!(text_of(&m.call("beta__echo", json!({"text": "x"}))), "x");
-    m.notify("notifications/cancelled", json!({"requestId": id, "reason": "user"}));
-    eventually("beta counts one cancellation", || text_of(&m.call("beta__cancelled_count", json!({}))) == "1");
-    assert_eq!(text_of(&m.call("alpha__cancelled_count", json!({}))), "0", "only the owner is told");
-    assert!(!m.sees_within(Duration::from_millis(300), |msg| msg["id"] == json!(id)), "a cancelled request must not be answered");
+    m.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "user"}),
+    );
+    eventually("beta counts one cancellation", || {
+        text_of(&m.call("beta__cancelled_count", json!({}))) == "1"
+    });
+    assert_eq!(
+        text_of(&m.call("alpha__cancelled_count", json!({}))),
+        "0",
+        "only the owner is told"
+    );
+    assert!(
+        !m.sees_within(Duration::from_millis(300), |msg| msg["id"] == json!(id)),
+        "a cancelled request must not be answered"
+    );
 }
 
 #[test]
@@ -96,7 +164,9 @@ fn progress_comes_back_with_the_hosts_token() {
     let r = m.request("tools/call", json!({"name": "alpha__progress", "arguments": {"steps": 3}, "_meta": {"progressToken": "tok-1"}}));
     assert!(r.get("result").is_some(), "{r}");
     for step in 1..=3 {
-        let p = m.wait_for(|msg| msg["method"] == "notifications/progress" && msg["params"]["progress"] == json!(step));
+        let p = m.wait_for(|msg| {
+            msg["method"] == "notifications/progress" && msg["params"]["progress"] == json!(step)
+        });
         assert_eq!(p["params"]["progressToken"], "tok-1", "{p}");
     }
 }
@@ -109,17 +179,24 @@ fn list_changes_reach_the_host_and_the_catalog() {
     m.wait_for(|msg| msg["method"] == "notifications/tools/list_changed");
     let tools = m.names("tools/list", "tools", "name");
     assert!(tools.contains(&"alpha__fresh".into()), "{tools:?}");
-    assert_eq!(text_of(&m.call("alpha__fresh", json!({"text": "new"}))), "new");
+    assert_eq!(
+        text_of(&m.call("alpha__fresh", json!({"text": "new"}))),
+        "new"
+    );
 }
 
 #[test]
 fn upstream_log_messages_and_stderr_are_relayed() {
     let mut m = Manifold::ready(&two_fixtures());
-    m.call("beta__log", json!({"level": "warning", "message": "disk nearly full"}));
+    m.call(
+        "beta__log",
+        json!({"level": "warning", "message": "disk nearly full"}),
+    );
     let n = m.wait_for(|msg| msg["method"] == "notifications/message");
     assert_eq!(n["params"]["data"], "disk nearly full");
     eventually("stderr relayed with the upstream's name", || {
         let err = m.stderr();
-        err.lines().any(|l| l.contains("manifold-fixture beta started") && l.contains("upstream=beta"))
+        err.lines()
+            .any(|l| l.contains("manifold-fixture beta started") && l.contains("upstream=beta"))
     });
 }

@@ -24,7 +24,11 @@ pub struct UpstreamDef {
 impl UpstreamDef {
     pub fn from_config(cfg: &UpstreamConfig) -> Self {
         let prefix = naming::sanitize(&cfg.prefix);
-        let uri_source = if cfg.prefix.is_empty() { &cfg.key } else { &cfg.prefix };
+        let uri_source = if cfg.prefix.is_empty() {
+            &cfg.key
+        } else {
+            &cfg.prefix
+        };
         Self {
             key: cfg.key.clone(),
             prefix,
@@ -54,7 +58,11 @@ impl UpstreamDef {
                 }
             }
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
     }
 }
 
@@ -97,7 +105,9 @@ pub enum UpstreamState {
     Starting,
     Up,
     /// Not serving; calls to its entries fail at once with `reason`.
-    Down { reason: String },
+    Down {
+        reason: String,
+    },
 }
 
 /// Two or more entries wanting the same exposed name. None of them is exposed.
@@ -148,14 +158,34 @@ impl Catalog {
             let items = withhold_collisions(kind, items, &defs, &mut collisions);
             Listing::new(kind, items, page_size, generation)
         });
-        let uri_prefixes = defs.iter().enumerate().map(|(i, d)| (d.uri_prefix.clone(), i)).collect();
-        Self { generation, defs, states, slices, lists, uri_prefixes, collisions, malformed }
+        let uri_prefixes = defs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.uri_prefix.clone(), i))
+            .collect();
+        Self {
+            generation,
+            defs,
+            states,
+            slices,
+            lists,
+            uri_prefixes,
+            collisions,
+            malformed,
+        }
     }
 
     /// An empty catalog for the given upstreams, all starting.
     pub fn empty(defs: Arc<[UpstreamDef]>, names: &NameSettings, page_size: usize) -> Self {
         let n = defs.len();
-        Self::build(defs, names, page_size, 0, vec![UpstreamState::Starting; n], vec![None; n])
+        Self::build(
+            defs,
+            names,
+            page_size,
+            0,
+            vec![UpstreamState::Starting; n],
+            vec![None; n],
+        )
     }
 
     pub fn generation(&self) -> u64 {
@@ -199,7 +229,11 @@ impl Catalog {
         if let Some(item) = self.listing(kind).get(exposed) {
             return Resolved::Found(item);
         }
-        match self.collisions.iter().find(|c| c.kind == kind && c.exposed == exposed) {
+        match self
+            .collisions
+            .iter()
+            .find(|c| c.kind == kind && c.exposed == exposed)
+        {
             Some(c) => Resolved::Ambiguous(c),
             None => Resolved::Unknown,
         }
@@ -225,7 +259,13 @@ fn merge_kind(
         for raw in slice.items(kind) {
             match expose_item(kind, def, names, raw) {
                 Ok(Some((exposed, original, origin, raw))) => {
-                    items.push(Item { exposed, original, upstream, origin, raw });
+                    items.push(Item {
+                        exposed,
+                        original,
+                        upstream,
+                        origin,
+                        raw,
+                    });
                 }
                 Ok(None) => {}
                 Err(problem) => malformed.push(format!("{}: {problem}", def.key)),
@@ -245,23 +285,29 @@ fn expose_item(
     raw: &RawValue,
 ) -> Result<Option<Exposed>, String> {
     let key = kind.id_key();
-    let mut obj = RawObject::parse(raw).map_err(|_| format!("a {} entry is not an object", kind.result_key()))?;
+    let mut obj = RawObject::parse(raw)
+        .map_err(|_| format!("a {} entry is not an object", kind.result_key()))?;
     let original = obj
         .get_str(key)
         .ok_or_else(|| format!("a {} entry has no string {key:?}", kind.result_key()))?
         .into_owned();
     let (exposed, origin) = match kind {
         Kind::Tools | Kind::Prompts => {
-            let filter = if kind == Kind::Tools { &def.tools } else { &def.prompts };
+            let filter = if kind == Kind::Tools {
+                &def.tools
+            } else {
+                &def.prompts
+            };
             if !filter.admits(&original) {
                 return Ok(None);
             }
             let rename = filter.rename.get(&original).map(String::as_str);
             naming::exposed_name(names, &def.prefix, &original, rename)
         }
-        Kind::Resources | Kind::ResourceTemplates => {
-            (uri::expose(&def.uri_prefix, &original), NameOrigin::Prefixed)
-        }
+        Kind::Resources | Kind::ResourceTemplates => (
+            uri::expose(&def.uri_prefix, &original),
+            NameOrigin::Prefixed,
+        ),
     };
     obj.set_str(key, &exposed);
     Ok(Some((exposed, original, origin, obj.to_raw())))
@@ -281,8 +327,11 @@ fn withhold_collisions(
     for item in &items {
         *count.entry(item.exposed.as_str()).or_default() += 1;
     }
-    let mut clashing: Vec<String> =
-        count.into_iter().filter(|&(_, n)| n > 1).map(|(name, _)| name.to_owned()).collect();
+    let mut clashing: Vec<String> = count
+        .into_iter()
+        .filter(|&(_, n)| n > 1)
+        .map(|(name, _)| name.to_owned())
+        .collect();
     if clashing.is_empty() {
         return items;
     }
@@ -293,9 +342,16 @@ fn withhold_collisions(
             .filter(|i| &i.exposed == exposed)
             .map(|i| (defs[i.upstream].key.clone(), i.original.clone()))
             .collect();
-        collisions.push(Collision { kind, exposed: exposed.clone(), owners });
+        collisions.push(Collision {
+            kind,
+            exposed: exposed.clone(),
+            owners,
+        });
     }
-    items.into_iter().filter(|i| clashing.binary_search(&i.exposed).is_err()).collect()
+    items
+        .into_iter()
+        .filter(|i| clashing.binary_search(&i.exposed).is_err())
+        .collect()
 }
 
 #[cfg(test)]

@@ -18,7 +18,12 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Tools, Kind::Prompts, Kind::Resources, Kind::ResourceTemplates];
+    pub const ALL: [Kind; 4] = [
+        Kind::Tools,
+        Kind::Prompts,
+        Kind::Resources,
+        Kind::ResourceTemplates,
+    ];
 
     /// The list method, e.g. `tools/list`.
     pub fn list_method(self) -> &'static str {
@@ -96,7 +101,10 @@ impl Cursor {
         let mut parts = s.strip_prefix("mf1.")?.split('.');
         let generation = u64::from_str_radix(parts.next()?, 16).ok()?;
         let offset = usize::from_str_radix(parts.next()?, 16).ok()?;
-        parts.next().is_none().then_some(Cursor { generation, offset })
+        parts
+            .next()
+            .is_none()
+            .then_some(Cursor { generation, offset })
     }
 }
 
@@ -117,15 +125,29 @@ pub struct Listing {
 impl Listing {
     pub(crate) fn new(kind: Kind, items: Vec<Item>, page_size: usize, generation: u64) -> Self {
         let by_name = match kind {
-            Kind::Tools | Kind::Prompts => {
-                items.iter().enumerate().map(|(i, it)| (it.exposed.clone(), i)).collect()
-            }
+            Kind::Tools | Kind::Prompts => items
+                .iter()
+                .enumerate()
+                .map(|(i, it)| (it.exposed.clone(), i))
+                .collect(),
             Kind::Resources | Kind::ResourceTemplates => HashMap::new(),
         };
-        let page_count = if page_size == 0 { 1 } else { items.len().div_ceil(page_size).max(1) };
+        let page_count = if page_size == 0 {
+            1
+        } else {
+            items.len().div_ceil(page_size).max(1)
+        };
         let fingerprint = fingerprint(&items);
         let pages = (0..page_count).map(|_| OnceLock::new()).collect();
-        Self { kind, items, by_name, page_size, generation, pages, fingerprint }
+        Self {
+            kind,
+            items,
+            by_name,
+            page_size,
+            generation,
+            pages,
+            fingerprint,
+        }
     }
 
     pub fn kind(&self) -> Kind {
@@ -176,7 +198,10 @@ impl Listing {
             let start = index * self.page_size;
             (start, (start + self.page_size).min(self.items.len()))
         };
-        let body: usize = self.items[start..end].iter().map(|i| i.raw.get().len() + 1).sum();
+        let body: usize = self.items[start..end]
+            .iter()
+            .map(|i| i.raw.get().len() + 1)
+            .sum();
         let mut out = String::with_capacity(body + 64);
         out.push_str("{\"");
         out.push_str(self.kind.result_key());
@@ -189,7 +214,11 @@ impl Listing {
         }
         out.push(']');
         if end < self.items.len() {
-            let next = Cursor { generation: self.generation, offset: end }.encode();
+            let next = Cursor {
+                generation: self.generation,
+                offset: end,
+            }
+            .encode();
             out.push_str(",\"nextCursor\":\"");
             out.push_str(&next);
             out.push('"');
@@ -225,7 +254,12 @@ mod tests {
     }
 
     fn listing(n: usize, page_size: usize) -> Listing {
-        Listing::new(Kind::Tools, (0..n).map(|i| item(&format!("t{i}"))).collect(), page_size, 7)
+        Listing::new(
+            Kind::Tools,
+            (0..n).map(|i| item(&format!("t{i}"))).collect(),
+            page_size,
+            7,
+        )
     }
 
     #[test]
@@ -234,7 +268,8 @@ mod tests {
         let mut cursor: Option<String> = None;
         let mut names = Vec::new();
         loop {
-            let body: serde_json::Value = serde_json::from_str(l.page(cursor.as_deref()).unwrap()).unwrap();
+            let body: serde_json::Value =
+                serde_json::from_str(l.page(cursor.as_deref()).unwrap()).unwrap();
             for t in body["tools"].as_array().unwrap() {
                 names.push(t["name"].as_str().unwrap().to_owned());
             }
@@ -248,18 +283,35 @@ mod tests {
 
     #[test]
     fn unpaginated_and_empty_lists() {
-        assert_eq!(listing(3, 0).page(None).unwrap(), r#"{"tools":[{"name":"t0"},{"name":"t1"},{"name":"t2"}]}"#);
+        assert_eq!(
+            listing(3, 0).page(None).unwrap(),
+            r#"{"tools":[{"name":"t0"},{"name":"t1"},{"name":"t2"}]}"#
+        );
         assert_eq!(listing(0, 2).page(None).unwrap(), r#"{"tools":[]}"#);
     }
 
     #[test]
     fn bad_cursors_are_refused() {
         let l = listing(5, 2);
-        for bad in ["", "garbage", "mf1.7", "mf1.7.1", "mf1.7.6", "mf1.7.2.0", "mf1.zz.2"] {
+        for bad in [
+            "",
+            "garbage",
+            "mf1.7",
+            "mf1.7.1",
+            "mf1.7.6",
+            "mf1.7.2.0",
+            "mf1.zz.2",
+        ] {
             assert_eq!(l.page(Some(bad)), Err(PageError::BadCursor), "{bad}");
         }
-        assert!(l.page(Some("mf1.3.2")).is_ok(), "a cursor of another generation still pages");
-        assert_eq!(listing(3, 0).page(Some("mf1.7.0")), Err(PageError::BadCursor));
+        assert!(
+            l.page(Some("mf1.3.2")).is_ok(),
+            "a cursor of another generation still pages"
+        );
+        assert_eq!(
+            listing(3, 0).page(Some("mf1.7.0")),
+            Err(PageError::BadCursor)
+        );
     }
 
     #[test]

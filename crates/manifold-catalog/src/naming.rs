@@ -18,7 +18,13 @@ pub enum NameOrigin {
 /// Replaces every character outside `[A-Za-z0-9_-]` with `_`.
 pub fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -32,7 +38,10 @@ pub fn exposed_name(
     let (wanted, mut origin) = match rename {
         Some(renamed) => (renamed.to_owned(), NameOrigin::Renamed),
         None if prefix.is_empty() => (original.to_owned(), NameOrigin::Prefixed),
-        None => (format!("{prefix}{}{original}", settings.separator), NameOrigin::Prefixed),
+        None => (
+            format!("{prefix}{}{original}", settings.separator),
+            NameOrigin::Prefixed,
+        ),
     };
     let mut name = sanitize(&wanted);
     if name != wanted && origin == NameOrigin::Prefixed {
@@ -74,7 +83,9 @@ pub fn stable_hash(s: &str) -> u32 {
 pub fn is_host_safe(name: &str, max: usize) -> bool {
     !name.is_empty()
         && name.len() <= max
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]
@@ -82,7 +93,10 @@ mod tests {
     use super::*;
 
     fn settings() -> NameSettings {
-        NameSettings { separator: "__".into(), max_length: 64 }
+        NameSettings {
+            separator: "__".into(),
+            max_length: 64,
+        }
     }
 
     #[test]
@@ -91,8 +105,14 @@ mod tests {
             exposed_name(&settings(), "time", "get_current_time", None),
             ("time__get_current_time".into(), NameOrigin::Prefixed)
         );
-        assert_eq!(exposed_name(&settings(), "", "echo", None), ("echo".into(), NameOrigin::Prefixed));
-        let dash = NameSettings { separator: "-".into(), max_length: 64 };
+        assert_eq!(
+            exposed_name(&settings(), "", "echo", None),
+            ("echo".into(), NameOrigin::Prefixed)
+        );
+        let dash = NameSettings {
+            separator: "-".into(),
+            max_length: 64,
+        };
         assert_eq!(exposed_name(&dash, "a", "b", None).0, "a-b");
     }
 
@@ -134,9 +154,15 @@ mod tests {
     fn every_name_is_host_safe() {
         for original in ["", "a", "ü", "a b.c:d/e", &"z".repeat(200)] {
             for max in [1, 5, 9, 10, 64, 128] {
-                let s = NameSettings { separator: "__".into(), max_length: max };
+                let s = NameSettings {
+                    separator: "__".into(),
+                    max_length: max,
+                };
                 let (name, _) = exposed_name(&s, "p", original, None);
-                assert!(is_host_safe(&name, max), "{original:?} max {max} gave {name:?}");
+                assert!(
+                    is_host_safe(&name, max),
+                    "{original:?} max {max} gave {name:?}"
+                );
             }
         }
     }

@@ -22,9 +22,8 @@ pub fn set_ref_member(params: &RawValue, key: &'static str, value: &str) -> Opti
 /// Rewrites the URIs an upstream put in a result of `method` to exposed URIs. `None` when
 /// nothing needed rewriting, so the caller forwards the original bytes.
 pub fn result_uris(method: &str, result: &RawValue, uri_prefix: &str) -> Option<Box<RawValue>> {
-    if memchr::memmem::find(result.get().as_bytes(), b"\"uri\"").is_none() {
-        return None;
-    }
+    // Most results hold no URI at all: skip parsing them.
+    memchr::memmem::find(result.get().as_bytes(), b"\"uri\"")?;
     match method {
         "resources/read" => map_member(result, "contents", |list| {
             map_array(list, |c| expose_member(c, "uri", uri_prefix))
@@ -33,7 +32,9 @@ pub fn result_uris(method: &str, result: &RawValue, uri_prefix: &str) -> Option<
             map_array(list, |c| content_block(c, uri_prefix))
         }),
         "prompts/get" => map_member(result, "messages", |list| {
-            map_array(list, |m| map_member(m, "content", |c| content_block(c, uri_prefix)))
+            map_array(list, |m| {
+                map_member(m, "content", |c| content_block(c, uri_prefix))
+            })
         }),
         _ => None,
     }
@@ -70,7 +71,10 @@ fn map_member(
 }
 
 /// Maps every element of an array; `None` if no element changed.
-fn map_array(list: &RawValue, f: impl Fn(&RawValue) -> Option<Box<RawValue>>) -> Option<Box<RawValue>> {
+fn map_array(
+    list: &RawValue,
+    f: impl Fn(&RawValue) -> Option<Box<RawValue>>,
+) -> Option<Box<RawValue>> {
     let elems: Vec<&RawValue> = serde_json::from_str(list.get()).ok()?;
     let mapped: Vec<Option<Box<RawValue>>> = elems.iter().map(|e| f(e)).collect();
     if mapped.iter().all(Option::is_none) {
@@ -98,7 +102,9 @@ mod tests {
 
     #[test]
     fn read_results_get_exposed_uris() {
-        let r = raw(r#"{"contents":[{"uri":"file:///a","text":"x","x-extra":1},{"uri":"file:///b","blob":"AA=="}],"_meta":{}}"#);
+        let r = raw(
+            r#"{"contents":[{"uri":"file:///a","text":"x","x-extra":1},{"uri":"file:///b","blob":"AA=="}],"_meta":{}}"#,
+        );
         assert_eq!(
             result_uris("resources/read", &r, "fs").unwrap().get(),
             r#"{"contents":[{"uri":"fs+file:///a","text":"x","x-extra":1},{"uri":"fs+file:///b","blob":"AA=="}],"_meta":{}}"#
@@ -107,7 +113,9 @@ mod tests {
 
     #[test]
     fn tool_results_map_links_and_embedded_resources_only() {
-        let r = raw(r#"{"content":[{"type":"text","text":"\"uri\""},{"type":"resource_link","uri":"x://1","name":"n"},{"type":"resource","resource":{"uri":"x://2","text":"t"}}],"isError":false}"#);
+        let r = raw(
+            r#"{"content":[{"type":"text","text":"\"uri\""},{"type":"resource_link","uri":"x://1","name":"n"},{"type":"resource","resource":{"uri":"x://2","text":"t"}}],"isError":false}"#,
+        );
         assert_eq!(
             result_uris("tools/call", &r, "p").unwrap().get(),
             r#"{"content":[{"type":"text","text":"\"uri\""},{"type":"resource_link","uri":"p+x://1","name":"n"},{"type":"resource","resource":{"uri":"p+x://2","text":"t"}}],"isError":false}"#
@@ -116,10 +124,14 @@ mod tests {
 
     #[test]
     fn prompt_messages_are_mapped() {
-        let r = raw(r#"{"messages":[{"role":"user","content":{"type":"resource","resource":{"uri":"x://r","text":"t"}}},{"role":"user","content":{"type":"text","text":"hi"}}]}"#);
+        let r = raw(
+            r#"{"messages":[{"role":"user","content":{"type":"resource","resource":{"uri":"x://r","text":"t"}}},{"role":"user","content":{"type":"text","text":"hi"}}]}"#,
+        );
         let out = result_uris("prompts/get", &r, "p").unwrap();
         assert!(out.get().contains(r#""uri":"p+x://r""#));
-        assert!(out.get().contains(r#"{"role":"user","content":{"type":"text","text":"hi"}}"#));
+        assert!(out
+            .get()
+            .contains(r#"{"role":"user","content":{"type":"text","text":"hi"}}"#));
     }
 
     #[test]
@@ -138,7 +150,9 @@ mod tests {
             set_param(&p, "name", "echo").unwrap().get(),
             r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":1}}"#
         );
-        let p = raw(r#"{"ref":{"type":"ref/resource","uri":"a+x://{id}"},"argument":{"name":"id","value":"1"}}"#);
+        let p = raw(
+            r#"{"ref":{"type":"ref/resource","uri":"a+x://{id}"},"argument":{"name":"id","value":"1"}}"#,
+        );
         assert_eq!(
             set_ref_member(&p, "uri", "x://{id}").unwrap().get(),
             r#"{"ref":{"type":"ref/resource","uri":"x://{id}"},"argument":{"name":"id","value":"1"}}"#

@@ -34,7 +34,9 @@ pub fn expose(uri_prefix: &str, original: &str) -> String {
 pub fn split(exposed: &str) -> Option<(&str, &str)> {
     let (prefix, original) = exposed.split_once('+')?;
     let scheme_safe = prefix.starts_with(|c: char| c.is_ascii_lowercase())
-        && prefix.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
     scheme_safe.then_some((prefix, original))
 }
 
@@ -47,7 +49,10 @@ mod tests {
         let p = uri_prefix("everything");
         let exposed = expose(&p, "test://static/resource/1");
         assert_eq!(exposed, "everything+test://static/resource/1");
-        assert_eq!(split(&exposed), Some(("everything", "test://static/resource/1")));
+        assert_eq!(
+            split(&exposed),
+            Some(("everything", "test://static/resource/1"))
+        );
         // An original that itself contains '+' survives: only the first '+' splits.
         assert_eq!(split("a+x+y://z"), Some(("a", "x+y://z")));
     }

@@ -80,19 +80,29 @@ impl<'a> Envelope<'a> {
         // A null id is only legal on an error answering a message whose id could not be read.
         let id = self.id.filter(|id| id.get() != "null");
         if self.id.is_some() && id.is_none() && self.error.is_none() {
-            return Err(MessageError::Invalid("\"id\" must be a string or an integer"));
+            return Err(MessageError::Invalid(
+                "\"id\" must be a string or an integer",
+            ));
         }
         if let Some(id) = id {
             if !is_valid_id(id) {
-                return Err(MessageError::Invalid("\"id\" must be a string or an integer"));
+                return Err(MessageError::Invalid(
+                    "\"id\" must be a string or an integer",
+                ));
             }
         }
-        match (&self.method, id, self.result.is_some() || self.error.is_some()) {
+        match (
+            &self.method,
+            id,
+            self.result.is_some() || self.error.is_some(),
+        ) {
             (Some(_), Some(_), false) => Ok(Kind::Request),
             (Some(_), None, false) => Ok(Kind::Notification),
             (None, Some(_), true) => Ok(Kind::Response),
             (None, None, true) => Ok(Kind::Response),
-            _ => Err(MessageError::Invalid("not a request, notification or response")),
+            _ => Err(MessageError::Invalid(
+                "not a request, notification or response",
+            )),
         }
     }
 

@@ -29,7 +29,11 @@ pub struct ErrorObject {
 
 impl ErrorObject {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), data: None }
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 
     /// Attaches `data`, serialized; a value that cannot be serialized is left out.

@@ -30,7 +30,14 @@ const MIN_READ: usize = 64 * 1024;
 impl LineBuffer {
     /// A buffer for lines of at most `max` bytes (terminator excluded).
     pub fn new(max: usize) -> Self {
-        Self { buf: vec![0; MIN_READ], start: 0, end: 0, scanned: 0, skipping: None, max }
+        Self {
+            buf: vec![0; MIN_READ],
+            start: 0,
+            end: 0,
+            scanned: 0,
+            skipping: None,
+            max,
+        }
     }
 
     /// Reads once into free space with `read`, which returns how many bytes it wrote
@@ -93,7 +100,9 @@ impl LineBuffer {
         self.start = line_end + 1;
         self.scanned = self.start;
         if line_end - line_start > self.max {
-            return Some(Frame::Oversize { len: line_end - line_start });
+            return Some(Frame::Oversize {
+                len: line_end - line_start,
+            });
         }
         Some(Frame::Line(trim_cr(&self.buf[line_start..line_end])))
     }
@@ -165,7 +174,12 @@ mod tests {
         for chunk in [1, 2, 3, 7, 100] {
             assert_eq!(
                 frames(input, chunk, 1024),
-                vec![Ok("{\"a\":1}".into()), Ok(String::new()), Ok("{\"b\":2}".into()), Ok("last".into())],
+                vec![
+                    Ok("{\"a\":1}".into()),
+                    Ok(String::new()),
+                    Ok("{\"b\":2}".into()),
+                    Ok("last".into())
+                ],
                 "chunk {chunk}"
             );
         }
@@ -189,11 +203,17 @@ mod tests {
     fn handles_lines_larger_than_the_initial_buffer() {
         let big = "y".repeat(300_000);
         let input = format!("{big}\nz\n");
-        assert_eq!(frames(input.as_bytes(), 50_000, 1 << 20), vec![Ok(big), Ok("z".into())]);
+        assert_eq!(
+            frames(input.as_bytes(), 50_000, 1 << 20),
+            vec![Ok(big), Ok("z".into())]
+        );
     }
 
     #[test]
     fn a_line_of_exactly_max_is_accepted() {
-        assert_eq!(frames(b"abcd\nabcde\n", 3, 4), vec![Ok("abcd".into()), Err(5)]);
+        assert_eq!(
+            frames(b"abcd\nabcde\n", 3, 4),
+            vec![Ok("abcd".into()), Err(5)]
+        );
     }
 }

@@ -26,7 +26,10 @@ impl<'a> RawObject<'a> {
 
     /// The raw value of the first member named `key`.
     pub fn get(&self, key: &str) -> Option<&RawValue> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_ref())
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_ref())
     }
 
     /// The member `key` decoded as a string, if it is one.
@@ -82,7 +85,11 @@ impl<'a> RawObject<'a> {
     }
 
     fn len_hint(&self) -> usize {
-        self.entries.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum::<usize>() + 2
+        self.entries
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum::<usize>()
+            + 2
     }
 }
 

@@ -13,7 +13,9 @@ pub fn is_supported(version: &str) -> bool {
 
 /// The server side of negotiation: the client's version if supported, else our latest.
 pub fn negotiate(requested: Option<&str>) -> &'static str {
-    requested.and_then(|v| SUPPORTED.iter().copied().find(|s| *s == v)).unwrap_or(LATEST)
+    requested
+        .and_then(|v| SUPPORTED.iter().copied().find(|s| *s == v))
+        .unwrap_or(LATEST)
 }
 
 #[cfg(test)]

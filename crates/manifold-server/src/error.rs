@@ -21,8 +21,14 @@ pub enum RouteError {
     UnknownTool(String),
     #[error("Unknown prompt: {0}")]
     UnknownPrompt(String),
-    #[error("{kind} name {name:?} is claimed by several upstreams ({owners}); rename one in the config")]
-    Ambiguous { kind: &'static str, name: String, owners: String },
+    #[error(
+        "{kind} name {name:?} is claimed by several upstreams ({owners}); rename one in the config"
+    )]
+    Ambiguous {
+        kind: &'static str,
+        name: String,
+        owners: String,
+    },
     #[error("Resource not found: {0}")]
     UnknownResource(String),
     #[error("Invalid cursor")]
@@ -35,8 +41,17 @@ pub enum RouteError {
 
 impl RouteError {
     pub fn ambiguous(kind: &'static str, c: &Collision) -> Self {
-        let owners = c.owners.iter().map(|(u, n)| format!("{u}:{n}")).collect::<Vec<_>>().join(", ");
-        RouteError::Ambiguous { kind, name: c.exposed.clone(), owners }
+        let owners = c
+            .owners
+            .iter()
+            .map(|(u, n)| format!("{u}:{n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        RouteError::Ambiguous {
+            kind,
+            name: c.exposed.clone(),
+            owners,
+        }
     }
 
     /// The JSON-RPC error object for this error.

@@ -45,7 +45,12 @@ fn instructions(catalog: &Catalog) -> Value {
          server's prefix; resource URIs start with the server's prefix and '+'. Servers:",
     );
     for (i, def) in catalog.defs().iter().enumerate() {
-        text.push_str(&format!("\n- {} (prefix {:?}, {:?})", def.key, def.prefix, catalog.state(i)));
+        text.push_str(&format!(
+            "\n- {} (prefix {:?}, {:?})",
+            def.key,
+            def.prefix,
+            catalog.state(i)
+        ));
         if let Some(own) = catalog.slice(i).and_then(|s| s.instructions.as_deref()) {
             text.push_str(&format!(": {}", own.trim()));
         }

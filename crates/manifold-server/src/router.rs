@@ -25,8 +25,18 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn new(hub: Arc<Hub>, upstreams: Vec<UpstreamHandle>, settings: ServerSettings, runtime: tokio::runtime::Handle) -> Arc<Self> {
-        Arc::new(Self { hub, upstreams, settings, runtime })
+    pub fn new(
+        hub: Arc<Hub>,
+        upstreams: Vec<UpstreamHandle>,
+        settings: ServerSettings,
+        runtime: tokio::runtime::Handle,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            hub,
+            upstreams,
+            settings,
+            runtime,
+        })
     }
 
     pub fn hub(&self) -> &Arc<Hub> {
@@ -51,7 +61,8 @@ impl Router {
             Ok(Kind::Request) => {
                 let Some(id) = env.id else { return };
                 let method = env.method.as_deref().unwrap_or_default();
-                let span = tracing::debug_span!("mcp.request", method, session = session.session_id());
+                let span =
+                    tracing::debug_span!("mcp.request", method, session = session.session_id());
                 let _entered = span.enter();
                 if let Err(e) = self.request(session, id, method, &env) {
                     tracing::debug!(error = %e, "request refused");
@@ -71,19 +82,32 @@ impl Router {
         reply_error(session, None, &RouteError::Oversize { len, max });
     }
 
-    fn request(self: &Arc<Self>, session: &Arc<Session>, id: &RawValue, method: &str, env: &Envelope<'_>) -> Result<(), RouteError> {
+    fn request(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        id: &RawValue,
+        method: &str,
+        env: &Envelope<'_>,
+    ) -> Result<(), RouteError> {
         match method {
             "initialize" => return self.initialize(session, id, env),
-            "ping" => return Ok(reply(session, id, "{}")),
+            "ping" => {
+                reply(session, id, "{}");
+                return Ok(());
+            }
             _ if !session.is_ready() => return Err(RouteError::NotInitialized),
             _ => {}
         }
-        let params = env.routing_params().map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
+        let params = env
+            .routing_params()
+            .map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
         match method {
             "tools/list" => self.list(session, id, ListKind::Tools, &params),
             "prompts/list" => self.list(session, id, ListKind::Prompts, &params),
             "resources/list" => self.list(session, id, ListKind::Resources, &params),
-            "resources/templates/list" => self.list(session, id, ListKind::ResourceTemplates, &params),
+            "resources/templates/list" => {
+                self.list(session, id, ListKind::ResourceTemplates, &params)
+            }
             "tools/call" => self.call_named(session, id, env, &params, ListKind::Tools),
             "prompts/get" => self.call_named(session, id, env, &params, ListKind::Prompts),
             "resources/read" => self.read(session, id, env, &params),
@@ -93,8 +117,15 @@ impl Router {
         }
     }
 
-    fn initialize(self: &Arc<Self>, session: &Arc<Session>, id: &RawValue, env: &Envelope<'_>) -> Result<(), RouteError> {
-        let params = env.routing_params().map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
+    fn initialize(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        id: &RawValue,
+        env: &Envelope<'_>,
+    ) -> Result<(), RouteError> {
+        let params = env
+            .routing_params()
+            .map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
         if !session.begin_initialize() {
             return Err(RouteError::AlreadyInitialized);
         }
@@ -102,7 +133,10 @@ impl Router {
         let (router, session, id) = (Arc::clone(self), Arc::clone(session), id.to_owned());
         self.runtime.spawn(async move {
             // Answer with the whole catalog: wait (bounded) for every upstream's first start.
-            router.hub.wait_settled(router.settings.startup_timeout).await;
+            router
+                .hub
+                .wait_settled(router.settings.startup_timeout)
+                .await;
             let result = initialize::result(&router.hub.catalog(), negotiated);
             session.finish_initialize(negotiated);
             reply(&session, &id, &result);
@@ -110,73 +144,139 @@ impl Router {
         Ok(())
     }
 
-    fn list(&self, session: &Arc<Session>, id: &RawValue, kind: ListKind, params: &Params<'_>) -> Result<(), RouteError> {
+    fn list(
+        &self,
+        session: &Arc<Session>,
+        id: &RawValue,
+        kind: ListKind,
+        params: &Params<'_>,
+    ) -> Result<(), RouteError> {
         let catalog = self.hub.catalog();
-        let body = catalog.listing(kind).page(params.cursor.as_deref()).map_err(|_| RouteError::BadCursor)?;
+        let body = catalog
+            .listing(kind)
+            .page(params.cursor.as_deref())
+            .map_err(|_| RouteError::BadCursor)?;
         reply(session, id, body);
         Ok(())
     }
 
-    fn call_named(&self, session: &Arc<Session>, id: &RawValue, env: &Envelope<'_>, params: &Params<'_>, kind: ListKind) -> Result<(), RouteError> {
+    fn call_named(
+        &self,
+        session: &Arc<Session>,
+        id: &RawValue,
+        env: &Envelope<'_>,
+        params: &Params<'_>,
+        kind: ListKind,
+    ) -> Result<(), RouteError> {
         let (method, what) = match kind {
             ListKind::Tools => ("tools/call", "tool"),
             _ => ("prompts/get", "prompt"),
         };
-        let name = params.name.as_deref().ok_or_else(|| RouteError::InvalidParams("missing \"name\"".into()))?;
+        let name = params
+            .name
+            .as_deref()
+            .ok_or_else(|| RouteError::InvalidParams("missing \"name\"".into()))?;
         let catalog = self.hub.catalog();
         let item = match catalog.resolve_name(kind, name) {
             Resolved::Found(item) => item,
             Resolved::Ambiguous(c) => return Err(RouteError::ambiguous(what, c)),
-            Resolved::Unknown if kind == ListKind::Tools => return Err(RouteError::UnknownTool(name.to_owned())),
+            Resolved::Unknown if kind == ListKind::Tools => {
+                return Err(RouteError::UnknownTool(name.to_owned()))
+            }
             Resolved::Unknown => return Err(RouteError::UnknownPrompt(name.to_owned())),
         };
-        let raw = env.params.and_then(|p| rewrite::set_param(p, "name", &item.original));
-        let raw = raw.ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))?;
+        let raw = env
+            .params
+            .and_then(|p| rewrite::set_param(p, "name", &item.original));
+        let raw =
+            raw.ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))?;
         self.forward(session, id, item.upstream, method, &raw, &catalog)
     }
 
-    fn read(&self, session: &Arc<Session>, id: &RawValue, env: &Envelope<'_>, params: &Params<'_>) -> Result<(), RouteError> {
-        let uri = params.uri.as_deref().ok_or_else(|| RouteError::InvalidParams("missing \"uri\"".into()))?;
+    fn read(
+        &self,
+        session: &Arc<Session>,
+        id: &RawValue,
+        env: &Envelope<'_>,
+        params: &Params<'_>,
+    ) -> Result<(), RouteError> {
+        let uri = params
+            .uri
+            .as_deref()
+            .ok_or_else(|| RouteError::InvalidParams("missing \"uri\"".into()))?;
         let catalog = self.hub.catalog();
-        let (upstream, original) = catalog.resolve_uri(uri).ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))?;
-        let raw = env.params.and_then(|p| rewrite::set_param(p, "uri", original));
-        let raw = raw.ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))?;
+        let (upstream, original) = catalog
+            .resolve_uri(uri)
+            .ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))?;
+        let raw = env
+            .params
+            .and_then(|p| rewrite::set_param(p, "uri", original));
+        let raw =
+            raw.ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))?;
         self.forward(session, id, upstream, "resources/read", &raw, &catalog)
     }
 
     /// `completion/complete` goes to the upstream that owns the prompt or template in `ref`.
-    fn complete(&self, session: &Arc<Session>, id: &RawValue, env: &Envelope<'_>, params: &Params<'_>) -> Result<(), RouteError> {
+    fn complete(
+        &self,
+        session: &Arc<Session>,
+        id: &RawValue,
+        env: &Envelope<'_>,
+        params: &Params<'_>,
+    ) -> Result<(), RouteError> {
         let bad = |m: &str| RouteError::InvalidParams(m.to_owned());
         let reference = params.reference.ok_or_else(|| bad("missing \"ref\""))?;
-        let reference = RawObject::parse(reference).map_err(|_| bad("\"ref\" must be an object"))?;
+        let reference =
+            RawObject::parse(reference).map_err(|_| bad("\"ref\" must be an object"))?;
         let all = env.params.ok_or_else(|| bad("missing params"))?;
         let catalog = self.hub.catalog();
         let (upstream, raw) = match reference.get_str("type").as_deref() {
             Some("ref/prompt") => {
-                let name = reference.get_str("name").ok_or_else(|| bad("missing \"ref.name\""))?;
+                let name = reference
+                    .get_str("name")
+                    .ok_or_else(|| bad("missing \"ref.name\""))?;
                 let item = match catalog.resolve_name(ListKind::Prompts, &name) {
                     Resolved::Found(item) => item,
                     Resolved::Ambiguous(c) => return Err(RouteError::ambiguous("prompt", c)),
                     Resolved::Unknown => return Err(RouteError::UnknownPrompt(name.into_owned())),
                 };
-                (item.upstream, rewrite::set_ref_member(all, "name", &item.original))
+                (
+                    item.upstream,
+                    rewrite::set_ref_member(all, "name", &item.original),
+                )
             }
             Some("ref/resource") => {
-                let uri = reference.get_str("uri").ok_or_else(|| bad("missing \"ref.uri\""))?;
-                let (upstream, original) =
-                    catalog.resolve_uri(&uri).ok_or_else(|| RouteError::UnknownResource(uri.to_string()))?;
+                let uri = reference
+                    .get_str("uri")
+                    .ok_or_else(|| bad("missing \"ref.uri\""))?;
+                let (upstream, original) = catalog
+                    .resolve_uri(&uri)
+                    .ok_or_else(|| RouteError::UnknownResource(uri.to_string()))?;
                 (upstream, rewrite::set_ref_member(all, "uri", original))
             }
-            _ => return Err(bad("\"ref.type\" must be \"ref/prompt\" or \"ref/resource\"")),
+            _ => {
+                return Err(bad(
+                    "\"ref.type\" must be \"ref/prompt\" or \"ref/resource\"",
+                ))
+            }
         };
         let raw = raw.ok_or_else(|| bad("malformed params"))?;
         self.forward(session, id, upstream, "completion/complete", &raw, &catalog)
     }
 
     /// `logging/setLevel` goes to every running upstream that declared logging.
-    fn set_level(&self, session: &Arc<Session>, id: &RawValue, env: &Envelope<'_>) -> Result<(), RouteError> {
-        let params = env.params.ok_or_else(|| RouteError::InvalidParams("missing \"level\"".into()))?;
-        let level = RawObject::parse(params).ok().and_then(|p| p.get_str("level").map(|l| l.into_owned()));
+    fn set_level(
+        &self,
+        session: &Arc<Session>,
+        id: &RawValue,
+        env: &Envelope<'_>,
+    ) -> Result<(), RouteError> {
+        let params = env
+            .params
+            .ok_or_else(|| RouteError::InvalidParams("missing \"level\"".into()))?;
+        let level = RawObject::parse(params)
+            .ok()
+            .and_then(|p| p.get_str("level").map(|l| l.into_owned()));
         if level.is_none() {
             return Err(RouteError::InvalidParams("missing \"level\"".into()));
         }
@@ -184,12 +284,18 @@ impl Router {
         let targets: Vec<Arc<Connection>> = self
             .upstreams
             .iter()
-            .filter(|h| catalog.slice(h.index()).is_some_and(|s| s.has_capability("logging")))
+            .filter(|h| {
+                catalog
+                    .slice(h.index())
+                    .is_some_and(|s| s.has_capability("logging"))
+            })
             .filter_map(UpstreamHandle::connection)
             .collect();
         let (session, id, params) = (Arc::clone(session), id.to_owned(), params.get().to_owned());
         self.runtime.spawn(async move {
-            let calls = targets.iter().map(|c| c.request("logging/setLevel", Some(&params)));
+            let calls = targets
+                .iter()
+                .map(|c| c.request("logging/setLevel", Some(&params)));
             for (conn, res) in targets.iter().zip(futures::future::join_all(calls).await) {
                 if let Err(e) = res {
                     tracing::warn!(upstream = conn.name(), "logging/setLevel failed: {e}");
@@ -201,12 +307,22 @@ impl Router {
     }
 
     /// Sends `params` to an upstream as a new request whose answer returns to this host.
-    fn forward(&self, session: &Arc<Session>, id: &RawValue, upstream: usize, method: &'static str, params: &RawValue, catalog: &Catalog) -> Result<(), RouteError> {
+    fn forward(
+        &self,
+        session: &Arc<Session>,
+        id: &RawValue,
+        upstream: usize,
+        method: &'static str,
+        params: &RawValue,
+        catalog: &Catalog,
+    ) -> Result<(), RouteError> {
         let handle = &self.upstreams[upstream];
         if let UpstreamState::Down { reason } = catalog.state(upstream) {
             return Err(unavailable(handle, reason));
         }
-        let conn = handle.connection().ok_or_else(|| unavailable(handle, "it is starting"))?;
+        let conn = handle
+            .connection()
+            .ok_or_else(|| unavailable(handle, "it is starting"))?;
         let upstream_id = conn.next_id();
         let (mapped, progress_token) = map_progress_token(params, upstream_id);
         let params = mapped.as_deref().unwrap_or(params);
@@ -217,21 +333,39 @@ impl Router {
             host_id: id.to_owned(),
             method,
             progress_token,
-            span: tracing::debug_span!("upstream.hop", upstream = handle.key(), method, id = upstream_id),
+            span: tracing::debug_span!(
+                "upstream.hop",
+                upstream = handle.key(),
+                method,
+                id = upstream_id
+            ),
         };
-        conn.forward(upstream_id, &line, fwd).map_err(|(e, _)| RouteError::Upstream(e))
+        conn.forward(upstream_id, &line, fwd)
+            .map_err(RouteError::Upstream)
     }
 
     fn notification(&self, session: &Arc<Session>, env: &Envelope<'_>) {
         match env.method.as_deref().unwrap_or_default() {
             "notifications/cancelled" => {
-                let Some(params) = env.params.and_then(|p| RawObject::parse(p).ok()) else { return };
-                let Some(request_id) = params.get("requestId") else { return };
+                let Some(params) = env.params.and_then(|p| RawObject::parse(p).ok()) else {
+                    return;
+                };
+                let Some(request_id) = params.get("requestId") else {
+                    return;
+                };
                 let reason = params.get_str("reason");
-                let owner = self.upstreams.iter().filter_map(UpstreamHandle::connection).find(|c| {
-                    c.cancel_for(session.session_id(), request_id.get(), reason.as_deref())
-                });
-                tracing::debug!(request = request_id.get(), forwarded_to = owner.as_ref().map(|c| c.name()), "host cancelled a request");
+                let owner = self
+                    .upstreams
+                    .iter()
+                    .filter_map(UpstreamHandle::connection)
+                    .find(|c| {
+                        c.cancel_for(session.session_id(), request_id.get(), reason.as_deref())
+                    });
+                tracing::debug!(
+                    request = request_id.get(),
+                    forwarded_to = owner.as_ref().map(|c| c.name()),
+                    "host cancelled a request"
+                );
             }
             "notifications/initialized" | "notifications/roots/list_changed" => {}
             other => tracing::debug!(method = other, "host notification ignored"),
@@ -241,13 +375,22 @@ impl Router {
 
 /// Replaces a host's `_meta.progressToken` with the upstream request id, which is unique on
 /// that upstream, so progress from a shared upstream maps back to the right request.
-fn map_progress_token(params: &RawValue, upstream_id: u64) -> (Option<Box<RawValue>>, Option<Box<RawValue>>) {
+fn map_progress_token(
+    params: &RawValue,
+    upstream_id: u64,
+) -> (Option<Box<RawValue>>, Option<Box<RawValue>>) {
     if memchr::memmem::find(params.get().as_bytes(), b"progressToken").is_none() {
         return (None, None);
     }
-    let Ok(mut obj) = RawObject::parse(params) else { return (None, None) };
-    let Some(meta) = obj.get("_meta").and_then(|m| RawObject::parse(m).ok()) else { return (None, None) };
-    let Some(token) = meta.get("progressToken").map(RawValue::to_owned) else { return (None, None) };
+    let Ok(mut obj) = RawObject::parse(params) else {
+        return (None, None);
+    };
+    let Some(meta) = obj.get("_meta").and_then(|m| RawObject::parse(m).ok()) else {
+        return (None, None);
+    };
+    let Some(token) = meta.get("progressToken").map(RawValue::to_owned) else {
+        return (None, None);
+    };
     let mut meta = meta;
     let id = RawValue::from_string(upstream_id.to_string()).ok();
     let Some(id) = id else { return (None, None) };
@@ -258,12 +401,17 @@ fn map_progress_token(params: &RawValue, upstream_id: u64) -> (Option<Box<RawVal
 }
 
 fn unavailable(handle: &UpstreamHandle, reason: &str) -> RouteError {
-    RouteError::Upstream(UpstreamError::Unavailable { upstream: handle.key().to_owned(), reason: reason.to_owned() })
+    RouteError::Upstream(UpstreamError::Unavailable {
+        upstream: handle.key().to_owned(),
+        reason: reason.to_owned(),
+    })
 }
 
 /// The id of an invalid message, if it has one a host could match.
 fn usable_id<'a>(env: &Envelope<'a>) -> Option<&'a str> {
-    env.id.filter(|id| manifold_protocol::envelope::is_valid_id(id)).map(RawValue::get)
+    env.id
+        .filter(|id| manifold_protocol::envelope::is_valid_id(id))
+        .map(RawValue::get)
 }
 
 fn reply(session: &Session, id: &RawValue, result: &str) {

@@ -45,7 +45,9 @@ impl Session {
 
     /// Claims the one `initialize` of the session; false if it already happened.
     pub fn begin_initialize(&self) -> bool {
-        self.state.compare_exchange(NEW, INITIALIZING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        self.state
+            .compare_exchange(NEW, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Records the negotiated version once `initialize` is answered.
@@ -66,7 +68,9 @@ impl Session {
     /// The collected output of a `Memory` session.
     pub fn take_memory(&self) -> Vec<u8> {
         match &self.output {
-            Output::Memory(m) => std::mem::take(&mut *m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)),
+            Output::Memory(m) => {
+                std::mem::take(&mut *m.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+            }
             _ => Vec::new(),
         }
     }
@@ -81,7 +85,9 @@ impl Downstream for Session {
                 f.write_all(line).and_then(|()| f.flush()).is_ok()
             }
             Output::Memory(m) => {
-                m.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(line);
+                m.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend_from_slice(line);
                 true
             }
         };

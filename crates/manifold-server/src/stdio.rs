@@ -29,24 +29,39 @@ pub fn serve_stdio(router: Arc<Router>) -> io::Result<(Arc<Session>, oneshot::Re
 /// interactive use does not switch a shared terminal to non-blocking mode.
 pub fn output_for(fd: OwnedFd) -> io::Result<Output> {
     let ft = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
-    if matches!(ft, rustix::fs::FileType::Fifo | rustix::fs::FileType::Socket) {
-        Ok(Output::Pipe(PipeWriter::new(fd, HOST_QUEUE_LIMIT, WhenFull::Wait)?))
+    if matches!(
+        ft,
+        rustix::fs::FileType::Fifo | rustix::fs::FileType::Socket
+    ) {
+        Ok(Output::Pipe(PipeWriter::new(
+            fd,
+            HOST_QUEUE_LIMIT,
+            WhenFull::Wait,
+        )?))
     } else {
         Ok(Output::Blocking(std::sync::Mutex::new(File::from(fd))))
     }
 }
 
 /// Serves one session reading `input` on a new thread.
-pub fn serve(router: Arc<Router>, input: impl Read + Send + 'static, output: Output) -> io::Result<(Arc<Session>, oneshot::Receiver<()>)> {
+pub fn serve(
+    router: Arc<Router>,
+    input: impl Read + Send + 'static,
+    output: Output,
+) -> io::Result<(Arc<Session>, oneshot::Receiver<()>)> {
     let session = Session::new(output);
-    router.hub().add_session(Arc::clone(&session) as Arc<dyn Downstream>);
+    router
+        .hub()
+        .add_session(Arc::clone(&session) as Arc<dyn Downstream>);
     let (done_tx, done_rx) = oneshot::channel();
     let reader_session = Arc::clone(&session);
-    std::thread::Builder::new().name("host-input".into()).spawn(move || {
-        read_loop(&router, &reader_session, input);
-        router.hub().remove_session(reader_session.session_id());
-        let _ = done_tx.send(());
-    })?;
+    std::thread::Builder::new()
+        .name("host-input".into())
+        .spawn(move || {
+            read_loop(&router, &reader_session, input);
+            router.hub().remove_session(reader_session.session_id());
+            let _ = done_tx.send(());
+        })?;
     Ok((session, done_rx))
 }
 

@@ -116,39 +116,67 @@ impl UpstreamActor {
         }
         self.generation += 1;
         let generation = self.generation;
-        let _span = tracing::info_span!("upstream.start", upstream = %self.key, generation).entered();
+        let _span =
+            tracing::info_span!("upstream.start", upstream = %self.key, generation).entered();
         let Transport::Stdio(stdio) = &self.cfg.transport;
         let mut child = match process::spawn(stdio) {
             Ok(child) => child,
-            Err(e) => return self.stopped_with(ctx, format!("could not start {:?}: {e}", stdio.command)),
+            Err(e) => {
+                return self.stopped_with(ctx, format!("could not start {:?}: {e}", stdio.command))
+            }
         };
-        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take()) else {
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
             return self.stopped_with(ctx, "its pipes could not be opened".into());
         };
-        let writer = match PipeWriter::new(OwnedFd::from(stdin), WRITE_QUEUE_LIMIT, WhenFull::Fail) {
+        let writer = match PipeWriter::new(OwnedFd::from(stdin), WRITE_QUEUE_LIMIT, WhenFull::Fail)
+        {
             Ok(w) => w,
             Err(e) => return self.stopped_with(ctx, format!("its input pipe is unusable: {e}")),
         };
         self.pid = Some(child.id());
         tracing::info!(upstream = %self.key, pid = child.id(), "started");
-        let conn = Arc::new(Connection::new(Arc::clone(&self.key), Arc::clone(&self.uri_prefix), writer, self.timeout));
+        let conn = Arc::new(Connection::new(
+            Arc::clone(&self.key),
+            Arc::clone(&self.uri_prefix),
+            writer,
+            self.timeout,
+        ));
         self.current.store(Some(Arc::clone(&conn)));
         process::relay_stderr(Arc::clone(&self.key), stderr);
-        let events = ReaderEvents { addr: ctx.address(), hub: Arc::clone(&self.hub), generation, uri_prefix: Arc::clone(&self.uri_prefix) };
-        let (reader_conn, grace, max, addr) = (Arc::clone(&conn), self.grace, self.cfg.max_message_bytes, ctx.address());
-        let spawned = std::thread::Builder::new().name(format!("upstream-{}", self.key)).spawn(move || {
-            let reason = reader::run(&reader_conn, stdout, max, &events);
-            reader_conn.close(&reason);
-            let status = process::reap(&mut child, grace);
-            addr.do_send(Exited { generation, reason: format!("{reason}; exit: {status}") });
-        });
+        let events = ReaderEvents {
+            addr: ctx.address(),
+            hub: Arc::clone(&self.hub),
+            generation,
+            uri_prefix: Arc::clone(&self.uri_prefix),
+        };
+        let (reader_conn, grace, max, addr) = (
+            Arc::clone(&conn),
+            self.grace,
+            self.cfg.max_message_bytes,
+            ctx.address(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("upstream-{}", self.key))
+            .spawn(move || {
+                let reason = reader::run(&reader_conn, stdout, max, &events);
+                reader_conn.close(&reason);
+                let status = process::reap(&mut child, grace);
+                addr.do_send(Exited {
+                    generation,
+                    reason: format!("{reason}; exit: {status}"),
+                });
+            });
         if let Err(e) = spawned {
             conn.close("no reader thread");
             return self.stopped_with(ctx, format!("could not start its reader thread: {e}"));
         }
-        ctx.spawn(actix::fut::wrap_future(handshake::run(conn)).map(move |res, act: &mut Self, _| {
-            act.handshake_done(generation, res);
-        }));
+        ctx.spawn(actix::fut::wrap_future(handshake::run(conn)).map(
+            move |res, act: &mut Self, _| {
+                act.handshake_done(generation, res);
+            },
+        ));
     }
 
     fn handshake_done(&mut self, generation: u64, res: Result<UpstreamSlice, String>) {
@@ -185,7 +213,13 @@ impl UpstreamActor {
     fn stopped_with(&mut self, ctx: &mut Context<Self>, reason: String) {
         self.current.store(None);
         self.pid = None;
-        self.hub.update(self.index, UpstreamState::Down { reason: reason.clone() }, None);
+        self.hub.update(
+            self.index,
+            UpstreamState::Down {
+                reason: reason.clone(),
+            },
+            None,
+        );
         self.hub.settle(self.index);
         if self.stopping {
             for tx in self.stopped.drain(..) {
@@ -199,7 +233,11 @@ impl UpstreamActor {
     }
 
     fn next_backoff(&mut self) -> Duration {
-        if self.up_since.take().is_some_and(|t| t.elapsed() >= HEALTHY_AFTER) {
+        if self
+            .up_since
+            .take()
+            .is_some_and(|t| t.elapsed() >= HEALTHY_AFTER)
+        {
             self.backoff = self.cfg.restart.initial_backoff;
         }
         let delay = self.backoff;
@@ -222,25 +260,31 @@ impl Handler<Refresh> for UpstreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Refresh, ctx: &mut Context<Self>) {
-        let (Some(conn), Some(old)) = (self.current.load_full(), self.slice.clone()) else { return };
+        let (Some(conn), Some(old)) = (self.current.load_full(), self.slice.clone()) else {
+            return;
+        };
         if msg.generation != self.generation {
             return;
         }
         let generation = msg.generation;
         let fut = handshake::refresh(conn, old, msg.kinds);
-        ctx.spawn(actix::fut::wrap_future(fut).map(move |res, act: &mut Self, _| {
-            if generation != act.generation {
-                return;
-            }
-            match res {
-                Ok(slice) => {
-                    let slice = Arc::new(slice);
-                    act.slice = Some(Arc::clone(&slice));
-                    act.hub.update(act.index, UpstreamState::Up, Some(slice));
+        ctx.spawn(
+            actix::fut::wrap_future(fut).map(move |res, act: &mut Self, _| {
+                if generation != act.generation {
+                    return;
                 }
-                Err(e) => tracing::warn!(upstream = %act.key, "refreshing its catalog failed: {e}"),
-            }
-        }));
+                match res {
+                    Ok(slice) => {
+                        let slice = Arc::new(slice);
+                        act.slice = Some(Arc::clone(&slice));
+                        act.hub.update(act.index, UpstreamState::Up, Some(slice));
+                    }
+                    Err(e) => {
+                        tracing::warn!(upstream = %act.key, "refreshing its catalog failed: {e}")
+                    }
+                }
+            }),
+        );
     }
 }
 
@@ -249,15 +293,21 @@ impl Handler<Shutdown> for UpstreamActor {
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
-        let Some(pid) = self.pid else { return Box::pin(async {}) };
+        let Some(pid) = self.pid else {
+            return Box::pin(async {});
+        };
         let (tx, rx) = oneshot::channel();
         self.stopped.push(tx);
         // Closing stdin is the polite stop the spec describes; signals follow if ignored.
         if let Some(conn) = self.current.load_full() {
             conn.close("Manifold is shutting down");
         }
-        ctx.run_later(self.grace, move |_, _| process::signal_group(pid, Signal::TERM));
-        ctx.run_later(self.grace * 2, move |_, _| process::signal_group(pid, Signal::KILL));
+        ctx.run_later(self.grace, move |_, _| {
+            process::signal_group(pid, Signal::TERM)
+        });
+        ctx.run_later(self.grace * 2, move |_, _| {
+            process::signal_group(pid, Signal::KILL)
+        });
         let limit = self.grace * 3 + Duration::from_secs(1);
         Box::pin(async move {
             let _ = tokio::time::timeout(limit, rx).await;
@@ -278,7 +328,9 @@ impl reader::Events for ReaderEvents {
         let kinds = match method {
             "notifications/tools/list_changed" => vec![Kind::Tools],
             "notifications/prompts/list_changed" => vec![Kind::Prompts],
-            "notifications/resources/list_changed" => vec![Kind::Resources, Kind::ResourceTemplates],
+            "notifications/resources/list_changed" => {
+                vec![Kind::Resources, Kind::ResourceTemplates]
+            }
             "notifications/message" | "notifications/resources/updated" => {
                 self.relay(method, params);
                 return;
@@ -288,7 +340,10 @@ impl reader::Events for ReaderEvents {
                 return;
             }
         };
-        self.addr.do_send(Refresh { generation: self.generation, kinds });
+        self.addr.do_send(Refresh {
+            generation: self.generation,
+            kinds,
+        });
     }
 }
 
@@ -302,7 +357,11 @@ impl ReaderEvents {
             (_, None) => None,
         };
         let mut line = Vec::new();
-        manifold_protocol::write::notification(&mut line, method, params.as_deref().map(RawValue::get));
+        manifold_protocol::write::notification(
+            &mut line,
+            method,
+            params.as_deref().map(RawValue::get),
+        );
         self.hub.broadcast(&line);
     }
 }

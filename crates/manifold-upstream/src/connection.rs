@@ -35,7 +35,12 @@ struct PendingState {
 }
 
 impl Connection {
-    pub(crate) fn new(name: Arc<str>, uri_prefix: Arc<str>, writer: Arc<PipeWriter>, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        name: Arc<str>,
+        uri_prefix: Arc<str>,
+        writer: Arc<PipeWriter>,
+        timeout: Duration,
+    ) -> Self {
         Self {
             name,
             uri_prefix,
@@ -47,7 +52,9 @@ impl Connection {
     }
 
     fn lock(&self) -> MutexGuard<'_, PendingState> {
-        self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn name(&self) -> &str {
@@ -61,20 +68,27 @@ impl Connection {
     }
 
     /// Sends a request whose answer goes straight back to a host. `line` is the complete
-    /// request line, already carrying `id`. On failure the forward is handed back.
-    pub fn forward(&self, id: u64, line: &[u8], fwd: Forward) -> Result<(), (UpstreamError, Forward)> {
+    /// request line, already carrying `id`. On failure nothing is sent to the host: the
+    /// caller answers with the error.
+    pub fn forward(&self, id: u64, line: &[u8], fwd: Forward) -> Result<(), UpstreamError> {
         let deadline = Instant::now() + self.timeout;
         {
             let mut st = self.lock();
             if let Some(reason) = &st.closed {
-                return Err((self.unavailable(reason), fwd));
+                return Err(self.unavailable(reason));
             }
-            st.table.entries.insert(id, Entry { reply: Reply::Forward(fwd), deadline });
+            st.table.entries.insert(
+                id,
+                Entry {
+                    reply: Reply::Forward(fwd),
+                    deadline,
+                },
+            );
         }
         match self.writer.write_line(line) {
             Ok(()) => Ok(()),
             Err(e) => match self.lock().table.entries.remove(&id) {
-                Some(Entry { reply: Reply::Forward(fwd), .. }) => Err((self.write_error(e), fwd)),
+                Some(_) => Err(self.write_error(e)),
                 // The reader already answered or failed it: nothing more to do.
                 _ => Ok(()),
             },
@@ -82,7 +96,11 @@ impl Connection {
     }
 
     /// Sends a request and waits for its answer (handshake, list fetches, fan-outs).
-    pub async fn request(&self, method: &str, params: Option<&str>) -> Result<Answer, UpstreamError> {
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
         let id = self.next_id();
         let mut line = Vec::with_capacity(64 + params.map_or(0, str::len));
         write::request(&mut line, id, method, params);
@@ -93,20 +111,29 @@ impl Connection {
                 return Err(self.unavailable(reason));
             }
             let deadline = Instant::now() + self.timeout;
-            st.table.entries.insert(id, Entry { reply: Reply::Channel(tx), deadline });
+            st.table.entries.insert(
+                id,
+                Entry {
+                    reply: Reply::Channel(tx),
+                    deadline,
+                },
+            );
         }
         if let Err(e) = self.writer.write_line(&line) {
             self.lock().table.entries.remove(&id);
             return Err(self.write_error(e));
         }
-        rx.await.unwrap_or_else(|_| Err(self.closed_error("the connection was dropped")))
+        rx.await
+            .unwrap_or_else(|_| Err(self.closed_error("the connection was dropped")))
     }
 
     /// Sends a notification.
     pub fn notify(&self, method: &str, params: Option<&str>) -> Result<(), UpstreamError> {
         let mut line = Vec::with_capacity(64 + params.map_or(0, str::len));
         write::notification(&mut line, method, params);
-        self.writer.write_line(&line).map_err(|e| self.write_error(e))
+        self.writer
+            .write_line(&line)
+            .map_err(|e| self.write_error(e))
     }
 
     /// A host cancelled its request `host_id`: drop the pending entry and tell the upstream,
@@ -115,7 +142,9 @@ impl Connection {
         let found = {
             let mut st = self.lock();
             let id = st.table.entries.iter().find_map(|(id, e)| match &e.reply {
-                Reply::Forward(f) if f.to.session_id() == session && f.host_id.get() == host_id => Some(*id),
+                Reply::Forward(f) if f.to.session_id() == session && f.host_id.get() == host_id => {
+                    Some(*id)
+                }
                 _ => None,
             });
             id.and_then(|id| st.table.entries.remove(&id).map(|_| id))
@@ -135,8 +164,15 @@ impl Connection {
 
     /// Delivers an answer read from the upstream. Unknown ids (late answers to cancelled or
     /// timed-out requests) are dropped, as the spec requires.
-    pub(crate) fn answer(&self, id: u64, result: Option<&RawValue>, error: Option<&RawValue>) -> bool {
-        let Some(entry) = self.lock().table.entries.remove(&id) else { return false };
+    pub(crate) fn answer(
+        &self,
+        id: u64,
+        result: Option<&RawValue>,
+        error: Option<&RawValue>,
+    ) -> bool {
+        let Some(entry) = self.lock().table.entries.remove(&id) else {
+            return false;
+        };
         match entry.reply {
             Reply::Forward(fwd) => self.deliver(fwd, result, error),
             Reply::Channel(tx) => {
@@ -158,7 +194,11 @@ impl Connection {
             (_, Some(err)) => write::raw_error_response(&mut out, fwd.host_id.get(), err.get()),
             (Some(res), None) => {
                 let mapped = rewrite::result_uris(fwd.method, res, &self.uri_prefix);
-                write::response(&mut out, fwd.host_id.get(), mapped.as_deref().unwrap_or(res).get());
+                write::response(
+                    &mut out,
+                    fwd.host_id.get(),
+                    mapped.as_deref().unwrap_or(res).get(),
+                );
             }
             (None, None) => write::response(&mut out, fwd.host_id.get(), "null"),
         }
@@ -168,8 +208,13 @@ impl Connection {
     /// Forwards an upstream's progress notification to the host whose request it belongs to,
     /// with the host's own progress token. Returns false if no request matches.
     pub(crate) fn progress(&self, params: &RawValue) -> bool {
-        let Ok(mut obj) = RawObject::parse(params) else { return false };
-        let Some(id) = obj.get("progressToken").and_then(|t| t.get().parse::<u64>().ok()) else {
+        let Ok(mut obj) = RawObject::parse(params) else {
+            return false;
+        };
+        let Some(id) = obj
+            .get("progressToken")
+            .and_then(|t| t.get().parse::<u64>().ok())
+        else {
             return false;
         };
         let target = {
@@ -179,7 +224,9 @@ impl Connection {
                 _ => None,
             }
         };
-        let Some((to, token)) = target else { return false };
+        let Some((to, token)) = target else {
+            return false;
+        };
         obj.set_raw("progressToken", token);
         let mut out = Vec::new();
         write::notification(&mut out, "notifications/progress", Some(obj.to_raw().get()));
@@ -191,7 +238,10 @@ impl Connection {
     pub(crate) fn expire(&self, now: Instant) {
         let expired = self.lock().table.take_expired(now);
         for (id, entry) in expired {
-            let err = UpstreamError::Timeout { upstream: self.name.to_string(), after: self.timeout };
+            let err = UpstreamError::Timeout {
+                upstream: self.name.to_string(),
+                after: self.timeout,
+            };
             self.fail(entry.reply, err);
             let params = format!("{{\"requestId\":{id},\"reason\":\"timed out in Manifold\"}}");
             let _ = self.notify("notifications/cancelled", Some(&params));
@@ -242,17 +292,26 @@ impl Connection {
     }
 
     fn unavailable(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Unavailable { upstream: self.name.to_string(), reason: reason.to_owned() }
+        UpstreamError::Unavailable {
+            upstream: self.name.to_string(),
+            reason: reason.to_owned(),
+        }
     }
 
     fn closed_error(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Closed { upstream: self.name.to_string(), reason: reason.to_owned() }
+        UpstreamError::Closed {
+            upstream: self.name.to_string(),
+            reason: reason.to_owned(),
+        }
     }
 
     fn write_error(&self, e: WriteError) -> UpstreamError {
         match e {
             WriteError::Closed => self.unavailable("its input is closed"),
-            WriteError::Full(queued) => UpstreamError::Overloaded { upstream: self.name.to_string(), queued },
+            WriteError::Full(queued) => UpstreamError::Overloaded {
+                upstream: self.name.to_string(),
+                queued,
+            },
         }
     }
 }
@@ -263,9 +322,9 @@ pub fn error_object(err: &UpstreamError) -> ErrorObject {
         UpstreamError::Timeout { .. } => codes::UPSTREAM_TIMEOUT,
         UpstreamError::Rpc { code, .. } => *code,
         UpstreamError::Protocol { .. } => codes::INTERNAL_ERROR,
-        UpstreamError::Unavailable { .. } | UpstreamError::Closed { .. } | UpstreamError::Overloaded { .. } => {
-            codes::UPSTREAM_UNAVAILABLE
-        }
+        UpstreamError::Unavailable { .. }
+        | UpstreamError::Closed { .. }
+        | UpstreamError::Overloaded { .. } => codes::UPSTREAM_UNAVAILABLE,
     };
     let upstream = match err {
         UpstreamError::Unavailable { upstream, .. }

@@ -21,7 +21,11 @@ pub enum UpstreamError {
     #[error("upstream {upstream:?} is not reading its input ({queued} bytes waiting)")]
     Overloaded { upstream: String, queued: usize },
     #[error("upstream {upstream:?} answered with an error: {message}")]
-    Rpc { upstream: String, code: i64, message: String },
+    Rpc {
+        upstream: String,
+        code: i64,
+        message: String,
+    },
     #[error("upstream {upstream:?} broke the protocol: {problem}")]
     Protocol { upstream: String, problem: String },
 }
@@ -33,7 +37,10 @@ impl UpstreamError {
 
     /// Whether the same request may succeed later (after a restart or when load drops).
     pub fn retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Closed { .. } | Self::Overloaded { .. })
+        matches!(
+            self,
+            Self::Unavailable { .. } | Self::Closed { .. } | Self::Overloaded { .. }
+        )
     }
 }
 

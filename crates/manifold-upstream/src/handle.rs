@@ -24,12 +24,32 @@ pub struct UpstreamHandle {
 impl UpstreamHandle {
     /// Starts the upstream's actor, which spawns and supervises the process. Must be called
     /// from within a running actix system.
-    pub fn start(index: usize, cfg: UpstreamConfig, uri_prefix: &str, default_timeout: Duration, grace: Duration, hub: Arc<Hub>) -> Self {
+    pub fn start(
+        index: usize,
+        cfg: UpstreamConfig,
+        uri_prefix: &str,
+        default_timeout: Duration,
+        grace: Duration,
+        hub: Arc<Hub>,
+    ) -> Self {
         let current = Arc::new(ArcSwapOption::empty());
         let key: Arc<str> = cfg.key.as_str().into();
         let timeout = cfg.request_timeout.unwrap_or(default_timeout);
-        let actor = UpstreamActor::new(index, cfg, uri_prefix.into(), timeout, grace, hub, Arc::clone(&current));
-        Self { index, key, addr: actor.start(), current }
+        let actor = UpstreamActor::new(
+            index,
+            cfg,
+            uri_prefix.into(),
+            timeout,
+            grace,
+            hub,
+            Arc::clone(&current),
+        );
+        Self {
+            index,
+            key,
+            addr: actor.start(),
+            current,
+        }
     }
 
     pub fn index(&self) -> usize {

@@ -21,7 +21,10 @@ pub(crate) async fn run(conn: Arc<Connection>) -> Result<UpstreamSlice, String> 
         version::LATEST,
         env!("CARGO_PKG_VERSION")
     );
-    let result = result_of(conn.request("initialize", Some(&params)).await, "initialize")?;
+    let result = result_of(
+        conn.request("initialize", Some(&params)).await,
+        "initialize",
+    )?;
     #[derive(Deserialize)]
     struct InitResult {
         #[serde(rename = "protocolVersion")]
@@ -40,7 +43,8 @@ pub(crate) async fn run(conn: Arc<Connection>) -> Result<UpstreamSlice, String> 
             version::SUPPORTED.join(", ")
         ));
     }
-    conn.notify("notifications/initialized", None).map_err(|e| e.to_string())?;
+    conn.notify("notifications/initialized", None)
+        .map_err(|e| e.to_string())?;
     let mut slice = UpstreamSlice {
         capabilities: init.capabilities,
         protocol_version: init.protocol_version,
@@ -56,7 +60,11 @@ pub(crate) async fn run(conn: Arc<Connection>) -> Result<UpstreamSlice, String> 
 }
 
 /// Re-fetches the given lists into a copy of `old`.
-pub(crate) async fn refresh(conn: Arc<Connection>, old: Arc<UpstreamSlice>, kinds: Vec<Kind>) -> Result<UpstreamSlice, String> {
+pub(crate) async fn refresh(
+    conn: Arc<Connection>,
+    old: Arc<UpstreamSlice>,
+    kinds: Vec<Kind>,
+) -> Result<UpstreamSlice, String> {
     let mut slice = UpstreamSlice {
         tools: old.tools.clone(),
         prompts: old.prompts.clone(),
@@ -104,7 +112,8 @@ async fn fetch_list(conn: &Connection, kind: Kind) -> Result<Vec<Box<RawValue>>,
             obj.to_raw().get().to_owned()
         });
         let result = result_of(conn.request(method, params.as_deref()).await, method)?;
-        let page = RawObject::parse(&result).map_err(|e| format!("its {method} result is malformed: {e}"))?;
+        let page = RawObject::parse(&result)
+            .map_err(|e| format!("its {method} result is malformed: {e}"))?;
         let list = page
             .get(kind.result_key())
             .ok_or_else(|| format!("its {method} result has no {:?}", kind.result_key()))?;
@@ -119,7 +128,10 @@ async fn fetch_list(conn: &Connection, kind: Kind) -> Result<Vec<Box<RawValue>>,
     Err(format!("its {method} did not end after {MAX_PAGES} pages"))
 }
 
-fn result_of(answer: Result<Answer, crate::UpstreamError>, method: &str) -> Result<Box<RawValue>, String> {
+fn result_of(
+    answer: Result<Answer, crate::UpstreamError>,
+    method: &str,
+) -> Result<Box<RawValue>, String> {
     match answer.map_err(|e| format!("{method} failed: {e}"))? {
         Answer::Result(r) => Ok(r),
         Answer::Error(e) => Err(format!("{method} was refused: {}", e.get())),

@@ -54,7 +54,9 @@ impl Hub {
     }
 
     fn inputs(&self) -> MutexGuard<'_, Inputs> {
-        self.inputs.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inputs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The current catalog. Cheap: no lock, no copy.
@@ -128,7 +130,10 @@ impl Hub {
     }
 
     pub fn add_session(&self, session: Arc<dyn Downstream>) {
-        self.sessions.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(session);
+        self.sessions
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(session);
     }
 
     pub fn remove_session(&self, session_id: u64) {
@@ -140,7 +145,11 @@ impl Hub {
 
     /// Sends a notification line to every session.
     pub fn broadcast(&self, line: &[u8]) {
-        let sessions = self.sessions.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let sessions = self
+            .sessions
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         for s in sessions {
             s.send_notification(line);
         }

@@ -65,8 +65,15 @@ pub(crate) struct Pending {
 impl Pending {
     /// Removes and returns every entry whose deadline has passed.
     pub fn take_expired(&mut self, now: Instant) -> Vec<(u64, Entry)> {
-        let expired: Vec<u64> =
-            self.entries.iter().filter(|(_, e)| e.deadline <= now).map(|(id, _)| *id).collect();
-        expired.into_iter().filter_map(|id| self.entries.remove(&id).map(|e| (id, e))).collect()
+        let expired: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        expired
+            .into_iter()
+            .filter_map(|id| self.entries.remove(&id).map(|e| (id, e)))
+            .collect()
     }
 }

@@ -84,7 +84,9 @@ impl PipeWriter {
     /// Writes one complete line (the caller includes the `\n`).
     pub fn write_line(self: &Arc<Self>, line: &[u8]) -> Result<(), WriteError> {
         let mut st = lock(&self.state);
-        let Some(file) = st.file.clone() else { return Err(WriteError::Closed) };
+        let Some(file) = st.file.clone() else {
+            return Err(WriteError::Closed);
+        };
         let mut rest = line;
         if st.queue.is_empty() && !st.draining {
             match write_some(&file, rest) {
@@ -102,7 +104,10 @@ impl PipeWriter {
             if self.when_full == WhenFull::Fail {
                 return Err(WriteError::Full(st.queued));
             }
-            st = self.changed.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+            st = self
+                .changed
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if st.file.is_none() {
                 return Err(WriteError::Closed);
             }
@@ -148,7 +153,10 @@ impl PipeWriter {
                 let mut st = lock(&self.state);
                 while st.queue.is_empty() && st.file.is_some() {
                     st.draining = false;
-                    st = self.changed.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+                    st = self
+                        .changed
+                        .wait(st)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
                 let Some(file) = st.file.clone() else { return };
                 let chunk = st.queue.pop_front().unwrap_or_default();

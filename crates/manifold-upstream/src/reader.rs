@@ -18,7 +18,12 @@ pub(crate) trait Events: Send + Sync {
 }
 
 /// Reads until end of input or a protocol violation; returns the reason it stopped.
-pub(crate) fn run(conn: &Arc<Connection>, mut stdout: ChildStdout, max: usize, events: &dyn Events) -> String {
+pub(crate) fn run(
+    conn: &Arc<Connection>,
+    mut stdout: ChildStdout,
+    max: usize,
+    events: &dyn Events,
+) -> String {
     let mut buf = LineBuffer::new(max);
     loop {
         let n = match buf.read_with(|spare| stdout.read(spare)) {
@@ -42,11 +47,18 @@ pub(crate) fn run(conn: &Arc<Connection>, mut stdout: ChildStdout, max: usize, e
     }
 }
 
-fn handle_frame(conn: &Connection, frame: Frame<'_>, max: usize, events: &dyn Events) -> Result<(), String> {
+fn handle_frame(
+    conn: &Connection,
+    frame: Frame<'_>,
+    max: usize,
+    events: &dyn Events,
+) -> Result<(), String> {
     let line = match frame {
         Frame::Line(line) => line,
         Frame::Oversize { len } => {
-            return Err(format!("it sent a {len}-byte message, over its limit of {max} bytes"));
+            return Err(format!(
+                "it sent a {len}-byte message, over its limit of {max} bytes"
+            ));
         }
     };
     if line.iter().all(u8::is_ascii_whitespace) {
@@ -56,14 +68,25 @@ fn handle_frame(conn: &Connection, frame: Frame<'_>, max: usize, events: &dyn Ev
     let kind = env.kind().map_err(|e| garbage(line, &e.to_string()))?;
     match kind {
         Kind::Response => {
-            let id = env.id.filter(|id| id.get() != "null").and_then(|id| id.get().parse::<u64>().ok());
+            let id = env
+                .id
+                .filter(|id| id.get() != "null")
+                .and_then(|id| id.get().parse::<u64>().ok());
             match id {
                 Some(id) => {
                     if !conn.answer(id, env.result, env.error) {
-                        tracing::debug!(upstream = conn.name(), id, "answer to an unknown or finished request dropped");
+                        tracing::debug!(
+                            upstream = conn.name(),
+                            id,
+                            "answer to an unknown or finished request dropped"
+                        );
                     }
                 }
-                None => tracing::warn!(upstream = conn.name(), "answer without a usable id dropped: {}", preview(line)),
+                None => tracing::warn!(
+                    upstream = conn.name(),
+                    "answer without a usable id dropped: {}",
+                    preview(line)
+                ),
             }
         }
         Kind::Request => answer_server_request(conn, &env),
@@ -101,10 +124,17 @@ fn answer_server_request(conn: &Connection, env: &Envelope<'_>) {
 }
 
 fn garbage(line: &[u8], problem: &str) -> String {
-    format!("it sent something that is not JSON-RPC ({problem}): {}", preview(line))
+    format!(
+        "it sent something that is not JSON-RPC ({problem}): {}",
+        preview(line)
+    )
 }
 
 fn preview(line: &[u8]) -> String {
     let text = String::from_utf8_lossy(&line[..line.len().min(120)]);
-    if line.len() > 120 { format!("{text}...") } else { text.into_owned() }
+    if line.len() > 120 {
+        format!("{text}...")
+    } else {
+        text.into_owned()
+    }
 }

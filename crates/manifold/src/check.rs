@@ -13,7 +13,10 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     let (config, defs) = run::load(path)?;
     if no_start {
         for def in defs.iter() {
-            println!("  {} (prefix {:?}, uri prefix {:?}): not started", def.key, def.prefix, def.uri_prefix);
+            println!(
+                "  {} (prefix {:?}, uri prefix {:?}): not started",
+                def.key, def.prefix, def.uri_prefix
+            );
         }
         println!("ok: {} (not started)", path.display());
         return Ok(ExitCode::SUCCESS);
@@ -49,7 +52,11 @@ fn render(catalog: &Catalog, skipped: &[(String, String)]) -> String {
             UpstreamState::Starting => "did not finish starting".to_owned(),
             UpstreamState::Down { reason } => format!("DOWN: {reason}"),
         };
-        let _ = writeln!(out, "  {} (prefix {:?}, uri prefix {:?}): {state}", def.key, def.prefix, def.uri_prefix);
+        let _ = writeln!(
+            out,
+            "  {} (prefix {:?}, uri prefix {:?}): {state}",
+            def.key, def.prefix, def.uri_prefix
+        );
     }
     for (key, why) in skipped {
         let _ = writeln!(out, "  {key}: skipped ({why})");
@@ -64,7 +71,11 @@ fn render(catalog: &Catalog, skipped: &[(String, String)]) -> String {
                 NameOrigin::Shortened => "  [shortened]",
                 NameOrigin::Renamed => "  [renamed]",
             };
-            let _ = writeln!(out, "  {} -> {}:{}{note}", item.exposed, defs[item.upstream].key, item.original);
+            let _ = writeln!(
+                out,
+                "  {} -> {}:{}{note}",
+                item.exposed, defs[item.upstream].key, item.original
+            );
         }
     }
     out
@@ -77,15 +88,26 @@ fn problems(path: &Path, catalog: &Catalog) -> Vec<String> {
     for (i, def) in catalog.defs().iter().enumerate() {
         match catalog.state(i) {
             UpstreamState::Up => {}
-            UpstreamState::Starting => problems.push(format!("{file}: upstreams.{}: did not finish starting in time", def.key)),
-            UpstreamState::Down { reason } => problems.push(format!("{file}: upstreams.{}: {reason}", def.key)),
+            UpstreamState::Starting => problems.push(format!(
+                "{file}: upstreams.{}: did not finish starting in time",
+                def.key
+            )),
+            UpstreamState::Down { reason } => {
+                problems.push(format!("{file}: upstreams.{}: {reason}", def.key))
+            }
         }
     }
     for c in catalog.collisions() {
-        let owners: Vec<String> = c.owners.iter().map(|(u, n)| format!("upstreams.{u} {n:?}")).collect();
+        let owners: Vec<String> = c
+            .owners
+            .iter()
+            .map(|(u, n)| format!("upstreams.{u} {n:?}"))
+            .collect();
         problems.push(format!(
             "{file}: {}: name collision: {:?} is wanted by {}; set a prefix or a rename",
-            kind_key(c.kind), c.exposed, owners.join(" and ")
+            kind_key(c.kind),
+            c.exposed,
+            owners.join(" and ")
         ));
     }
     for m in catalog.malformed() {

@@ -14,7 +14,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "manifold", version, about = "Many MCP servers presented to a host as one")]
+#[command(
+    name = "manifold",
+    version,
+    about = "Many MCP servers presented to a host as one"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

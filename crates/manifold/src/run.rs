@@ -15,7 +15,11 @@ use tokio::signal::unix::{signal, SignalKind};
 /// Loads and validates a config, including the name rules that span upstreams.
 pub fn load(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
     let config = manifold_config::load(path)?;
-    let defs: Arc<[UpstreamDef]> = config.upstreams.iter().map(UpstreamDef::from_config).collect();
+    let defs: Arc<[UpstreamDef]> = config
+        .upstreams
+        .iter()
+        .map(UpstreamDef::from_config)
+        .collect();
     if let Err(problems) = UpstreamDef::validate_all(&defs) {
         anyhow::bail!("{}: upstreams: {}", path.display(), problems.join("; "));
     }
@@ -26,8 +30,15 @@ pub fn load(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
 }
 
 /// Starts the hub and one actor per upstream. Must run inside the actix system.
-pub fn start_upstreams(config: &Config, defs: &Arc<[UpstreamDef]>) -> (Arc<Hub>, Vec<UpstreamHandle>) {
-    let hub = Hub::new(Arc::clone(defs), config.names.clone(), config.server.page_size);
+pub fn start_upstreams(
+    config: &Config,
+    defs: &Arc<[UpstreamDef]>,
+) -> (Arc<Hub>, Vec<UpstreamHandle>) {
+    let hub = Hub::new(
+        Arc::clone(defs),
+        config.names.clone(),
+        config.server.page_size,
+    );
     let handles = config
         .upstreams
         .iter()

@@ -17,7 +17,10 @@ fn def(key: &str) -> UpstreamDef {
 
 fn slice(tools: &[&str]) -> Option<Arc<UpstreamSlice>> {
     Some(Arc::new(UpstreamSlice {
-        tools: tools.iter().map(|t| raw(&format!(r#"{{"name":"{t}","x-keep":[1]}}"#))).collect(),
+        tools: tools
+            .iter()
+            .map(|t| raw(&format!(r#"{{"name":"{t}","x-keep":[1]}}"#)))
+            .collect(),
         resources: vec![raw(r#"{"uri":"file:///a.txt","name":"a"}"#)],
         templates: vec![raw(r#"{"uriTemplate":"file:///{path}","name":"t"}"#)],
         ..UpstreamSlice::default()
@@ -25,24 +28,47 @@ fn slice(tools: &[&str]) -> Option<Arc<UpstreamSlice>> {
 }
 
 fn names() -> NameSettings {
-    NameSettings { separator: "__".into(), max_length: 64 }
+    NameSettings {
+        separator: "__".into(),
+        max_length: 64,
+    }
 }
 
 fn build(defs: Vec<UpstreamDef>, slices: Vec<Option<Arc<UpstreamSlice>>>) -> Catalog {
     let n = defs.len();
-    Catalog::build(defs.into(), &names(), 0, 1, vec![UpstreamState::Up; n], slices)
+    Catalog::build(
+        defs.into(),
+        &names(),
+        0,
+        1,
+        vec![UpstreamState::Up; n],
+        slices,
+    )
 }
 
 fn exposed(c: &Catalog, kind: Kind) -> Vec<String> {
-    c.listing(kind).items().iter().map(|i| i.exposed.clone()).collect()
+    c.listing(kind)
+        .items()
+        .iter()
+        .map(|i| i.exposed.clone())
+        .collect()
 }
 
 #[test]
 fn merges_and_namespaces_every_kind() {
-    let c = build(vec![def("a"), def("b")], vec![slice(&["echo", "add"]), slice(&["echo"])]);
+    let c = build(
+        vec![def("a"), def("b")],
+        vec![slice(&["echo", "add"]), slice(&["echo"])],
+    );
     assert_eq!(exposed(&c, Kind::Tools), ["a__echo", "a__add", "b__echo"]);
-    assert_eq!(exposed(&c, Kind::Resources), ["a+file:///a.txt", "b+file:///a.txt"]);
-    assert_eq!(exposed(&c, Kind::ResourceTemplates), ["a+file:///{path}", "b+file:///{path}"]);
+    assert_eq!(
+        exposed(&c, Kind::Resources),
+        ["a+file:///a.txt", "b+file:///a.txt"]
+    );
+    assert_eq!(
+        exposed(&c, Kind::ResourceTemplates),
+        ["a+file:///{path}", "b+file:///{path}"]
+    );
     let item = c.listing(Kind::Tools).get("b__echo").unwrap();
     assert_eq!((item.upstream, item.original.as_str()), (1, "echo"));
     assert_eq!(item.raw.get(), r#"{"name":"b__echo","x-keep":[1]}"#);
@@ -54,7 +80,10 @@ fn merges_and_namespaces_every_kind() {
 #[test]
 fn names_do_not_depend_on_other_upstreams() {
     let alone = build(vec![def("b")], vec![slice(&["echo"])]);
-    let with_other = build(vec![def("a"), def("b")], vec![slice(&["x"]), slice(&["echo"])]);
+    let with_other = build(
+        vec![def("a"), def("b")],
+        vec![slice(&["x"]), slice(&["echo"])],
+    );
     let not_started = build(vec![def("a"), def("b")], vec![None, slice(&["echo"])]);
     assert_eq!(exposed(&alone, Kind::Tools), ["b__echo"]);
     assert_eq!(exposed(&with_other, Kind::Tools), ["a__x", "b__echo"]);
@@ -77,8 +106,14 @@ fn collisions_are_reported_and_withheld() {
             owners: vec![("a".into(), "one".into()), ("b".into(), "two".into())],
         }]
     );
-    assert!(matches!(c.resolve_name(Kind::Tools, "shared"), Resolved::Ambiguous(_)));
-    assert!(matches!(c.resolve_name(Kind::Tools, "nope"), Resolved::Unknown));
+    assert!(matches!(
+        c.resolve_name(Kind::Tools, "shared"),
+        Resolved::Ambiguous(_)
+    ));
+    assert!(matches!(
+        c.resolve_name(Kind::Tools, "nope"),
+        Resolved::Unknown
+    ));
 }
 
 #[test]
@@ -87,15 +122,25 @@ fn filters_and_renames_apply_to_original_names() {
     a.tools.include = vec!["get_*".into(), "echo".into()];
     a.tools.exclude = vec!["get_secret".into()];
     a.tools.rename.insert("echo".into(), "say".into());
-    let c = build(vec![a], vec![slice(&["get_time", "get_secret", "echo", "other"])]);
+    let c = build(
+        vec![a],
+        vec![slice(&["get_time", "get_secret", "echo", "other"])],
+    );
     assert_eq!(exposed(&c, Kind::Tools), ["a__get_time", "say"]);
-    assert_eq!(c.listing(Kind::Tools).get("say").unwrap().origin, NameOrigin::Renamed);
+    assert_eq!(
+        c.listing(Kind::Tools).get("say").unwrap().origin,
+        NameOrigin::Renamed
+    );
 }
 
 #[test]
 fn malformed_entries_are_reported_not_exposed() {
     let bad = Some(Arc::new(UpstreamSlice {
-        tools: vec![raw(r#"{"description":"no name"}"#), raw("[]"), raw(r#"{"name":"ok"}"#)],
+        tools: vec![
+            raw(r#"{"description":"no name"}"#),
+            raw("[]"),
+            raw(r#"{"name":"ok"}"#),
+        ],
         ..UpstreamSlice::default()
     }));
     let c = build(vec![def("a")], vec![bad]);
@@ -115,7 +160,10 @@ fn prefix_clashes_are_config_errors() {
 
 #[test]
 fn capabilities_are_read_from_the_slice() {
-    let s = UpstreamSlice { capabilities: Some(raw(r#"{"tools":{},"logging":{}}"#)), ..Default::default() };
+    let s = UpstreamSlice {
+        capabilities: Some(raw(r#"{"tools":{},"logging":{}}"#)),
+        ..Default::default()
+    };
     assert!(s.has_capability("logging"));
     assert!(!s.has_capability("completions"));
 }

@@ -6,32 +6,68 @@ fn kind(line: &str) -> Result<Kind, MessageError> {
 
 #[test]
 fn classifies_requests_notifications_and_responses() {
-    assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Kind::Request));
-    assert_eq!(kind(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#), Ok(Kind::Request));
+    assert_eq!(
+        kind(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+        Ok(Kind::Request)
+    );
+    assert_eq!(
+        kind(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#),
+        Ok(Kind::Request)
+    );
     assert_eq!(
         kind(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
         Ok(Kind::Notification)
     );
-    assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Ok(Kind::Response));
+    assert_eq!(
+        kind(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+        Ok(Kind::Response)
+    );
     assert_eq!(
         kind(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#),
         Ok(Kind::Response)
     );
-    assert!(matches!(kind(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#), Err(MessageError::Invalid(_))));
-    assert_eq!(kind(r#"{"jsonrpc":"2.0","error":{"code":1,"message":"x"}}"#), Ok(Kind::Response));
+    assert!(matches!(
+        kind(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#),
+        Err(MessageError::Invalid(_))
+    ));
+    assert_eq!(
+        kind(r#"{"jsonrpc":"2.0","error":{"code":1,"message":"x"}}"#),
+        Ok(Kind::Response)
+    );
 }
 
 #[test]
 fn refuses_what_is_not_json_rpc() {
     assert!(matches!(kind("not json"), Err(MessageError::Parse(_))));
-    assert!(matches!(kind(r#"{"jsonrpc":"2.0","id":1,"method":"#), Err(MessageError::Parse(_))));
+    assert!(matches!(
+        kind(r#"{"jsonrpc":"2.0","id":1,"method":"#),
+        Err(MessageError::Parse(_))
+    ));
     assert!(matches!(kind("42"), Err(MessageError::Invalid(_))));
-    assert!(matches!(kind(r#"{"id":1,"method":"ping"}"#), Err(MessageError::Invalid(_))));
-    assert!(matches!(kind(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), Err(MessageError::Invalid(_))));
-    assert!(matches!(kind(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), Err(MessageError::Invalid(_))));
-    assert!(matches!(kind(r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#), Err(MessageError::Invalid(_))));
-    assert!(matches!(kind(r#"{"jsonrpc":"2.0","method":5}"#), Err(MessageError::Invalid(_))));
-    assert_eq!(kind(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), Err(MessageError::Batch));
+    assert!(matches!(
+        kind(r#"{"id":1,"method":"ping"}"#),
+        Err(MessageError::Invalid(_))
+    ));
+    assert!(matches!(
+        kind(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#),
+        Err(MessageError::Invalid(_))
+    ));
+    assert!(matches!(
+        kind(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#),
+        Err(MessageError::Invalid(_))
+    ));
+    assert!(matches!(
+        kind(r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#),
+        Err(MessageError::Invalid(_))
+    ));
+    assert!(matches!(
+        kind(r#"{"jsonrpc":"2.0","method":5}"#),
+        Err(MessageError::Invalid(_))
+    ));
+    assert_eq!(
+        kind(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+        Err(MessageError::Batch)
+    );
     assert!(matches!(kind("[1,"), Err(MessageError::Parse(_))));
 }
 
