@@ -167,3 +167,17 @@ fn sigterm_and_sigint_stop_every_child() {
         assert_all_gone(&pids);
     }
 }
+
+#[test]
+fn children_exit_even_when_manifold_is_killed() {
+    // SIGKILL gives Manifold no chance to clean up; its children still see end of input on
+    // their stdin, which every MCP stdio server treats as the end of the session.
+    let dir = TempDir::new("pids");
+    let (config, pids) = pid_config(&dir);
+    let mut m = Manifold::ready(&config);
+    let pids = read_pids(&pids);
+    let status = std::process::Command::new("kill").args(["-KILL", &m.pid().to_string()]).status().unwrap();
+    assert!(status.success());
+    m.wait_exit();
+    assert_all_gone(&pids);
+}
