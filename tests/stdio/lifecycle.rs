@@ -176,7 +176,10 @@ fn children_exit_even_when_manifold_is_killed() {
     let (config, pids) = pid_config(&dir);
     let mut m = Manifold::ready(&config);
     let pids = read_pids(&pids);
-    let status = std::process::Command::new("kill").args(["-KILL", &m.pid().to_string()]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &m.pid().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     m.wait_exit();
     assert_all_gone(&pids);

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use manifold_catalog::{rewrite, Catalog, Kind as ListKind, Resolved, UpstreamState};
+use manifold_catalog::{rewrite, Catalog, Item, Kind as ListKind, Resolved, UpstreamState};
 use manifold_config::ServerSettings;
 use manifold_protocol::{version, write, Envelope, Kind, Params, RawObject, RawValue};
 use manifold_upstream::{Connection, Downstream, Forward, Hub, UpstreamError, UpstreamHandle};
@@ -168,23 +168,16 @@ impl Router {
         params: &Params<'_>,
         kind: ListKind,
     ) -> Result<(), RouteError> {
-        let (method, what) = match kind {
-            ListKind::Tools => ("tools/call", "tool"),
-            _ => ("prompts/get", "prompt"),
+        let method = match kind {
+            ListKind::Tools => "tools/call",
+            _ => "prompts/get",
         };
         let name = params
             .name
             .as_deref()
             .ok_or_else(|| RouteError::InvalidParams("missing \"name\"".into()))?;
         let catalog = self.hub.catalog();
-        let item = match catalog.resolve_name(kind, name) {
-            Resolved::Found(item) => item,
-            Resolved::Ambiguous(c) => return Err(RouteError::ambiguous(what, c)),
-            Resolved::Unknown if kind == ListKind::Tools => {
-                return Err(RouteError::UnknownTool(name.to_owned()))
-            }
-            Resolved::Unknown => return Err(RouteError::UnknownPrompt(name.to_owned())),
-        };
+        let item = resolve_named(&catalog, kind, name)?;
         let raw = env
             .params
             .and_then(|p| rewrite::set_param(p, "name", &item.original));
@@ -205,9 +198,7 @@ impl Router {
             .as_deref()
             .ok_or_else(|| RouteError::InvalidParams("missing \"uri\"".into()))?;
         let catalog = self.hub.catalog();
-        let (upstream, original) = catalog
-            .resolve_uri(uri)
-            .ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))?;
+        let (upstream, original) = resolve_uri(&catalog, uri)?;
         let raw = env
             .params
             .and_then(|p| rewrite::set_param(p, "uri", original));
@@ -235,11 +226,7 @@ impl Router {
                 let name = reference
                     .get_str("name")
                     .ok_or_else(|| bad("missing \"ref.name\""))?;
-                let item = match catalog.resolve_name(ListKind::Prompts, &name) {
-                    Resolved::Found(item) => item,
-                    Resolved::Ambiguous(c) => return Err(RouteError::ambiguous("prompt", c)),
-                    Resolved::Unknown => return Err(RouteError::UnknownPrompt(name.into_owned())),
-                };
+                let item = resolve_named(&catalog, ListKind::Prompts, &name)?;
                 (
                     item.upstream,
                     rewrite::set_ref_member(all, "name", &item.original),
@@ -249,9 +236,7 @@ impl Router {
                 let uri = reference
                     .get_str("uri")
                     .ok_or_else(|| bad("missing \"ref.uri\""))?;
-                let (upstream, original) = catalog
-                    .resolve_uri(&uri)
-                    .ok_or_else(|| RouteError::UnknownResource(uri.to_string()))?;
+                let (upstream, original) = resolve_uri(&catalog, &uri)?;
                 (upstream, rewrite::set_ref_member(all, "uri", original))
             }
             _ => {
@@ -398,6 +383,30 @@ fn map_progress_token(
     let meta = meta.to_raw();
     obj.set_raw("_meta", meta);
     (Some(obj.to_raw()), Some(token))
+}
+
+/// The tool or prompt exposed as `name`, or the error a host should see.
+fn resolve_named<'c>(
+    catalog: &'c Catalog,
+    kind: ListKind,
+    name: &str,
+) -> Result<&'c Item, RouteError> {
+    match catalog.resolve_name(kind, name) {
+        Resolved::Found(item) => Ok(item),
+        Resolved::Ambiguous(c) if kind == ListKind::Tools => Err(RouteError::ambiguous("tool", c)),
+        Resolved::Ambiguous(c) => Err(RouteError::ambiguous("prompt", c)),
+        Resolved::Unknown if kind == ListKind::Tools => {
+            Err(RouteError::UnknownTool(name.to_owned()))
+        }
+        Resolved::Unknown => Err(RouteError::UnknownPrompt(name.to_owned())),
+    }
+}
+
+/// The upstream and original URI behind an exposed URI or template.
+fn resolve_uri<'u>(catalog: &Catalog, uri: &'u str) -> Result<(usize, &'u str), RouteError> {
+    catalog
+        .resolve_uri(uri)
+        .ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))
 }
 
 fn unavailable(handle: &UpstreamHandle, reason: &str) -> RouteError {
