@@ -1,0 +1,120 @@
+//! Criterion benches for the per-request work Manifold does between two pipe hops: decoding
+//! the envelope, resolving the name, rewriting name and id, writing the answer back, and for
+//! the catalog: merging 100 x 50 tools and serving the cached merged list.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use manifold_catalog::{rewrite, Catalog, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
+use manifold_config::{NameFilter, NameSettings};
+use manifold_protocol::{write, Envelope, RawValue};
+
+const REQUEST: &str = r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"u7__tool_13","arguments":{"text":"hello from the benchmark, a small argument"},"_meta":{"trace":"x"}}}"#;
+const RESPONSE: &str = r#"{"jsonrpc":"2.0","id":1234,"result":{"content":[{"type":"text","text":"hello from the benchmark, a small argument"}],"isError":false}}"#;
+
+fn catalog(upstreams: usize, tools: usize) -> Catalog {
+    let defs: Arc<[UpstreamDef]> = (0..upstreams)
+        .map(|i| UpstreamDef {
+            key: format!("u{i}"),
+            prefix: format!("u{i}"),
+            uri_prefix: format!("u{i}"),
+            tools: NameFilter::default(),
+            prompts: NameFilter::default(),
+        })
+        .collect();
+    let slices = (0..upstreams)
+        .map(|_| {
+            let tools = (0..tools)
+                .map(|t| {
+                    let text = format!(
+                        r#"{{"name":"tool_{t}","description":"{}","inputSchema":{{"type":"object","properties":{{"text":{{"type":"string"}}}},"required":["text"]}}}}"#,
+                        "d".repeat(300)
+                    );
+                    RawValue::from_string(text).unwrap()
+                })
+                .collect();
+            Some(Arc::new(UpstreamSlice { tools, ..UpstreamSlice::default() }))
+        })
+        .collect();
+    let names = NameSettings {
+        separator: "__".into(),
+        max_length: 64,
+    };
+    Catalog::build(
+        defs,
+        &names,
+        0,
+        1,
+        vec![UpstreamState::Up; upstreams],
+        slices,
+    )
+}
+
+fn request_path(c: &mut Criterion) {
+    let cat = catalog(100, 50);
+    c.bench_function("envelope decode (tools/call, 150 B)", |b| {
+        b.iter(|| {
+            let env = Envelope::decode(black_box(REQUEST.as_bytes())).unwrap();
+            let kind = env.kind().unwrap();
+            let params = env.routing_params().unwrap();
+            black_box((kind, params.name.is_some()));
+        })
+    });
+    c.bench_function("catalog lookup (5,000 tools)", |b| {
+        b.iter(|| black_box(cat.resolve_name(Kind::Tools, black_box("u7__tool_13"))))
+    });
+    let env = Envelope::decode(REQUEST.as_bytes()).unwrap();
+    let params = env.params.unwrap();
+    c.bench_function("name and id rewrite (request line)", |b| {
+        let mut line = Vec::with_capacity(256);
+        b.iter(|| {
+            let p = rewrite::set_param(black_box(params), "name", "tool_13").unwrap();
+            line.clear();
+            write::request(&mut line, black_box(9_000_001), "tools/call", Some(p.get()));
+            black_box(&line);
+        })
+    });
+    c.bench_function("answer: decode, restore host id, write", |b| {
+        let mut line = Vec::with_capacity(256);
+        b.iter(|| {
+            let env = Envelope::decode(black_box(RESPONSE.as_bytes())).unwrap();
+            let result = env.result.unwrap();
+            let mapped = rewrite::result_uris("tools/call", result, "u7");
+            line.clear();
+            write::response(&mut line, "42", mapped.as_deref().unwrap_or(result).get());
+            black_box(&line);
+        })
+    });
+}
+
+fn catalog_path(c: &mut Criterion) {
+    let mut group = c.benchmark_group("catalog");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function("merge 100 x 50 tools", |b| {
+        b.iter(|| black_box(catalog(100, 50)))
+    });
+    let cat = catalog(100, 50);
+    let _ = cat.listing(Kind::Tools).page(None);
+    group.bench_function("serve cached tools/list 100 x 50", |b| {
+        let mut line = Vec::new();
+        b.iter(|| {
+            let page = cat.listing(Kind::Tools).page(None).unwrap();
+            line.clear();
+            write::response(&mut line, "7", page);
+            black_box(line.len());
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    targets = request_path, catalog_path
+}
+criterion_main!(benches);
