@@ -117,15 +117,29 @@ fn a_down_upstream_keeps_its_names_and_fails_fast() {
     );
 }
 
-fn pid_config(dir: &TempDir) -> (String, std::path::PathBuf) {
-    let pids = dir.path().join("pids");
-    let p = pids.to_str().unwrap();
+/// Two fixtures, each writing its pid to its own file (appends from two processes to one
+/// file may interleave).
+fn pid_config(dir: &TempDir) -> (String, Vec<std::path::PathBuf>) {
+    let files: Vec<_> = ["alpha", "beta"]
+        .iter()
+        .map(|n| dir.path().join(format!("{n}.pid")))
+        .collect();
     let config = format!(
         "[server]\nshutdown_grace_ms = 300\n\n{}{}",
-        fixture_upstream("alpha", &["--name", "alpha", "--pid-file", p]),
-        fixture_upstream("beta", &["--name", "beta", "--pid-file", p]),
+        fixture_upstream(
+            "alpha",
+            &["--name", "alpha", "--pid-file", files[0].to_str().unwrap()]
+        ),
+        fixture_upstream(
+            "beta",
+            &["--name", "beta", "--pid-file", files[1].to_str().unwrap()]
+        ),
     );
-    (config, pids)
+    (config, files)
+}
+
+fn pids_of(files: &[std::path::PathBuf]) -> Vec<u32> {
+    files.iter().flat_map(|f| read_pids(f)).collect()
 }
 
 fn assert_all_gone(pids: &[u32]) {
@@ -140,7 +154,7 @@ fn closing_stdin_stops_every_child() {
     let dir = TempDir::new("pids");
     let (config, pids) = pid_config(&dir);
     let mut m = Manifold::ready(&config);
-    let pids = read_pids(&pids);
+    let pids = pids_of(&pids);
     assert!(pids.iter().all(|p| process_alive(*p)));
     assert_eq!(m.close(), Some(0));
     assert_all_gone(&pids);
@@ -157,7 +171,7 @@ fn sigterm_and_sigint_stop_every_child() {
             "tools/call",
             json!({"name": "alpha__sleep", "arguments": {"ms": 30000}}),
         );
-        let pids = read_pids(&pids);
+        let pids = pids_of(&pids);
         let status = std::process::Command::new("kill")
             .args([signal, &m.pid().to_string()])
             .status()
@@ -175,7 +189,7 @@ fn children_exit_even_when_manifold_is_killed() {
     let dir = TempDir::new("pids");
     let (config, pids) = pid_config(&dir);
     let mut m = Manifold::ready(&config);
-    let pids = read_pids(&pids);
+    let pids = pids_of(&pids);
     let status = std::process::Command::new("kill")
         .args(["-KILL", &m.pid().to_string()])
         .status()

@@ -112,7 +112,8 @@ fn append_pid(path: &std::path::Path, pid: u32) {
         .create(true)
         .append(true)
         .open(path)
-        .and_then(|mut f| writeln!(f, "{pid}"));
+        // One write call: appends from several fixtures sharing a file must not interleave.
+        .and_then(|mut f| f.write_all(format!("{pid}\n").as_bytes()));
     if let Err(e) = written {
         // A test asked for the pid file and would misread its absence; stop loudly.
         eprintln!(
