@@ -1,7 +1,7 @@
 //! The `initialize` result: the negotiated version, capabilities that reflect what the
 //! upstreams offer, and a `serverInfo` that says what this merged server is.
 
-use manifold_catalog::Catalog;
+use manifold_catalog::{Catalog, UpstreamState};
 use serde_json::{json, Map, Value};
 
 /// The initialize result for `catalog`, as JSON text.
@@ -45,11 +45,14 @@ fn instructions(catalog: &Catalog) -> Value {
          server's prefix; resource URIs start with the server's prefix and '+'. Servers:",
     );
     for (i, def) in catalog.defs().iter().enumerate() {
+        let state = match catalog.state(i) {
+            UpstreamState::Up => "available".to_owned(),
+            UpstreamState::Starting => "starting".to_owned(),
+            UpstreamState::Down { reason } => format!("unavailable: {reason}"),
+        };
         text.push_str(&format!(
-            "\n- {} (prefix {:?}, {:?})",
-            def.key,
-            def.prefix,
-            catalog.state(i)
+            "\n- {} (prefix {:?}, {state})",
+            def.key, def.prefix
         ));
         if let Some(own) = catalog.slice(i).and_then(|s| s.instructions.as_deref()) {
             text.push_str(&format!(": {}", own.trim()));
