@@ -66,6 +66,15 @@ pub fn fixture_upstream(key: &str, args: &[&str]) -> String {
     )
 }
 
+/// The usual pair of fixture upstreams, `alpha` and `beta`.
+pub fn two_fixtures() -> String {
+    format!(
+        "{}{}",
+        fixture_upstream("alpha", &["--name", "alpha"]),
+        fixture_upstream("beta", &["--name", "beta"])
+    )
+}
+
 /// A running `manifold serve` with its stdio.
 pub struct Manifold {
     pub child: Child,

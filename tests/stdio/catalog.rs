@@ -4,14 +4,6 @@ use serde_json::json;
 
 use crate::common::*;
 
-fn two_fixtures() -> String {
-    format!(
-        "{}{}",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"])
-    )
-}
-
 #[test]
 fn merges_every_kind_from_two_upstreams() {
     let mut m = Manifold::ready(&two_fixtures());

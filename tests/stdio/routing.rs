@@ -6,14 +6,6 @@ use serde_json::json;
 
 use crate::common::*;
 
-fn two_fixtures() -> String {
-    format!(
-        "{}{}",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"])
-    )
-}
-
 #[test]
 fn initialize_negotiates_and_describes_the_merged_server() {
     let mut m = Manifold::start(&two_fixtures());
