@@ -1,27 +1,30 @@
-//! `manifold-load`: end-to-end load for Manifold over stdio, always against the same fixture
-//! upstream called directly in the same run, so figures are ratios and differences rather
-//! than lone absolute times. Every loop is bounded in count and in time.
+//! `manifold-load`: end-to-end load for Manifold over stdio. Every figure through Manifold is
+//! taken beside the same fixture upstream called directly, in interleaved rounds of the same
+//! run, so results are medians, spreads, differences and ratios rather than lone absolute
+//! times. Every loop is bounded in count and in time, and every process started is ended.
 #![forbid(unsafe_code)]
 
+mod mcp;
+mod procstat;
 mod report;
-mod scenarios;
+mod scenario;
+mod session;
 mod setup;
 mod stats;
 mod target;
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Map, Value};
 
-use crate::scenarios::Sizes;
-use crate::setup::Setup;
+use crate::setup::{Plan, Setup};
+use crate::target::Limits;
 
-/// One scenario's entry point.
-type Run = fn(&Setup, Sizes) -> anyhow::Result<Value>;
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
     All,
     Latency,
@@ -31,67 +34,135 @@ enum Scenario {
     Rss,
 }
 
-#[derive(Parser)]
+type Run = fn(&Setup, &Plan) -> Result<Value>;
+
+const RUNS: [(Scenario, &str, Run); 5] = [
+    (Scenario::Latency, "latency", scenario::latency),
+    (Scenario::Throughput, "throughput", scenario::throughput),
+    (Scenario::List, "list", scenario::list),
+    (Scenario::Big, "big", scenario::big),
+    (Scenario::Rss, "rss", scenario::rss),
+];
+
+#[derive(Debug, Parser)]
 #[command(
     name = "manifold-load",
+    version,
     about = "End-to-end load for Manifold against a direct baseline"
 )]
 struct Cli {
-    #[arg(value_enum, default_value = "all")]
-    scenario: Scenario,
+    /// Which scenario to run (default: all).
+    #[arg(value_enum)]
+    scenario: Option<Scenario>,
+    /// The same as the positional argument.
+    #[arg(long = "scenario", value_enum, conflicts_with = "scenario")]
+    scenario_flag: Option<Scenario>,
     /// Small counts and few rounds: proves the tool works, measures little.
     #[arg(long)]
     quick: bool,
     /// Where the JSON results go.
     #[arg(long, default_value = "bench-results/latest.json")]
     out: PathBuf,
-    /// The manifold binary (default: next to this one).
+    /// The manifold binary (default: `manifold` next to this executable).
     #[arg(long)]
-    manifold: Option<String>,
-    /// The fixture binary (default: next to this one).
+    manifold: Option<PathBuf>,
+    /// The fixture binary (default: `manifold-fixture` next to this executable).
     #[arg(long)]
-    fixture: Option<String>,
+    fixture: Option<PathBuf>,
+    /// Rounds per target (default 7, quick 2).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Requests in flight in pipelined scenarios (default 128, quick 64).
+    #[arg(long)]
+    window: Option<u64>,
+    /// A server blocked this many seconds in one send or receive is killed.
+    #[arg(long, default_value_t = 60)]
+    stall_secs: u64,
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let setup = Setup::new(cli.manifold, cli.fixture)?;
-    let sizes = if cli.quick {
-        Sizes {
-            rounds: 2,
-            calls: 200,
-            pipelined: 1000,
-            limit: Duration::from_secs(10),
+fn main() -> ExitCode {
+    match run(&Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One readable chain of causes; a backtrace would bury the server's stderr.
+            eprintln!("manifold-load: {e:#}");
+            ExitCode::FAILURE
         }
+    }
+}
+
+fn run(cli: &Cli) -> Result<()> {
+    let chosen = cli.scenario.or(cli.scenario_flag).unwrap_or(Scenario::All);
+    let mut plan = if cli.quick {
+        Plan::quick()
     } else {
-        Sizes {
-            rounds: 7,
-            calls: 5000,
-            pipelined: 50_000,
-            limit: Duration::from_secs(30),
-        }
+        Plan::full()
     };
+    plan.rounds = cli.rounds.unwrap_or(plan.rounds).max(1);
+    plan.window = cli.window.unwrap_or(plan.window).max(1);
+    let limits = Limits {
+        stall: Duration::from_secs(cli.stall_secs.max(1)),
+        lifetime: Duration::from_secs(3600),
+        exit_grace: Duration::from_secs(5),
+    };
+    let setup = Setup::new(cli.manifold.clone(), cli.fixture.clone(), limits)?;
+    let (began, machine) = (Instant::now(), report::machine());
     let mut results = Map::new();
-    let all = cli.scenario == Scenario::All;
-    let runs: [(Scenario, &str, Run); 5] = [
-        (Scenario::Latency, "latency", scenarios::latency),
-        (Scenario::Throughput, "throughput", scenarios::throughput),
-        (Scenario::List, "list", scenarios::list),
-        (Scenario::Big, "big", scenarios::big),
-        (Scenario::Rss, "rss", scenarios::rss),
-    ];
-    for (which, name, run) in runs {
-        if all || cli.scenario == which {
-            eprintln!("manifold-load: running {name}...");
-            results.insert(name.into(), run(&setup, sizes)?);
+    for (which, name, run) in RUNS {
+        if chosen == Scenario::All || chosen == which {
+            eprintln!("manifold-load: {name}...");
+            let value = run(&setup, &plan).with_context(|| format!("scenario {name} failed"))?;
+            results.insert(name.into(), value);
         }
     }
-    let doc = json!({ "machine": report::machine(), "quick": cli.quick, "scenarios": results });
-    if let Some(dir) = cli.out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&cli.out, serde_json::to_string_pretty(&doc)?)?;
+    let mut doc = document(cli, &setup, &plan, machine, results);
+    doc["elapsed_s"] = json!(stats::round(began.elapsed().as_secs_f64()));
+    doc["goals"] = report::goals(&doc);
+    write(&cli.out, &doc)?;
     print!("{}", report::table(&doc));
     eprintln!("manifold-load: wrote {}", cli.out.display());
+    Ok(())
+}
+
+fn document(
+    cli: &Cli,
+    setup: &Setup,
+    plan: &Plan,
+    machine: Value,
+    results: Map<String, Value>,
+) -> Value {
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    json!({
+        "tool": "manifold-load",
+        "version": env!("CARGO_PKG_VERSION"),
+        "started_unix": started,
+        "quick": cli.quick,
+        "machine": machine,
+        "binaries": { "manifold": setup.manifold, "fixture": setup.fixture },
+        "plan": {
+            "rounds": plan.rounds,
+            "latency_calls": plan.latency_calls,
+            "pipelined_calls": plan.pipelined_calls,
+            "window": plan.window,
+            "list_calls": plan.list_calls,
+            "big_calls": plan.big_calls,
+            "rss_rounds": plan.rss_rounds,
+            "round_limit_s": plan.round_limit.as_secs(),
+        },
+        "scenarios": results,
+    })
+}
+
+fn write(path: &Path, doc: &Value) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(doc)?;
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    if !path.exists() {
+        bail!("{} was not written", path.display());
+    }
     Ok(())
 }

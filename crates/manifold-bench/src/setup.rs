@@ -1,82 +1,208 @@
-//! Where the binaries are, and the configs that put Manifold in front of fixture upstreams.
+//! Where the programs under test are, the scratch directory, the configs that put Manifold in
+//! front of fixture upstreams, and how big a run is.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// Paths of the programs under test and a scratch directory for configs.
+use anyhow::{Context, Result};
+
+use crate::target::{Limits, StdioSpec, TargetSpec};
+
+/// Counts of a run; `--quick` shrinks them for the smoke test.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub rounds: usize,
+    pub latency_calls: usize,
+    pub pipelined_calls: u64,
+    pub window: u64,
+    pub list_calls: [usize; 2],
+    pub big_calls: usize,
+    pub rss_rounds: usize,
+    /// Upper bound on the wall time of any one measuring loop.
+    pub round_limit: Duration,
+}
+
+impl Plan {
+    pub fn full() -> Self {
+        Self {
+            rounds: 7,
+            latency_calls: 20_000,
+            pipelined_calls: 100_000,
+            window: 128,
+            list_calls: [2_000, 200],
+            big_calls: 200,
+            rss_rounds: 3,
+            round_limit: Duration::from_secs(30),
+        }
+    }
+
+    pub fn quick() -> Self {
+        Self {
+            rounds: 2,
+            latency_calls: 300,
+            pipelined_calls: 3_000,
+            window: 64,
+            list_calls: [20, 5],
+            big_calls: 5,
+            rss_rounds: 1,
+            round_limit: Duration::from_secs(30),
+        }
+    }
+
+    /// Calls before measuring: fills caches, faults pages in, renders cached list pages.
+    pub fn warmup(count: usize) -> usize {
+        (count / 10).max(2)
+    }
+}
+
+/// One fixture upstream behind Manifold.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub key: String,
+    /// `--extra-tools N`, exposed alone through `include = ["tool_*"]` when non-zero.
+    pub extra_tools: usize,
+}
+
+impl Upstream {
+    pub fn plain(key: &str) -> Self {
+        Self {
+            key: key.into(),
+            extra_tools: 0,
+        }
+    }
+
+    /// `count` upstreams `{base}0..` with `tools` extra tools each.
+    pub fn many(base: &str, count: usize, tools: usize) -> Vec<Self> {
+        (0..count)
+            .map(|i| Self {
+                key: format!("{base}{i}"),
+                extra_tools: tools,
+            })
+            .collect()
+    }
+}
+
+/// Paths of the programs under test and a scratch directory, removed at the end.
 pub struct Setup {
-    pub manifold: String,
-    pub fixture: String,
-    pub dir: PathBuf,
+    pub manifold: PathBuf,
+    pub fixture: PathBuf,
+    pub limits: Limits,
+    dir: PathBuf,
 }
 
 impl Setup {
-    pub fn new(manifold: Option<String>, fixture: Option<String>) -> anyhow::Result<Self> {
-        let here = std::env::current_exe()?;
+    pub fn new(
+        manifold: Option<PathBuf>,
+        fixture: Option<PathBuf>,
+        limits: Limits,
+    ) -> Result<Self> {
+        let here = std::env::current_exe().context("cannot find this executable")?;
         let bin_dir = here.parent().map(Path::to_path_buf).unwrap_or_default();
-        let pick = |given: Option<String>, name: &str| {
-            given.unwrap_or_else(|| bin_dir.join(name).display().to_string())
+        let pick = |given: Option<PathBuf>, name: &str| -> Result<PathBuf> {
+            let path = given.unwrap_or_else(|| bin_dir.join(name));
+            // Configs name the fixture by absolute path: Manifold runs them from elsewhere.
+            std::fs::canonicalize(&path).with_context(|| {
+                format!("{} not found (build it, or pass its path)", path.display())
+            })
         };
+        let (manifold, fixture) = (
+            pick(manifold, "manifold")?,
+            pick(fixture, "manifold-fixture")?,
+        );
         let dir = std::env::temp_dir().join(format!("manifold-load-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(Self {
-            manifold: pick(manifold, "manifold"),
-            fixture: pick(fixture, "manifold-fixture"),
+            manifold,
+            fixture,
+            limits,
             dir,
         })
     }
 
-    /// Arguments of the fixture named `name` with `extra` flags.
-    pub fn fixture_args(name: &str, extra: &[&str]) -> Vec<String> {
-        let mut args = vec!["--name".to_owned(), name.to_owned()];
+    /// The fixture called directly, as `alpha` with `extra` flags.
+    pub fn direct(&self, label: &str, extra: &[&str]) -> TargetSpec {
+        let mut args = vec!["--name".to_owned(), "alpha".to_owned()];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        args
+        self.stdio(label, &self.fixture, args)
     }
 
-    /// Writes a config with `count` fixture upstreams `{base}{i}` (or just `base` when
-    /// `count` is 1), each with `tools` echo-like tools only when `tools` > 0. Returns the
-    /// arguments of `manifold serve`.
-    pub fn manifold_args(
-        &self,
-        tag: &str,
-        base: &str,
-        count: usize,
-        tools: usize,
-    ) -> anyhow::Result<Vec<String>> {
-        let mut text = String::from("[server]\npage_size = 0\n\n");
-        for i in 0..count {
-            let key = if count == 1 {
-                base.to_owned()
-            } else {
-                format!("{base}{i}")
-            };
-            let mut args = vec![format!("{:?}", "--name"), format!("{key:?}")];
-            if tools > 0 {
-                args.push(format!("{:?}", "--extra-tools"));
-                args.push(format!("\"{tools}\""));
-            }
-            text.push_str(&format!(
-                "[upstreams.{key}]\ncommand = {:?}\nargs = [{}]\n",
-                self.fixture,
-                args.join(", ")
-            ));
-            if tools > 0 {
-                text.push_str(&format!(
-                    "[upstreams.{key}.tools]\ninclude = [\"tool_*\"]\n"
-                ));
-            }
-        }
-        let path = self.dir.join(format!("{tag}.toml"));
-        std::fs::write(&path, text)?;
-        Ok(vec![
+    /// Manifold serving `upstreams`, all fixtures, in one page.
+    pub fn through(&self, label: &str, upstreams: &[Upstream]) -> Result<TargetSpec> {
+        let path = self.dir.join(format!("{label}.toml"));
+        std::fs::write(&path, config(&self.fixture, upstreams))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let args = vec![
             "serve".into(),
             "--config".into(),
             path.display().to_string(),
-        ])
+        ];
+        Ok(self.stdio(label, &self.manifold, args))
+    }
+
+    fn stdio(&self, label: &str, program: &Path, args: Vec<String>) -> TargetSpec {
+        let log = self.dir.join(format!("{label}.stderr"));
+        TargetSpec::Stdio(StdioSpec {
+            label: label.into(),
+            program: program.into(),
+            args,
+            log,
+        })
     }
 }
 
 impl Drop for Setup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Manifold config: one page per list, generous startup (100 upstreams on 2 cores), and a
+/// short shutdown grace (fixtures exit at once on EOF).
+fn config(fixture: &Path, upstreams: &[Upstream]) -> String {
+    let command = toml_string(&fixture.display().to_string());
+    let mut text = String::from(
+        "[server]\npage_size = 0\nstartup_timeout_ms = 60000\nshutdown_grace_ms = 1000\n",
+    );
+    for up in upstreams {
+        let key = &up.key;
+        let _ = write!(
+            text,
+            "\n[upstreams.{key}]\ncommand = {command}\nargs = [\"--name\", \"{key}\""
+        );
+        if up.extra_tools > 0 {
+            let _ = writeln!(text, ", \"--extra-tools\", \"{}\"]", up.extra_tools);
+            let _ = writeln!(text, "[upstreams.{key}.tools]\ninclude = [\"tool_*\"]");
+        } else {
+            text.push_str("]\n");
+        }
+    }
+    text
+}
+
+/// A TOML basic string (JSON string escaping is a subset TOML accepts).
+fn toml_string(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_name_the_fixture_and_filter_extra_tools() {
+        let text = config(
+            Path::new("/x/fix ture"),
+            &[
+                Upstream::plain("alpha"),
+                Upstream::many("u", 1, 50).remove(0),
+            ],
+        );
+        assert!(text.contains(
+            "[upstreams.alpha]\ncommand = \"/x/fix ture\"\nargs = [\"--name\", \"alpha\"]\n"
+        ));
+        assert!(text.contains("args = [\"--name\", \"u0\", \"--extra-tools\", \"50\"]\n[upstreams.u0.tools]\ninclude = [\"tool_*\"]\n"));
+        assert!(text.starts_with("[server]\npage_size = 0\n"));
     }
 }

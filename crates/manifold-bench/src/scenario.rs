@@ -1,0 +1,44 @@
+//! The scenarios. Each starts its own targets, warms them up, runs interleaved rounds of
+//! bounded loops, ends its processes (dropping a `Session` ends its server) and returns JSON.
+
+mod latency;
+mod list;
+mod rss;
+mod throughput;
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+
+pub use latency::{big, latency};
+pub use list::list;
+pub use rss::rss;
+pub use throughput::throughput;
+
+/// Checks that a `tools/call` result is one text content of `len` bytes (a wrong answer
+/// would make every timing meaningless).
+fn expect_text(label: &str, result: &Value, len: usize) -> Result<()> {
+    let text = result.pointer("/content/0/text").and_then(Value::as_str);
+    match text {
+        Some(t) if t.len() == len && result.get("isError") != Some(&Value::Bool(true)) => Ok(()),
+        _ => bail!(
+            "{label}: expected a text of {len} bytes, got {}",
+            excerpt(result)
+        ),
+    }
+}
+
+/// Checks that a `tools/list` result has exactly `count` tools.
+fn expect_tools(label: &str, result: &Value, count: usize) -> Result<()> {
+    let got = result
+        .get("tools")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if got != count {
+        bail!("{label}: tools/list gave {got} tools, expected {count}");
+    }
+    Ok(())
+}
+
+fn excerpt(v: &Value) -> String {
+    crate::mcp::excerpt(v.to_string().as_bytes())
+}

@@ -1,0 +1,215 @@
+//! A target after the handshake, and the two ways of driving it: one request in flight (for
+//! latency), or many pipelined from one host (for throughput). Both loops are bounded by a
+//! count and by a deadline; a blocked read is bounded by the target's watchdog.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::mcp::{self, Incoming, RequestLine};
+use crate::target::{Limits, Target, TargetSpec};
+
+/// Most messages skipped (notifications, server requests) while waiting for one answer.
+const MAX_SKIPPED: usize = 10_000;
+
+pub struct Session {
+    target: Box<dyn Target>,
+    next_id: u64,
+    out: Vec<u8>,
+    /// From launch until the initialize answer arrived.
+    pub startup: Duration,
+    /// Bytes of the last answer `timed_calls` waited for.
+    pub last_answer_len: usize,
+}
+
+/// The outcome of a pipelined run.
+#[derive(Debug, Clone, Copy)]
+pub struct Rate {
+    pub calls: u64,
+    pub secs: f64,
+}
+
+impl Rate {
+    pub fn per_sec(self) -> f64 {
+        self.calls as f64 / self.secs.max(1e-9)
+    }
+}
+
+impl Session {
+    /// Launches the target and completes the MCP handshake.
+    pub fn start(spec: &TargetSpec, limits: Limits) -> Result<Self> {
+        let began = Instant::now();
+        let target = spec.launch(limits)?;
+        let mut session = Self {
+            target,
+            next_id: 1,
+            out: Vec::new(),
+            startup: Duration::ZERO,
+            last_answer_len: 0,
+        };
+        session.target.send(&mcp::handshake())?;
+        session.await_answer(0, 0).context("initialize failed")?;
+        session.startup = began.elapsed();
+        session.target.send(mcp::INITIALIZED)?;
+        Ok(session)
+    }
+
+    pub fn label(&self) -> &str {
+        self.target.label()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.target.server_pid()
+    }
+
+    /// One request; the answer's `result`, parsed (for checks, never timed).
+    pub fn result(&mut self, line: &RequestLine) -> Result<Value> {
+        let id = self.take_id();
+        self.out.clear();
+        line.write(id, &mut self.out);
+        self.target.send(&self.out)?;
+        let parsed = self
+            .await_answer_with(id, |text| Ok(serde_json::from_slice::<Value>(text)?))
+            .with_context(|| self.target.label().to_owned())?;
+        Ok(parsed.get("result").cloned().unwrap_or(Value::Null))
+    }
+
+    /// Up to `count` calls one at a time, stopping early at `limit`; nanoseconds each.
+    pub fn timed_calls(
+        &mut self,
+        line: &RequestLine,
+        count: usize,
+        limit: Duration,
+    ) -> Result<Vec<u64>> {
+        let mut samples = Vec::with_capacity(count);
+        let deadline = Instant::now() + limit;
+        for _ in 0..count {
+            let id = self.take_id();
+            self.out.clear();
+            line.write(id, &mut self.out);
+            let sent = Instant::now();
+            self.target.send(&self.out)?;
+            self.last_answer_len = self
+                .await_answer(id, line.min_answer)
+                .with_context(|| self.target.label().to_owned())?;
+            let done = Instant::now();
+            samples.push(u64::try_from((done - sent).as_nanos()).unwrap_or(u64::MAX));
+            if done >= deadline {
+                break;
+            }
+        }
+        Ok(samples)
+    }
+
+    /// `total` calls cycling through `lines`, keeping up to `window` in flight; stops sending
+    /// at `limit`, then drains. `tick` runs every 1,024 answers (RSS sampling).
+    pub fn pipelined(
+        &mut self,
+        lines: &[RequestLine],
+        total: u64,
+        window: u64,
+        limit: Duration,
+        tick: &mut dyn FnMut(),
+    ) -> Result<Rate> {
+        // Requests go out in batches of a quarter window, one write each, as a busy host's
+        // buffered writer would send them; a full window of small answers fits a pipe buffer.
+        let batch = (window / 4).max(1);
+        let (first, began) = (self.next_id, Instant::now());
+        let (mut sent, mut done, mut stop_at) = (0u64, 0u64, total);
+        while done < stop_at {
+            if sent < stop_at && sent - done + batch <= window {
+                self.out.clear();
+                let n = batch.min(stop_at - sent);
+                for k in sent..sent + n {
+                    lines[(k % lines.len() as u64) as usize].write(first + k, &mut self.out);
+                }
+                self.target.send(&self.out)?;
+                sent += n;
+            }
+            self.await_any(first, first + sent)
+                .with_context(|| self.target.label().to_owned())?;
+            done += 1;
+            if done % 1024 == 0 {
+                tick();
+                if began.elapsed() >= limit {
+                    stop_at = sent;
+                }
+            }
+        }
+        self.next_id = first + sent;
+        Ok(Rate {
+            calls: done,
+            secs: began.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn take_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id - 1
+    }
+
+    /// Waits for the answer to `id`; returns its length.
+    fn await_answer(&mut self, id: u64, min_len: usize) -> Result<usize> {
+        self.await_answer_with(id, |text| {
+            if text.len() < min_len {
+                bail!(
+                    "answer of {} bytes, expected at least {min_len}",
+                    text.len()
+                );
+            }
+            Ok(text.len())
+        })
+    }
+
+    /// Waits for the answer to `id`, which must be a result, and hands its text to `check`.
+    fn await_answer_with<R>(
+        &mut self,
+        id: u64,
+        check: impl FnOnce(&[u8]) -> Result<R>,
+    ) -> Result<R> {
+        for _ in 0..MAX_SKIPPED {
+            let line = self.target.recv()?;
+            match mcp::classify(line)? {
+                Incoming::Answer { id: got, ok: true } if got == id => return check(line),
+                Incoming::Answer { .. } => {
+                    bail!("unexpected answer to {id}: {}", mcp::excerpt(line))
+                }
+                Incoming::Notification => {}
+                Incoming::ServerRequest { id, method } => self.answer_server(&id, &method)?,
+            }
+        }
+        bail!(
+            "{}: no answer to {id} among {MAX_SKIPPED} messages",
+            self.target.label()
+        )
+    }
+
+    /// Waits for any successful answer with an id in `from..to`.
+    fn await_any(&mut self, from: u64, to: u64) -> Result<()> {
+        for _ in 0..MAX_SKIPPED {
+            let line = self.target.recv()?;
+            match mcp::classify(line)? {
+                Incoming::Answer { id, ok: true } if (from..to).contains(&id) => return Ok(()),
+                Incoming::Answer { .. } => bail!("unexpected answer: {}", mcp::excerpt(line)),
+                Incoming::Notification => {}
+                Incoming::ServerRequest { id, method } => self.answer_server(&id, &method)?,
+            }
+        }
+        bail!(
+            "{}: no answer among {MAX_SKIPPED} messages",
+            self.target.label()
+        )
+    }
+
+    /// A host answers the server's requests: `ping` with `{}`, anything else with -32601.
+    fn answer_server(&mut self, id: &str, method: &str) -> Result<()> {
+        let body = if method == "ping" {
+            r#""result":{}"#.to_owned()
+        } else {
+            r#""error":{"code":-32601,"message":"not supported by manifold-load"}"#.to_owned()
+        };
+        let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},{body}}}\n");
+        self.target.send(line.as_bytes())
+    }
+}
