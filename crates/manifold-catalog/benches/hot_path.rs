@@ -68,12 +68,21 @@ fn request_path(c: &mut Criterion) {
     });
     let env = Envelope::decode(REQUEST.as_bytes()).unwrap();
     let params = env.params.unwrap();
-    c.bench_function("name and id rewrite (request line)", |b| {
+    c.bench_function("name and id rewrite, validated RawValue (set_param)", |b| {
         let mut line = Vec::with_capacity(256);
         b.iter(|| {
             let p = rewrite::set_param(black_box(params), "name", "tool_13").unwrap();
             line.clear();
             write::request(&mut line, black_box(9_000_001), "tools/call", Some(p.get()));
+            black_box(&line);
+        })
+    });
+    c.bench_function("name and id rewrite, as forwarded (with_param)", |b| {
+        let mut line = Vec::with_capacity(256);
+        b.iter(|| {
+            let p = rewrite::with_param(black_box(params), "name", "tool_13").unwrap();
+            line.clear();
+            write::request(&mut line, black_box(9_000_001), "tools/call", Some(&p));
             black_box(&line);
         })
     });

@@ -72,6 +72,15 @@ impl<'a> RawObject<'a> {
         out.push(b'}');
     }
 
+    /// The object's JSON text. Built only from valid JSON pieces, so it needs no
+    /// re-validation: the request path uses this rather than `to_raw`.
+    pub fn to_text(&self) -> String {
+        let mut out = Vec::with_capacity(self.len_hint());
+        self.write_to(&mut out);
+        // Keys are &str and values are RawValue text, both valid UTF-8.
+        String::from_utf8(out).unwrap_or_default()
+    }
+
     /// The object as a boxed raw value.
     pub fn to_raw(&self) -> Box<RawValue> {
         let mut out = Vec::with_capacity(self.len_hint());
@@ -181,6 +190,7 @@ mod tests {
         assert!(obj.remove("a"));
         assert!(!obj.remove("zz"));
         assert_eq!(obj.to_raw().get(), r#"{"b":[true]}"#);
+        assert_eq!(obj.to_text(), r#"{"b":[true]}"#);
     }
 
     #[test]

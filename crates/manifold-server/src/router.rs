@@ -180,7 +180,7 @@ impl Router {
         let item = resolve_named(&catalog, kind, name)?;
         let raw = env
             .params
-            .and_then(|p| rewrite::set_param(p, "name", &item.original));
+            .and_then(|p| rewrite::with_param(p, "name", &item.original));
         let raw =
             raw.ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))?;
         self.forward(session, id, item.upstream, method, &raw, &catalog)
@@ -201,7 +201,7 @@ impl Router {
         let (upstream, original) = resolve_uri(&catalog, uri)?;
         let raw = env
             .params
-            .and_then(|p| rewrite::set_param(p, "uri", original));
+            .and_then(|p| rewrite::with_param(p, "uri", original));
         let raw =
             raw.ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))?;
         self.forward(session, id, upstream, "resources/read", &raw, &catalog)
@@ -246,7 +246,14 @@ impl Router {
             }
         };
         let raw = raw.ok_or_else(|| bad("malformed params"))?;
-        self.forward(session, id, upstream, "completion/complete", &raw, &catalog)
+        self.forward(
+            session,
+            id,
+            upstream,
+            "completion/complete",
+            raw.get(),
+            &catalog,
+        )
     }
 
     /// `logging/setLevel` goes to every running upstream that declared logging.
@@ -298,7 +305,7 @@ impl Router {
         id: &RawValue,
         upstream: usize,
         method: &'static str,
-        params: &RawValue,
+        params: &str,
         catalog: &Catalog,
     ) -> Result<(), RouteError> {
         let handle = &self.upstreams[upstream];
@@ -311,8 +318,8 @@ impl Router {
         let upstream_id = conn.next_id();
         let (mapped, progress_token) = map_progress_token(params, upstream_id);
         let params = mapped.as_deref().unwrap_or(params);
-        let mut line = Vec::with_capacity(params.get().len() + 64);
-        write::request(&mut line, upstream_id, method, Some(params.get()));
+        let mut line = Vec::with_capacity(params.len() + 64);
+        write::request(&mut line, upstream_id, method, Some(params));
         let fwd = Forward {
             to: Arc::clone(session) as Arc<dyn Downstream>,
             host_id: id.to_owned(),
@@ -360,14 +367,11 @@ impl Router {
 
 /// Replaces a host's `_meta.progressToken` with the upstream request id, which is unique on
 /// that upstream, so progress from a shared upstream maps back to the right request.
-fn map_progress_token(
-    params: &RawValue,
-    upstream_id: u64,
-) -> (Option<Box<RawValue>>, Option<Box<RawValue>>) {
-    if memchr::memmem::find(params.get().as_bytes(), b"progressToken").is_none() {
+fn map_progress_token(params: &str, upstream_id: u64) -> (Option<String>, Option<Box<RawValue>>) {
+    if memchr::memmem::find(params.as_bytes(), b"progressToken").is_none() {
         return (None, None);
     }
-    let Ok(mut obj) = RawObject::parse(params) else {
+    let Ok(mut obj) = RawObject::parse_str(params) else {
         return (None, None);
     };
     let Some(meta) = obj.get("_meta").and_then(|m| RawObject::parse(m).ok()) else {
@@ -382,7 +386,7 @@ fn map_progress_token(
     meta.set_raw("progressToken", id);
     let meta = meta.to_raw();
     obj.set_raw("_meta", meta);
-    (Some(obj.to_raw()), Some(token))
+    (Some(obj.to_text()), Some(token))
 }
 
 /// The tool or prompt exposed as `name`, or the error a host should see.
