@@ -178,11 +178,7 @@ impl Router {
             .ok_or_else(|| RouteError::InvalidParams("missing \"name\"".into()))?;
         let catalog = self.hub.catalog();
         let item = resolve_named(&catalog, kind, name)?;
-        let raw = env
-            .params
-            .and_then(|p| rewrite::with_param(p, "name", &item.original));
-        let raw =
-            raw.ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))?;
+        let raw = rewritten(env, "name", &item.original)?;
         self.forward(session, id, item.upstream, method, &raw, &catalog)
     }
 
@@ -199,11 +195,7 @@ impl Router {
             .ok_or_else(|| RouteError::InvalidParams("missing \"uri\"".into()))?;
         let catalog = self.hub.catalog();
         let (upstream, original) = resolve_uri(&catalog, uri)?;
-        let raw = env
-            .params
-            .and_then(|p| rewrite::with_param(p, "uri", original));
-        let raw =
-            raw.ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))?;
+        let raw = rewritten(env, "uri", original)?;
         self.forward(session, id, upstream, "resources/read", &raw, &catalog)
     }
 
@@ -387,6 +379,13 @@ fn map_progress_token(params: &str, upstream_id: u64) -> (Option<String>, Option
     let meta = meta.to_raw();
     obj.set_raw("_meta", meta);
     (Some(obj.to_text()), Some(token))
+}
+
+/// The request's params with `key` set to the upstream's original name or URI.
+fn rewritten(env: &Envelope<'_>, key: &'static str, original: &str) -> Result<String, RouteError> {
+    env.params
+        .and_then(|p| rewrite::with_param(p, key, original))
+        .ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))
 }
 
 /// The tool or prompt exposed as `name`, or the error a host should see.
