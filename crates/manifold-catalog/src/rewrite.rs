@@ -14,14 +14,6 @@ pub fn set_param(params: &RawValue, key: &'static str, value: &str) -> Option<Bo
     Some(obj.to_raw())
 }
 
-/// `params` with the string member `key` set to `value`, as JSON text: the hot path of
-/// `tools/call` and `resources/read`, which skips re-validating what it just built.
-pub fn with_param(params: &RawValue, key: &'static str, value: &str) -> Option<String> {
-    let mut obj = RawObject::parse(params).ok()?;
-    obj.set_str(key, value);
-    Some(obj.to_text())
-}
-
 /// `params` with `ref.{key}` set to `value` (completion/complete).
 pub fn set_ref_member(params: &RawValue, key: &'static str, value: &str) -> Option<Box<RawValue>> {
     map_member(params, "ref", |r| set_param(r, key, value))
@@ -154,10 +146,6 @@ mod tests {
     #[test]
     fn params_are_rewritten_in_place() {
         let p = raw(r#"{"name":"a__echo","arguments":{"text":"hi"},"_meta":{"progressToken":1}}"#);
-        assert_eq!(
-            with_param(&p, "name", "echo").unwrap(),
-            set_param(&p, "name", "echo").unwrap().get()
-        );
         assert_eq!(
             set_param(&p, "name", "echo").unwrap().get(),
             r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":1}}"#

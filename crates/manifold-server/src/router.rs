@@ -98,6 +98,13 @@ impl Router {
             _ if !session.is_ready() => return Err(RouteError::NotInitialized),
             _ => {}
         }
+        // The forwarded methods parse their params once, for routing and rewriting together.
+        match method {
+            "tools/call" => return self.call_named(session, id, env, ListKind::Tools),
+            "prompts/get" => return self.call_named(session, id, env, ListKind::Prompts),
+            "resources/read" => return self.read(session, id, env),
+            _ => {}
+        }
         let params = env
             .routing_params()
             .map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
@@ -108,9 +115,6 @@ impl Router {
             "resources/templates/list" => {
                 self.list(session, id, ListKind::ResourceTemplates, &params)
             }
-            "tools/call" => self.call_named(session, id, env, &params, ListKind::Tools),
-            "prompts/get" => self.call_named(session, id, env, &params, ListKind::Prompts),
-            "resources/read" => self.read(session, id, env, &params),
             "completion/complete" => self.complete(session, id, env, &params),
             "logging/setLevel" => self.set_level(session, id, env),
             _ => Err(RouteError::UnknownMethod(method.to_owned())),
@@ -138,7 +142,7 @@ impl Router {
                 .wait_settled(router.settings.startup_timeout)
                 .await;
             let result = initialize::result(&router.hub.catalog(), negotiated);
-            session.finish_initialize(negotiated);
+            session.finish_initialize();
             reply(&session, &id, &result);
         });
         Ok(())
@@ -165,21 +169,27 @@ impl Router {
         session: &Arc<Session>,
         id: &RawValue,
         env: &Envelope<'_>,
-        params: &Params<'_>,
         kind: ListKind,
     ) -> Result<(), RouteError> {
         let method = match kind {
             ListKind::Tools => "tools/call",
             _ => "prompts/get",
         };
-        let name = params
-            .name
-            .as_deref()
-            .ok_or_else(|| RouteError::InvalidParams("missing \"name\"".into()))?;
+        let mut params = params_object(env)?;
         let catalog = self.hub.catalog();
-        let item = resolve_named(&catalog, kind, name)?;
-        let raw = rewritten(env, "name", &item.original)?;
-        self.forward(session, id, item.upstream, method, &raw, &catalog)
+        let item = {
+            let name = params.get_str("name").ok_or_else(|| missing("name"))?;
+            resolve_named(&catalog, kind, &name)?
+        };
+        params.set_str("name", &item.original);
+        self.forward(
+            session,
+            id,
+            item.upstream,
+            method,
+            &params.to_text(),
+            &catalog,
+        )
     }
 
     fn read(
@@ -187,16 +197,23 @@ impl Router {
         session: &Arc<Session>,
         id: &RawValue,
         env: &Envelope<'_>,
-        params: &Params<'_>,
     ) -> Result<(), RouteError> {
-        let uri = params
-            .uri
-            .as_deref()
-            .ok_or_else(|| RouteError::InvalidParams("missing \"uri\"".into()))?;
+        let mut params = params_object(env)?;
         let catalog = self.hub.catalog();
-        let (upstream, original) = resolve_uri(&catalog, uri)?;
-        let raw = rewritten(env, "uri", original)?;
-        self.forward(session, id, upstream, "resources/read", &raw, &catalog)
+        let (upstream, original) = {
+            let uri = params.get_str("uri").ok_or_else(|| missing("uri"))?;
+            let (upstream, original) = resolve_uri(&catalog, &uri)?;
+            (upstream, original.to_owned())
+        };
+        params.set_str("uri", &original);
+        self.forward(
+            session,
+            id,
+            upstream,
+            "resources/read",
+            &params.to_text(),
+            &catalog,
+        )
     }
 
     /// `completion/complete` goes to the upstream that owns the prompt or template in `ref`.
@@ -381,11 +398,16 @@ fn map_progress_token(params: &str, upstream_id: u64) -> (Option<String>, Option
     (Some(obj.to_text()), Some(token))
 }
 
-/// The request's params with `key` set to the upstream's original name or URI.
-fn rewritten(env: &Envelope<'_>, key: &'static str, original: &str) -> Result<String, RouteError> {
-    env.params
-        .and_then(|p| rewrite::with_param(p, key, original))
-        .ok_or_else(|| RouteError::InvalidParams("params must be an object".into()))
+/// The request's params as an object of raw members: parsed once, then read and rewritten.
+fn params_object<'a>(env: &Envelope<'a>) -> Result<RawObject<'a>, RouteError> {
+    let raw = env
+        .params
+        .ok_or_else(|| RouteError::InvalidParams("missing params".into()))?;
+    RawObject::parse(raw).map_err(|_| RouteError::InvalidParams("params must be an object".into()))
+}
+
+fn missing(key: &str) -> RouteError {
+    RouteError::InvalidParams(format!("missing \"{key}\""))
 }
 
 /// The tool or prompt exposed as `name`, or the error a host should see.

@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use manifold_upstream::pipe::PipeWriter;
 use manifold_upstream::Downstream;
@@ -15,8 +15,6 @@ pub enum Output {
     Pipe(Arc<PipeWriter>),
     /// A terminal or file: plain blocking writes (interactive use, tests).
     Blocking(Mutex<File>),
-    /// Lines collected in memory (unit tests).
-    Memory(Mutex<Vec<u8>>),
 }
 
 const NEW: u8 = 0;
@@ -28,7 +26,6 @@ pub struct Session {
     id: u64,
     output: Output,
     state: AtomicU8,
-    protocol_version: OnceLock<&'static str>,
 }
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -39,7 +36,6 @@ impl Session {
             id: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             output,
             state: AtomicU8::new(NEW),
-            protocol_version: OnceLock::new(),
         })
     }
 
@@ -50,29 +46,14 @@ impl Session {
             .is_ok()
     }
 
-    /// Records the negotiated version once `initialize` is answered.
-    pub fn finish_initialize(&self, version: &'static str) {
-        let _ = self.protocol_version.set(version);
+    /// Marks the handshake done, just before `initialize` is answered.
+    pub fn finish_initialize(&self) {
         self.state.store(READY, Ordering::Release);
     }
 
     /// Whether `initialize` has been answered.
     pub fn is_ready(&self) -> bool {
         self.state.load(Ordering::Acquire) == READY
-    }
-
-    pub fn protocol_version(&self) -> Option<&'static str> {
-        self.protocol_version.get().copied()
-    }
-
-    /// The collected output of a `Memory` session.
-    pub fn take_memory(&self) -> Vec<u8> {
-        match &self.output {
-            Output::Memory(m) => {
-                std::mem::take(&mut *m.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-            }
-            _ => Vec::new(),
-        }
     }
 }
 
@@ -83,12 +64,6 @@ impl Downstream for Session {
             Output::Blocking(f) => {
                 let mut f = f.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 f.write_all(line).and_then(|()| f.flush()).is_ok()
-            }
-            Output::Memory(m) => {
-                m.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .extend_from_slice(line);
-                true
             }
         };
         if !ok {

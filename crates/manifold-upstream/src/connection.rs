@@ -263,15 +263,6 @@ impl Connection {
         }
     }
 
-    pub fn is_closed(&self) -> bool {
-        self.lock().closed.is_some()
-    }
-
-    /// How many requests are waiting for an answer.
-    pub fn in_flight(&self) -> usize {
-        self.lock().table.entries.len()
-    }
-
     /// Writes an already framed line (used to answer the upstream's own requests).
     pub(crate) fn write_raw(&self, line: &[u8]) {
         let _ = self.writer.write_line(line);
@@ -320,8 +311,6 @@ impl Connection {
 pub fn error_object(err: &UpstreamError) -> ErrorObject {
     let code = match err {
         UpstreamError::Timeout { .. } => codes::UPSTREAM_TIMEOUT,
-        UpstreamError::Rpc { code, .. } => *code,
-        UpstreamError::Protocol { .. } => codes::INTERNAL_ERROR,
         UpstreamError::Unavailable { .. }
         | UpstreamError::Closed { .. }
         | UpstreamError::Overloaded { .. } => codes::UPSTREAM_UNAVAILABLE,
@@ -330,9 +319,7 @@ pub fn error_object(err: &UpstreamError) -> ErrorObject {
         UpstreamError::Unavailable { upstream, .. }
         | UpstreamError::Closed { upstream, .. }
         | UpstreamError::Timeout { upstream, .. }
-        | UpstreamError::Overloaded { upstream, .. }
-        | UpstreamError::Rpc { upstream, .. }
-        | UpstreamError::Protocol { upstream, .. } => upstream,
+        | UpstreamError::Overloaded { upstream, .. } => upstream,
     };
     ErrorObject::new(code, err.to_string())
         .with_data(&serde_json::json!({ "upstream": upstream, "retryable": err.retryable() }))

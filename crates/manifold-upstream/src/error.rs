@@ -1,14 +1,7 @@
-//! Errors at the upstream boundary, tagged with whose fault they are and whether retrying
-//! can help, so that the server maps them to JSON-RPC errors in one place.
+//! Errors at the upstream boundary (all of them the upstream's fault), tagged with whether
+//! retrying can help, so that the server maps them to JSON-RPC errors in one place.
 
 use std::time::Duration;
-
-/// Who caused an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    Upstream,
-    Internal,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpstreamError {
@@ -20,21 +13,9 @@ pub enum UpstreamError {
     Timeout { upstream: String, after: Duration },
     #[error("upstream {upstream:?} is not reading its input ({queued} bytes waiting)")]
     Overloaded { upstream: String, queued: usize },
-    #[error("upstream {upstream:?} answered with an error: {message}")]
-    Rpc {
-        upstream: String,
-        code: i64,
-        message: String,
-    },
-    #[error("upstream {upstream:?} broke the protocol: {problem}")]
-    Protocol { upstream: String, problem: String },
 }
 
 impl UpstreamError {
-    pub fn fault(&self) -> Fault {
-        Fault::Upstream
-    }
-
     /// Whether the same request may succeed later (after a restart or when load drops).
     pub fn retryable(&self) -> bool {
         matches!(

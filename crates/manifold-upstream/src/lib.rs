@@ -19,7 +19,7 @@ mod process;
 mod reader;
 
 pub use connection::{error_object, Connection};
-pub use error::{Fault, UpstreamError};
+pub use error::UpstreamError;
 pub use handle::UpstreamHandle;
 pub use hub::Hub;
 pub use pending::{Answer, Downstream, Forward};
