@@ -94,8 +94,8 @@ impl UpstreamSlice {
     pub fn has_capability(&self, name: &str) -> bool {
         self.capabilities
             .as_deref()
-            .and_then(|c| RawObject::parse(c).ok())
-            .is_some_and(|c| c.get(name).is_some_and(|v| v.get() != "null"))
+            .and_then(|c| RawObject::parse(c.get()).ok())
+            .is_some_and(|c| c.get(name).is_some_and(|v| v != "null"))
     }
 }
 
@@ -275,7 +275,7 @@ fn merge_kind(
     items
 }
 
-type Exposed = (String, String, NameOrigin, Box<RawValue>);
+type Exposed = (String, String, NameOrigin, Box<str>);
 
 /// Namespaces one item; `Ok(None)` when the config filters it out.
 fn expose_item(
@@ -285,7 +285,7 @@ fn expose_item(
     raw: &RawValue,
 ) -> Result<Option<Exposed>, String> {
     let key = kind.id_key();
-    let mut obj = RawObject::parse(raw)
+    let mut obj = RawObject::parse(raw.get())
         .map_err(|_| format!("a {} entry is not an object", kind.result_key()))?;
     let original = obj
         .get_str(key)
@@ -310,7 +310,7 @@ fn expose_item(
         ),
     };
     obj.set_str(key, &exposed);
-    Ok(Some((exposed, original, origin, obj.to_raw())))
+    Ok(Some((exposed, original, origin, obj.to_text().into())))
 }
 
 /// Removes every item whose exposed name is claimed more than once and records why.

@@ -2,28 +2,27 @@
 //! name or URI, outbound results and notifications get exposed URIs. Only the members that
 //! change are re-encoded; everything else is copied byte for byte.
 
-use manifold_protocol::RawObject;
-use serde_json::value::RawValue;
+use manifold_protocol::{scan, RawObject};
 
 use crate::uri;
 
-/// `params` with the string member `key` set to `value`.
-pub fn set_param(params: &RawValue, key: &'static str, value: &str) -> Option<Box<RawValue>> {
+/// `params` (an object's JSON text) with the string member `key` set to `value`.
+pub fn set_param(params: &str, key: &'static str, value: &str) -> Option<String> {
     let mut obj = RawObject::parse(params).ok()?;
     obj.set_str(key, value);
-    Some(obj.to_raw())
+    Some(obj.to_text())
 }
 
 /// `params` with `ref.{key}` set to `value` (completion/complete).
-pub fn set_ref_member(params: &RawValue, key: &'static str, value: &str) -> Option<Box<RawValue>> {
+pub fn set_ref_member(params: &str, key: &'static str, value: &str) -> Option<String> {
     map_member(params, "ref", |r| set_param(r, key, value))
 }
 
 /// Rewrites the URIs an upstream put in a result of `method` to exposed URIs. `None` when
 /// nothing needed rewriting, so the caller forwards the original bytes.
-pub fn result_uris(method: &str, result: &RawValue, uri_prefix: &str) -> Option<Box<RawValue>> {
+pub fn result_uris(method: &str, result: &str, uri_prefix: &str) -> Option<String> {
     // Most results hold no URI at all: skip parsing them.
-    memchr::memmem::find(result.get().as_bytes(), b"\"uri\"")?;
+    memchr::memmem::find(result.as_bytes(), b"\"uri\"")?;
     match method {
         "resources/read" => map_member(result, "contents", |list| {
             map_array(list, |c| expose_member(c, "uri", uri_prefix))
@@ -41,15 +40,15 @@ pub fn result_uris(method: &str, result: &RawValue, uri_prefix: &str) -> Option<
 }
 
 /// The string member `key` of an object, namespaced with `uri_prefix`.
-pub fn expose_member(obj: &RawValue, key: &'static str, uri_prefix: &str) -> Option<Box<RawValue>> {
+pub fn expose_member(obj: &str, key: &'static str, uri_prefix: &str) -> Option<String> {
     let mut o = RawObject::parse(obj).ok()?;
     let original = o.get_str(key)?.into_owned();
     o.set_str(key, &uri::expose(uri_prefix, &original));
-    Some(o.to_raw())
+    Some(o.to_text())
 }
 
 /// A content block: resource links carry `uri`, embedded resources `resource.uri`.
-fn content_block(block: &RawValue, uri_prefix: &str) -> Option<Box<RawValue>> {
+fn content_block(block: &str, uri_prefix: &str) -> Option<String> {
     let o = RawObject::parse(block).ok()?;
     match o.get_str("type").as_deref() {
         Some("resource_link") => expose_member(block, "uri", uri_prefix),
@@ -60,101 +59,84 @@ fn content_block(block: &RawValue, uri_prefix: &str) -> Option<Box<RawValue>> {
 
 /// Replaces member `key` of an object with `f(value)`; `None` if `f` changed nothing.
 fn map_member(
-    obj: &RawValue,
+    obj: &str,
     key: &'static str,
-    f: impl FnOnce(&RawValue) -> Option<Box<RawValue>>,
-) -> Option<Box<RawValue>> {
+    f: impl FnOnce(&str) -> Option<String>,
+) -> Option<String> {
     let mut o = RawObject::parse(obj).ok()?;
     let new = f(o.get(key)?)?;
     o.set_raw(key, new);
-    Some(o.to_raw())
+    Some(o.to_text())
 }
 
 /// Maps every element of an array; `None` if no element changed.
-fn map_array(
-    list: &RawValue,
-    f: impl Fn(&RawValue) -> Option<Box<RawValue>>,
-) -> Option<Box<RawValue>> {
-    let elems: Vec<&RawValue> = serde_json::from_str(list.get()).ok()?;
-    let mapped: Vec<Option<Box<RawValue>>> = elems.iter().map(|e| f(e)).collect();
+fn map_array(list: &str, f: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let elems = scan::elements(list).ok()?;
+    let mapped: Vec<Option<String>> = elems.iter().map(|e| f(e)).collect();
     if mapped.iter().all(Option::is_none) {
         return None;
     }
-    let mut out = String::with_capacity(list.get().len() + 64);
+    let mut out = String::with_capacity(list.len() + 64);
     out.push('[');
     for (i, (orig, new)) in elems.iter().zip(&mapped).enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(new.as_deref().unwrap_or(orig).get());
+        out.push_str(new.as_deref().unwrap_or(orig));
     }
     out.push(']');
-    RawValue::from_string(out).ok()
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn raw(s: &str) -> Box<RawValue> {
-        RawValue::from_string(s.to_owned()).unwrap()
-    }
-
     #[test]
     fn read_results_get_exposed_uris() {
-        let r = raw(
-            r#"{"contents":[{"uri":"file:///a","text":"x","x-extra":1},{"uri":"file:///b","blob":"AA=="}],"_meta":{}}"#,
-        );
+        let r = r#"{"contents":[{"uri":"file:///a","text":"x","x-extra":1},{"uri":"file:///b","blob":"AA=="}],"_meta":{}}"#;
         assert_eq!(
-            result_uris("resources/read", &r, "fs").unwrap().get(),
+            result_uris("resources/read", r, "fs").unwrap(),
             r#"{"contents":[{"uri":"fs+file:///a","text":"x","x-extra":1},{"uri":"fs+file:///b","blob":"AA=="}],"_meta":{}}"#
         );
     }
 
     #[test]
     fn tool_results_map_links_and_embedded_resources_only() {
-        let r = raw(
-            r#"{"content":[{"type":"text","text":"\"uri\""},{"type":"resource_link","uri":"x://1","name":"n"},{"type":"resource","resource":{"uri":"x://2","text":"t"}}],"isError":false}"#,
-        );
+        let r = r#"{"content":[{"type":"text","text":"\"uri\""},{"type":"resource_link","uri":"x://1","name":"n"},{"type":"resource","resource":{"uri":"x://2","text":"t"}}],"isError":false}"#;
         assert_eq!(
-            result_uris("tools/call", &r, "p").unwrap().get(),
+            result_uris("tools/call", r, "p").unwrap(),
             r#"{"content":[{"type":"text","text":"\"uri\""},{"type":"resource_link","uri":"p+x://1","name":"n"},{"type":"resource","resource":{"uri":"p+x://2","text":"t"}}],"isError":false}"#
         );
     }
 
     #[test]
     fn prompt_messages_are_mapped() {
-        let r = raw(
-            r#"{"messages":[{"role":"user","content":{"type":"resource","resource":{"uri":"x://r","text":"t"}}},{"role":"user","content":{"type":"text","text":"hi"}}]}"#,
-        );
-        let out = result_uris("prompts/get", &r, "p").unwrap();
-        assert!(out.get().contains(r#""uri":"p+x://r""#));
-        assert!(out
-            .get()
-            .contains(r#"{"role":"user","content":{"type":"text","text":"hi"}}"#));
+        let r = r#"{"messages":[{"role":"user","content":{"type":"resource","resource":{"uri":"x://r","text":"t"}}},{"role":"user","content":{"type":"text","text":"hi"}}]}"#;
+        let out = result_uris("prompts/get", r, "p").unwrap();
+        assert!(out.contains(r#""uri":"p+x://r""#));
+        assert!(out.contains(r#"{"role":"user","content":{"type":"text","text":"hi"}}"#));
     }
 
     #[test]
     fn results_without_uris_are_left_alone() {
-        let r = raw(r#"{"content":[{"type":"text","text":"hello"}]}"#);
-        assert!(result_uris("tools/call", &r, "p").is_none());
-        let r = raw(r#"{"content":[{"type":"text","text":"has \"uri\" in it"}]}"#);
-        assert!(result_uris("tools/call", &r, "p").is_none());
-        assert!(result_uris("tools/list", &raw(r#"{"uri":"x"}"#), "p").is_none());
+        let r = r#"{"content":[{"type":"text","text":"hello"}]}"#;
+        assert!(result_uris("tools/call", r, "p").is_none());
+        let r = r#"{"content":[{"type":"text","text":"has \"uri\" in it"}]}"#;
+        assert!(result_uris("tools/call", r, "p").is_none());
+        assert!(result_uris("tools/list", r#"{"uri":"x"}"#, "p").is_none());
     }
 
     #[test]
     fn params_are_rewritten_in_place() {
-        let p = raw(r#"{"name":"a__echo","arguments":{"text":"hi"},"_meta":{"progressToken":1}}"#);
+        let p = r#"{"name":"a__echo","arguments":{"text":"hi"},"_meta":{"progressToken":1}}"#;
         assert_eq!(
-            set_param(&p, "name", "echo").unwrap().get(),
+            set_param(p, "name", "echo").unwrap(),
             r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":1}}"#
         );
-        let p = raw(
-            r#"{"ref":{"type":"ref/resource","uri":"a+x://{id}"},"argument":{"name":"id","value":"1"}}"#,
-        );
+        let p = r#"{"ref":{"type":"ref/resource","uri":"a+x://{id}"},"argument":{"name":"id","value":"1"}}"#;
         assert_eq!(
-            set_ref_member(&p, "uri", "x://{id}").unwrap().get(),
+            set_ref_member(p, "uri", "x://{id}").unwrap(),
             r#"{"ref":{"type":"ref/resource","uri":"x://{id}"},"argument":{"name":"id","value":"1"}}"#
         );
     }

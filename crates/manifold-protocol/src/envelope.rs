@@ -1,27 +1,48 @@
 //! Envelope decoding: one pass over a line that borrows the routing fields and keeps every
-//! payload as a `&RawValue` slice of the input.
+//! payload as a slice of the input.
+//!
+//! The common case (an object whose JSON-RPC keys and string members hold no escapes) is read
+//! by the scanner in [`crate::scan`]. Anything else goes through `serde_json`, which gives the
+//! same fields and its own error messages, so the two paths agree on every input.
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// The top level of a JSON-RPC message. Fields are borrowed from the input line; anything
-/// other than the five JSON-RPC members is ignored (the spec allows no others).
-#[derive(Debug, Deserialize)]
+use crate::scan;
+
+/// The top level of a JSON-RPC message. Fields are borrowed from the input line; `id`,
+/// `params`, `result` and `error` are JSON text exactly as written. Members other than the
+/// five JSON-RPC ones are ignored (the spec allows no others).
+#[derive(Debug, Default)]
 pub struct Envelope<'a> {
-    #[serde(borrow, default)]
     pub jsonrpc: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    pub id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    /// Present even when it is `null`, so an explicit null id stays distinguishable.
+    pub id: Option<&'a str>,
     pub method: Option<Cow<'a, str>>,
+    /// `None` when absent or `null`, as for `result` and `error`.
+    pub params: Option<&'a str>,
+    pub result: Option<&'a str>,
+    pub error: Option<&'a str>,
+}
+
+/// The same fields, for `serde_json` (the path for unusual but valid messages, and for
+/// precise error messages).
+#[derive(Deserialize)]
+struct SerdeEnvelope<'a> {
     #[serde(borrow, default)]
-    pub params: Option<&'a RawValue>,
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    pub result: Option<&'a RawValue>,
+    method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    pub error: Option<&'a RawValue>,
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
 }
 
 /// What a decoded message is, by the JSON-RPC rules.
@@ -57,6 +78,54 @@ where
 impl<'a> Envelope<'a> {
     /// Decodes one line. Leading whitespace is allowed; a top-level array is a batch.
     pub fn decode(line: &'a [u8]) -> Result<Self, MessageError> {
+        if let Some(env) = std::str::from_utf8(line).ok().and_then(Self::scan) {
+            return Ok(env);
+        }
+        Self::decode_with_serde(line)
+    }
+
+    /// The scanner's path: `None` sends the line to `serde_json` (invalid JSON, not an object,
+    /// escaped keys, a duplicate member, a `jsonrpc` or `method` that is not a plain string).
+    fn scan(text: &'a str) -> Option<Self> {
+        let mut env = Envelope::default();
+        let mut usual = true;
+        let mut seen = 0u8;
+        let scanned = scan::for_each_member(text, |m| {
+            let bit = match m.key {
+                _ if m.key_escaped => {
+                    usual = false;
+                    return;
+                }
+                "jsonrpc" => 1,
+                "id" => 2,
+                "method" => 4,
+                "params" => 8,
+                "result" => 16,
+                "error" => 32,
+                _ => return,
+            };
+            usual &= seen & bit == 0;
+            seen |= bit;
+            let non_null = (m.value != "null").then_some(m.value);
+            match bit {
+                1 => {
+                    env.jsonrpc = plain_string(m.value);
+                    usual &= env.jsonrpc.is_some();
+                }
+                2 => env.id = Some(m.value),
+                4 => {
+                    env.method = plain_string(m.value);
+                    usual &= env.method.is_some();
+                }
+                8 => env.params = non_null,
+                16 => env.result = non_null,
+                _ => env.error = non_null,
+            }
+        });
+        (scanned.is_ok() && usual).then_some(env)
+    }
+
+    fn decode_with_serde(line: &'a [u8]) -> Result<Self, MessageError> {
         let first = line.iter().find(|b| !b.is_ascii_whitespace());
         if first == Some(&b'[') {
             // Still report malformed JSON as a parse error, as the spec orders the checks.
@@ -65,8 +134,15 @@ impl<'a> Envelope<'a> {
                 Err(e) => Err(MessageError::Parse(e.to_string())),
             };
         }
-        match serde_json::from_slice::<Envelope<'a>>(line) {
-            Ok(env) => Ok(env),
+        match serde_json::from_slice::<SerdeEnvelope<'a>>(line) {
+            Ok(env) => Ok(Envelope {
+                jsonrpc: env.jsonrpc,
+                id: env.id.map(RawValue::get),
+                method: env.method,
+                params: env.params.map(RawValue::get),
+                result: env.result.map(RawValue::get),
+                error: env.error.map(RawValue::get),
+            }),
             Err(e) if e.is_data() => Err(MessageError::Invalid("not a JSON-RPC message object")),
             Err(e) => Err(MessageError::Parse(e.to_string())),
         }
@@ -78,7 +154,7 @@ impl<'a> Envelope<'a> {
             return Err(MessageError::Invalid("\"jsonrpc\" must be \"2.0\""));
         }
         // A null id is only legal on an error answering a message whose id could not be read.
-        let id = self.id.filter(|id| id.get() != "null");
+        let id = self.id.filter(|id| *id != "null");
         if self.id.is_some() && id.is_none() && self.error.is_none() {
             return Err(MessageError::Invalid(
                 "\"id\" must be a string or an integer",
@@ -110,15 +186,21 @@ impl<'a> Envelope<'a> {
     pub fn routing_params(&self) -> Result<Params<'a>, MessageError> {
         match self.params {
             None => Ok(Params::default()),
-            Some(raw) => serde_json::from_str(raw.get())
+            Some(raw) => serde_json::from_str(raw)
                 .map_err(|_| MessageError::Invalid("\"params\" must be an object")),
         }
     }
 }
 
-/// MCP ids are strings or integers; `null`, floats, objects and arrays are refused.
-pub fn is_valid_id(id: &RawValue) -> bool {
-    let s = id.get();
+/// A string member's value without escapes, borrowed; `None` for anything else.
+fn plain_string(value: &str) -> Option<Cow<'_, str>> {
+    let inner = value.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(Cow::Borrowed(inner))
+}
+
+/// MCP ids are strings or integers; `null`, floats, objects and arrays are refused. `id` is
+/// the id's JSON text.
+pub fn is_valid_id(s: &str) -> bool {
     match s.as_bytes().first() {
         Some(b'"') => true,
         Some(b'-' | b'0'..=b'9') => s.bytes().all(|b| b == b'-' || b.is_ascii_digit()),

@@ -9,6 +9,7 @@ pub mod envelope;
 pub mod error;
 pub mod framing;
 pub mod object;
+pub mod scan;
 pub mod version;
 pub mod write;
 

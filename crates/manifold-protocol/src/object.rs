@@ -2,30 +2,36 @@
 //! one member (a name, a URI, an id) and write everything else back byte for byte.
 
 use std::borrow::Cow;
-use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
-use serde_json::value::RawValue;
+use crate::scan::{self, SyntaxError};
 
-/// An object whose members keep their order and their exact bytes.
+/// An object whose members keep their order and their exact bytes. Values are JSON text:
+/// slices of the parsed input, or text written by this crate.
 #[derive(Debug, Default, Clone)]
 pub struct RawObject<'a> {
-    entries: Vec<(Cow<'a, str>, Cow<'a, RawValue>)>,
+    entries: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 impl<'a> RawObject<'a> {
-    /// Parses `raw`, which must be a JSON object.
-    pub fn parse(raw: &'a RawValue) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(raw.get())
-    }
-
     /// Parses `text`, which must be a JSON object.
-    pub fn parse_str(text: &'a str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(text)
+    pub fn parse(text: &'a str) -> Result<Self, SyntaxError> {
+        let mut entries = Vec::with_capacity(8);
+        let mut bad_key = None;
+        scan::for_each_member(text, |m| match m.key_text() {
+            Some(key) => entries.push((key, Cow::Borrowed(m.value))),
+            None => bad_key = Some(m.key),
+        })?;
+        if bad_key.is_some() {
+            return Err(SyntaxError {
+                at: 0,
+                problem: "a key is not a valid string",
+            });
+        }
+        Ok(Self { entries })
     }
 
-    /// The raw value of the first member named `key`.
-    pub fn get(&self, key: &str) -> Option<&RawValue> {
+    /// The JSON text of the first member named `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
         self.entries
             .iter()
             .find(|(k, _)| k == key)
@@ -34,21 +40,21 @@ impl<'a> RawObject<'a> {
 
     /// The member `key` decoded as a string, if it is one.
     pub fn get_str(&self, key: &str) -> Option<Cow<'_, str>> {
-        let raw = self.get(key)?;
-        serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+        scan::string_value(self.get(key)?)
     }
 
-    /// Replaces the member `key` (or appends it) with an already encoded JSON value.
-    pub fn set_raw(&mut self, key: &'a str, value: Box<RawValue>) {
+    /// Replaces the member `key` (or appends it) with `value`, which must be JSON text.
+    pub fn set_raw(&mut self, key: &'a str, value: impl Into<Cow<'a, str>>) {
+        let value = value.into();
         match self.entries.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = Cow::Owned(value),
-            None => self.entries.push((Cow::Borrowed(key), Cow::Owned(value))),
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((Cow::Borrowed(key), value)),
         }
     }
 
     /// Replaces the member `key` (or appends it) with a JSON string.
     pub fn set_str(&mut self, key: &'a str, value: &str) {
-        self.set_raw(key, string_value(value));
+        self.set_raw(key, json_string(value));
     }
 
     /// Removes the member `key`, returning whether it was there.
@@ -67,54 +73,35 @@ impl<'a> RawObject<'a> {
             }
             write_json_str(out, key);
             out.push(b':');
-            out.extend_from_slice(value.get().as_bytes());
+            out.extend_from_slice(value.as_bytes());
         }
         out.push(b'}');
     }
 
     /// The object's JSON text. Built only from valid JSON pieces, so it needs no
-    /// re-validation: the request path uses this rather than `to_raw`.
+    /// re-validation.
     pub fn to_text(&self) -> String {
         let mut out = Vec::with_capacity(self.len_hint());
         self.write_to(&mut out);
-        // Keys are &str and values are RawValue text, both valid UTF-8.
+        // Keys and values are all &str, so the bytes are valid UTF-8.
         String::from_utf8(out).unwrap_or_default()
-    }
-
-    /// The object as a boxed raw value.
-    pub fn to_raw(&self) -> Box<RawValue> {
-        let mut out = Vec::with_capacity(self.len_hint());
-        self.write_to(&mut out);
-        // The bytes are built from valid JSON pieces, so this cannot fail; fall back to an
-        // empty object rather than panic should that ever change.
-        String::from_utf8(out)
-            .ok()
-            .and_then(|s| RawValue::from_string(s).ok())
-            .unwrap_or_else(|| string_value_raw("{}"))
     }
 
     fn len_hint(&self) -> usize {
         self.entries
             .iter()
-            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .map(|(k, v)| k.len() + v.len() + 4)
             .sum::<usize>()
             + 2
     }
 }
 
 /// Encodes `s` as a JSON string value.
-pub fn string_value(s: &str) -> Box<RawValue> {
+pub fn json_string(s: &str) -> String {
     let mut out = Vec::with_capacity(s.len() + 2);
     write_json_str(&mut out, s);
-    String::from_utf8(out)
-        .ok()
-        .and_then(|s| RawValue::from_string(s).ok())
-        .unwrap_or_else(|| string_value_raw("\"\""))
-}
-
-fn string_value_raw(text: &str) -> Box<RawValue> {
-    // Only ever called with literal valid JSON.
-    RawValue::from_string(text.to_owned()).unwrap_or_default()
+    // Escaping keeps valid UTF-8 valid.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Appends `s` as a JSON string (quoted and escaped) to `out`.
@@ -144,27 +131,6 @@ pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for RawObject<'a> {
-    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        struct EntriesVisitor;
-        impl<'de> Visitor<'de> for EntriesVisitor {
-            type Value = RawObject<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    let value: &'de RawValue = map.next_value()?;
-                    entries.push((key, Cow::Borrowed(value)));
-                }
-                Ok(RawObject { entries })
-            }
-        }
-        de.deserialize_map(EntriesVisitor)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,7 +138,7 @@ mod tests {
     #[test]
     fn rewrites_one_member_and_keeps_the_rest_byte_for_byte() {
         let text = r#"{"name":"echo", "x-unknown":{"deep":[1,2.50e3,"\u00e9"]},"description":"say \"hi\""}"#;
-        let mut obj = RawObject::parse_str(text).unwrap();
+        let mut obj = RawObject::parse(text).unwrap();
         assert_eq!(obj.get_str("name").as_deref(), Some("echo"));
         obj.set_str("name", "alpha__echo");
         let mut out = Vec::new();
@@ -185,11 +151,10 @@ mod tests {
 
     #[test]
     fn appends_and_removes_members() {
-        let mut obj = RawObject::parse_str(r#"{"a":1}"#).unwrap();
-        obj.set_raw("b", RawValue::from_string("[true]".into()).unwrap());
+        let mut obj = RawObject::parse(r#"{"a":1}"#).unwrap();
+        obj.set_raw("b", "[true]");
         assert!(obj.remove("a"));
         assert!(!obj.remove("zz"));
-        assert_eq!(obj.to_raw().get(), r#"{"b":[true]}"#);
         assert_eq!(obj.to_text(), r#"{"b":[true]}"#);
     }
 
@@ -198,13 +163,13 @@ mod tests {
         let mut out = Vec::new();
         write_json_str(&mut out, "a\"b\\c\nd\u{1}é");
         assert_eq!(String::from_utf8(out).unwrap(), r#""a\"b\\c\nd\u0001é""#);
-        let obj = RawObject::parse_str(r#"{"k\"ey":1}"#).unwrap();
-        assert_eq!(obj.to_raw().get(), r#"{"k\"ey":1}"#);
+        let obj = RawObject::parse(r#"{"k\"ey":1}"#).unwrap();
+        assert_eq!(obj.to_text(), r#"{"k\"ey":1}"#);
     }
 
     #[test]
     fn refuses_non_objects() {
-        assert!(RawObject::parse_str("[1]").is_err());
-        assert!(RawObject::parse_str("\"s\"").is_err());
+        assert!(RawObject::parse("[1]").is_err());
+        assert!(RawObject::parse("\"s\"").is_err());
     }
 }

@@ -126,6 +126,6 @@ mod tests {
         let line = text(|o| request(o, 42, "tools/call", Some("{\"name\":\"x\"}")));
         let env = crate::Envelope::decode(line.trim_end().as_bytes()).unwrap();
         assert_eq!(env.kind(), Ok(crate::Kind::Request));
-        assert_eq!(env.id.unwrap().get(), "42");
+        assert_eq!(env.id.unwrap(), "42");
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use manifold_catalog::{rewrite, Catalog, Item, Kind as ListKind, Resolved, UpstreamState};
 use manifold_config::ServerSettings;
-use manifold_protocol::{version, write, Envelope, Kind, Params, RawObject, RawValue};
+use manifold_protocol::{version, write, Envelope, Kind, Params, RawObject};
 use manifold_upstream::{Connection, Downstream, Forward, Hub, UpstreamError, UpstreamHandle};
 
 use crate::error::RouteError;
@@ -66,7 +66,7 @@ impl Router {
                 let _entered = span.enter();
                 if let Err(e) = self.request(session, id, method, &env) {
                     tracing::debug!(error = %e, "request refused");
-                    reply_error(session, Some(id.get()), &e);
+                    reply_error(session, Some(id), &e);
                 }
             }
             Ok(Kind::Notification) => self.notification(session, &env),
@@ -85,7 +85,7 @@ impl Router {
     fn request(
         self: &Arc<Self>,
         session: &Arc<Session>,
-        id: &RawValue,
+        id: &str,
         method: &str,
         env: &Envelope<'_>,
     ) -> Result<(), RouteError> {
@@ -124,7 +124,7 @@ impl Router {
     fn initialize(
         self: &Arc<Self>,
         session: &Arc<Session>,
-        id: &RawValue,
+        id: &str,
         env: &Envelope<'_>,
     ) -> Result<(), RouteError> {
         let params = env
@@ -151,7 +151,7 @@ impl Router {
     fn list(
         &self,
         session: &Arc<Session>,
-        id: &RawValue,
+        id: &str,
         kind: ListKind,
         params: &Params<'_>,
     ) -> Result<(), RouteError> {
@@ -167,7 +167,7 @@ impl Router {
     fn call_named(
         &self,
         session: &Arc<Session>,
-        id: &RawValue,
+        id: &str,
         env: &Envelope<'_>,
         kind: ListKind,
     ) -> Result<(), RouteError> {
@@ -192,12 +192,7 @@ impl Router {
         )
     }
 
-    fn read(
-        &self,
-        session: &Arc<Session>,
-        id: &RawValue,
-        env: &Envelope<'_>,
-    ) -> Result<(), RouteError> {
+    fn read(&self, session: &Arc<Session>, id: &str, env: &Envelope<'_>) -> Result<(), RouteError> {
         let mut params = params_object(env)?;
         let catalog = self.hub.catalog();
         let (upstream, original) = {
@@ -220,14 +215,14 @@ impl Router {
     fn complete(
         &self,
         session: &Arc<Session>,
-        id: &RawValue,
+        id: &str,
         env: &Envelope<'_>,
         params: &Params<'_>,
     ) -> Result<(), RouteError> {
         let bad = |m: &str| RouteError::InvalidParams(m.to_owned());
         let reference = params.reference.ok_or_else(|| bad("missing \"ref\""))?;
         let reference =
-            RawObject::parse(reference).map_err(|_| bad("\"ref\" must be an object"))?;
+            RawObject::parse(reference.get()).map_err(|_| bad("\"ref\" must be an object"))?;
         let all = env.params.ok_or_else(|| bad("missing params"))?;
         let catalog = self.hub.catalog();
         let (upstream, raw) = match reference.get_str("type").as_deref() {
@@ -255,21 +250,14 @@ impl Router {
             }
         };
         let raw = raw.ok_or_else(|| bad("malformed params"))?;
-        self.forward(
-            session,
-            id,
-            upstream,
-            "completion/complete",
-            raw.get(),
-            &catalog,
-        )
+        self.forward(session, id, upstream, "completion/complete", &raw, &catalog)
     }
 
     /// `logging/setLevel` goes to every running upstream that declared logging.
     fn set_level(
         &self,
         session: &Arc<Session>,
-        id: &RawValue,
+        id: &str,
         env: &Envelope<'_>,
     ) -> Result<(), RouteError> {
         let params = env
@@ -292,7 +280,7 @@ impl Router {
             })
             .filter_map(UpstreamHandle::connection)
             .collect();
-        let (session, id, params) = (Arc::clone(session), id.to_owned(), params.get().to_owned());
+        let (session, id, params) = (Arc::clone(session), id.to_owned(), params.to_owned());
         self.runtime.spawn(async move {
             let calls = targets
                 .iter()
@@ -311,7 +299,7 @@ impl Router {
     fn forward(
         &self,
         session: &Arc<Session>,
-        id: &RawValue,
+        id: &str,
         upstream: usize,
         method: &'static str,
         params: &str,
@@ -331,7 +319,7 @@ impl Router {
         write::request(&mut line, upstream_id, method, Some(params));
         let fwd = Forward {
             to: Arc::clone(session) as Arc<dyn Downstream>,
-            host_id: id.to_owned(),
+            host_id: id.into(),
             method,
             progress_token,
             span: tracing::debug_span!(
@@ -359,11 +347,9 @@ impl Router {
                     .upstreams
                     .iter()
                     .filter_map(UpstreamHandle::connection)
-                    .find(|c| {
-                        c.cancel_for(session.session_id(), request_id.get(), reason.as_deref())
-                    });
+                    .find(|c| c.cancel_for(session.session_id(), request_id, reason.as_deref()));
                 tracing::debug!(
-                    request = request_id.get(),
+                    request = request_id,
                     forwarded_to = owner.as_ref().map(|c| c.name()),
                     "host cancelled a request"
                 );
@@ -376,24 +362,21 @@ impl Router {
 
 /// Replaces a host's `_meta.progressToken` with the upstream request id, which is unique on
 /// that upstream, so progress from a shared upstream maps back to the right request.
-fn map_progress_token(params: &str, upstream_id: u64) -> (Option<String>, Option<Box<RawValue>>) {
+fn map_progress_token(params: &str, upstream_id: u64) -> (Option<String>, Option<Box<str>>) {
     if memchr::memmem::find(params.as_bytes(), b"progressToken").is_none() {
         return (None, None);
     }
-    let Ok(mut obj) = RawObject::parse_str(params) else {
+    let Ok(mut obj) = RawObject::parse(params) else {
         return (None, None);
     };
-    let Some(meta) = obj.get("_meta").and_then(|m| RawObject::parse(m).ok()) else {
+    let Some(mut meta) = obj.get("_meta").and_then(|m| RawObject::parse(m).ok()) else {
         return (None, None);
     };
-    let Some(token) = meta.get("progressToken").map(RawValue::to_owned) else {
+    let Some(token) = meta.get("progressToken").map(Box::from) else {
         return (None, None);
     };
-    let mut meta = meta;
-    let id = RawValue::from_string(upstream_id.to_string()).ok();
-    let Some(id) = id else { return (None, None) };
-    meta.set_raw("progressToken", id);
-    let meta = meta.to_raw();
+    meta.set_raw("progressToken", upstream_id.to_string());
+    let meta = meta.to_text();
     obj.set_raw("_meta", meta);
     (Some(obj.to_text()), Some(token))
 }
@@ -445,12 +428,11 @@ fn unavailable(handle: &UpstreamHandle, reason: &str) -> RouteError {
 fn usable_id<'a>(env: &Envelope<'a>) -> Option<&'a str> {
     env.id
         .filter(|id| manifold_protocol::envelope::is_valid_id(id))
-        .map(RawValue::get)
 }
 
-fn reply(session: &Session, id: &RawValue, result: &str) {
-    let mut out = Vec::with_capacity(result.len() + id.get().len() + 40);
-    write::response(&mut out, id.get(), result);
+fn reply(session: &Session, id: &str, result: &str) {
+    let mut out = Vec::with_capacity(result.len() + id.len() + 40);
+    write::response(&mut out, id, result);
     session.send_line(&out);
 }
 

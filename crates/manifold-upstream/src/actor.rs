@@ -11,7 +11,6 @@ use arc_swap::ArcSwapOption;
 use manifold_catalog::{Kind, UpstreamSlice, UpstreamState};
 use manifold_config::{Transport, UpstreamConfig};
 use rustix::process::Signal;
-use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use crate::connection::Connection;
@@ -324,7 +323,7 @@ struct ReaderEvents {
 }
 
 impl reader::Events for ReaderEvents {
-    fn notification(&self, conn: &Connection, method: &str, params: Option<&RawValue>) {
+    fn notification(&self, conn: &Connection, method: &str, params: Option<&str>) {
         let kinds = match method {
             "notifications/tools/list_changed" => vec![Kind::Tools],
             "notifications/prompts/list_changed" => vec![Kind::Prompts],
@@ -348,20 +347,15 @@ impl reader::Events for ReaderEvents {
 }
 
 impl ReaderEvents {
-    fn relay(&self, method: &str, params: Option<&RawValue>) {
-        let params = match (method, params) {
+    fn relay(&self, method: &str, params: Option<&str>) {
+        let exposed = match (method, params) {
             ("notifications/resources/updated", Some(p)) => {
                 manifold_catalog::rewrite::expose_member(p, "uri", &self.uri_prefix)
             }
-            (_, Some(p)) => Some(p.to_owned()),
-            (_, None) => None,
+            _ => None,
         };
         let mut line = Vec::new();
-        manifold_protocol::write::notification(
-            &mut line,
-            method,
-            params.as_deref().map(RawValue::get),
-        );
+        manifold_protocol::write::notification(&mut line, method, exposed.as_deref().or(params));
         self.hub.broadcast(&line);
     }
 }

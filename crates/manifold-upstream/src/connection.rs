@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use manifold_catalog::rewrite;
 use manifold_protocol::{codes, write, ErrorObject, RawObject};
-use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use crate::error::UpstreamError;
@@ -142,7 +141,7 @@ impl Connection {
         let found = {
             let mut st = self.lock();
             let id = st.table.entries.iter().find_map(|(id, e)| match &e.reply {
-                Reply::Forward(f) if f.to.session_id() == session && f.host_id.get() == host_id => {
+                Reply::Forward(f) if f.to.session_id() == session && &*f.host_id == host_id => {
                     Some(*id)
                 }
                 _ => None,
@@ -164,12 +163,7 @@ impl Connection {
 
     /// Delivers an answer read from the upstream. Unknown ids (late answers to cancelled or
     /// timed-out requests) are dropped, as the spec requires.
-    pub(crate) fn answer(
-        &self,
-        id: u64,
-        result: Option<&RawValue>,
-        error: Option<&RawValue>,
-    ) -> bool {
+    pub(crate) fn answer(&self, id: u64, result: Option<&str>, error: Option<&str>) -> bool {
         let Some(entry) = self.lock().table.entries.remove(&id) else {
             return false;
         };
@@ -179,7 +173,7 @@ impl Connection {
                 let answer = match (result, error) {
                     (_, Some(e)) => Answer::Error(e.to_owned()),
                     (Some(r), None) => Answer::Result(r.to_owned()),
-                    (None, None) => Answer::Result(Box::default()),
+                    (None, None) => Answer::Result("null".to_owned()),
                 };
                 let _ = tx.send(Ok(answer));
             }
@@ -187,34 +181,27 @@ impl Connection {
         true
     }
 
-    fn deliver(&self, fwd: Forward, result: Option<&RawValue>, error: Option<&RawValue>) {
+    fn deliver(&self, fwd: Forward, result: Option<&str>, error: Option<&str>) {
         let _entered = fwd.span.enter();
-        let mut out = Vec::with_capacity(64 + result.map_or(0, |r| r.get().len()));
+        let mut out = Vec::with_capacity(64 + result.map_or(0, str::len));
         match (result, error) {
-            (_, Some(err)) => write::raw_error_response(&mut out, fwd.host_id.get(), err.get()),
+            (_, Some(err)) => write::raw_error_response(&mut out, &fwd.host_id, err),
             (Some(res), None) => {
                 let mapped = rewrite::result_uris(fwd.method, res, &self.uri_prefix);
-                write::response(
-                    &mut out,
-                    fwd.host_id.get(),
-                    mapped.as_deref().unwrap_or(res).get(),
-                );
+                write::response(&mut out, &fwd.host_id, mapped.as_deref().unwrap_or(res));
             }
-            (None, None) => write::response(&mut out, fwd.host_id.get(), "null"),
+            (None, None) => write::response(&mut out, &fwd.host_id, "null"),
         }
         fwd.to.send_line(&out);
     }
 
     /// Forwards an upstream's progress notification to the host whose request it belongs to,
     /// with the host's own progress token. Returns false if no request matches.
-    pub(crate) fn progress(&self, params: &RawValue) -> bool {
+    pub(crate) fn progress(&self, params: &str) -> bool {
         let Ok(mut obj) = RawObject::parse(params) else {
             return false;
         };
-        let Some(id) = obj
-            .get("progressToken")
-            .and_then(|t| t.get().parse::<u64>().ok())
-        else {
+        let Some(id) = obj.get("progressToken").and_then(|t| t.parse::<u64>().ok()) else {
             return false;
         };
         let target = {
@@ -227,9 +214,9 @@ impl Connection {
         let Some((to, token)) = target else {
             return false;
         };
-        obj.set_raw("progressToken", token);
+        obj.set_raw("progressToken", String::from(token));
         let mut out = Vec::new();
-        write::notification(&mut out, "notifications/progress", Some(obj.to_raw().get()));
+        write::notification(&mut out, "notifications/progress", Some(&obj.to_text()));
         to.send_line(&out);
         true
     }
@@ -276,7 +263,7 @@ impl Connection {
             Reply::Forward(fwd) => {
                 let _entered = fwd.span.enter();
                 let mut out = Vec::new();
-                write::error_response(&mut out, Some(fwd.host_id.get()), &error_object(&err));
+                write::error_response(&mut out, Some(&fwd.host_id), &error_object(&err));
                 fwd.to.send_line(&out);
             }
         }

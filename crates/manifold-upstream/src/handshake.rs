@@ -34,7 +34,7 @@ pub(crate) async fn run(conn: Arc<Connection>) -> Result<UpstreamSlice, String> 
         #[serde(default)]
         instructions: Option<String>,
     }
-    let init: InitResult = serde_json::from_str(result.get())
+    let init: InitResult = serde_json::from_str(&result)
         .map_err(|e| format!("its initialize result is malformed: {e}"))?;
     if !version::is_supported(&init.protocol_version) {
         return Err(format!(
@@ -109,7 +109,7 @@ async fn fetch_list(conn: &Connection, kind: Kind) -> Result<Vec<Box<RawValue>>,
         let params = cursor.as_ref().map(|c| {
             let mut obj = RawObject::default();
             obj.set_str("cursor", c);
-            obj.to_raw().get().to_owned()
+            obj.to_text()
         });
         let result = result_of(conn.request(method, params.as_deref()).await, method)?;
         let page = RawObject::parse(&result)
@@ -117,7 +117,7 @@ async fn fetch_list(conn: &Connection, kind: Kind) -> Result<Vec<Box<RawValue>>,
         let list = page
             .get(kind.result_key())
             .ok_or_else(|| format!("its {method} result has no {:?}", kind.result_key()))?;
-        let page_items: Vec<Box<RawValue>> = serde_json::from_str(list.get())
+        let page_items: Vec<Box<RawValue>> = serde_json::from_str(list)
             .map_err(|e| format!("its {method} result is malformed: {e}"))?;
         items.extend(page_items);
         match page.get_str("nextCursor") {
@@ -128,12 +128,9 @@ async fn fetch_list(conn: &Connection, kind: Kind) -> Result<Vec<Box<RawValue>>,
     Err(format!("its {method} did not end after {MAX_PAGES} pages"))
 }
 
-fn result_of(
-    answer: Result<Answer, crate::UpstreamError>,
-    method: &str,
-) -> Result<Box<RawValue>, String> {
+fn result_of(answer: Result<Answer, crate::UpstreamError>, method: &str) -> Result<String, String> {
     match answer.map_err(|e| format!("{method} failed: {e}"))? {
         Answer::Result(r) => Ok(r),
-        Answer::Error(e) => Err(format!("{method} was refused: {}", e.get())),
+        Answer::Error(e) => Err(format!("{method} was refused: {e}")),
     }
 }

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use crate::error::UpstreamError;
@@ -21,12 +20,12 @@ pub trait Downstream: Send + Sync {
     fn session_id(&self) -> u64;
 }
 
-/// An upstream's answer, payload kept raw.
+/// An upstream's answer, payload kept as its JSON text.
 #[derive(Debug)]
 pub enum Answer {
-    Result(Box<RawValue>),
+    Result(String),
     /// The error object, as the upstream wrote it.
-    Error(Box<RawValue>),
+    Error(String),
 }
 
 /// What to do with the answer.
@@ -42,11 +41,11 @@ pub enum Reply {
 pub struct Forward {
     pub to: Arc<dyn Downstream>,
     /// The host's id, as JSON text.
-    pub host_id: Box<RawValue>,
+    pub host_id: Box<str>,
     /// The method, for rewriting URIs in the result.
     pub method: &'static str,
     /// The host's progress token, when Manifold replaced it with the upstream id.
-    pub progress_token: Option<Box<RawValue>>,
+    pub progress_token: Option<Box<str>>,
     /// The span of this upstream hop; it ends when the entry is dropped.
     pub span: tracing::Span,
 }

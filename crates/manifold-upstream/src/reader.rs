@@ -7,14 +7,13 @@ use std::process::ChildStdout;
 use std::sync::Arc;
 
 use manifold_protocol::{codes, write, Envelope, ErrorObject, Frame, Kind, LineBuffer};
-use serde_json::value::RawValue;
 
 use crate::connection::Connection;
 
 /// What the reader tells its owner about messages that are not answers.
 pub(crate) trait Events: Send + Sync {
     /// A notification from the upstream (other than progress, handled by the connection).
-    fn notification(&self, conn: &Connection, method: &str, params: Option<&RawValue>);
+    fn notification(&self, conn: &Connection, method: &str, params: Option<&str>);
 }
 
 /// Reads until end of input or a protocol violation; returns the reason it stopped.
@@ -70,8 +69,8 @@ fn handle_frame(
         Kind::Response => {
             let id = env
                 .id
-                .filter(|id| id.get() != "null")
-                .and_then(|id| id.get().parse::<u64>().ok());
+                .filter(|id| *id != "null")
+                .and_then(|id| id.parse::<u64>().ok());
             match id {
                 Some(id) => {
                     if !conn.answer(id, env.result, env.error) {
@@ -112,13 +111,13 @@ fn answer_server_request(conn: &Connection, env: &Envelope<'_>) {
     let method = env.method.as_deref().unwrap_or_default();
     let mut out = Vec::new();
     if method == "ping" {
-        write::response(&mut out, id.get(), "{}");
+        write::response(&mut out, id, "{}");
     } else {
         let err = ErrorObject::new(
             codes::METHOD_NOT_FOUND,
             format!("Manifold does not forward {method} from a shared upstream"),
         );
-        write::error_response(&mut out, Some(id.get()), &err);
+        write::error_response(&mut out, Some(id), &err);
     }
     conn.write_raw(&out);
 }

@@ -71,7 +71,7 @@ fn merges_and_namespaces_every_kind() {
     );
     let item = c.listing(Kind::Tools).get("b__echo").unwrap();
     assert_eq!((item.upstream, item.original.as_str()), (1, "echo"));
-    assert_eq!(item.raw.get(), r#"{"name":"b__echo","x-keep":[1]}"#);
+    assert_eq!(&*item.raw, r#"{"name":"b__echo","x-keep":[1]}"#);
     assert_eq!(c.resolve_uri("b+file:///x/y"), Some((1, "file:///x/y")));
     assert_eq!(c.resolve_uri("zz+file:///x"), None);
     assert_eq!(c.resolve_uri("file:///x"), None);

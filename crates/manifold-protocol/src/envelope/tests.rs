@@ -75,11 +75,11 @@ fn refuses_what_is_not_json_rpc() {
 fn payloads_stay_raw_and_borrowed() {
     let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__b","arguments":{"x":[1, 2.50]},"extra":true}}"#;
     let env = Envelope::decode(line.as_bytes()).unwrap();
-    assert_eq!(env.id.unwrap().get(), "7");
+    assert_eq!(env.id.unwrap(), "7");
     let params = env.routing_params().unwrap();
     assert_eq!(params.name.as_deref(), Some("a__b"));
     assert_eq!(
-        env.params.unwrap().get(),
+        env.params.unwrap(),
         r#"{"name":"a__b","arguments":{"x":[1, 2.50]},"extra":true}"#
     );
 }
@@ -95,4 +95,51 @@ fn escaped_names_are_decoded() {
 fn params_that_are_not_an_object_are_invalid() {
     let env = Envelope::decode(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#).unwrap();
     assert!(env.routing_params().is_err());
+}
+
+/// What a decode produced, comparable across the two paths.
+fn summary(r: Result<Envelope<'_>, MessageError>) -> String {
+    match r {
+        Ok(e) => format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?}",
+            e.jsonrpc, e.id, e.method, e.params, e.result, e.error
+        ),
+        Err(MessageError::Parse(_)) => "parse error".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_scanner_and_serde_paths_agree() {
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#,
+        r#"  {"id":"x","jsonrpc":"2.0","result":{"content":[]},"x-extra":[1,{"a":null}]}  "#,
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":null}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":null}"#,
+        r#"{"jsonrpc":"2.0","method":"tools\/call","id":1}"#,
+        r#"{"jsonrpc":"2.0","me\u0074hod":"ping","id":1}"#,
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","params":null,"params":null,"method":"x"}"#,
+        r#"{"x":1,"x":2,"jsonrpc":"2.0","method":"ping","id":3}"#,
+        r#"{"jsonrpc":2,"method":"ping","id":1}"#,
+        r#"{"jsonrpc":"2.0","method":null,"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":7,"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":1"#,
+        r#"[{"jsonrpc":"2.0","method":"ping","id":1}]"#,
+        r#""just a string""#,
+        "",
+    ];
+    for line in lines {
+        assert_eq!(
+            summary(Envelope::decode(line.as_bytes())),
+            summary(Envelope::decode_with_serde(line.as_bytes())),
+            "{line}"
+        );
+    }
+    // Bytes that are not UTF-8 go to serde_json, which reports them.
+    assert!(matches!(
+        Envelope::decode(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}"),
+        Err(MessageError::Parse(_))
+    ));
 }
