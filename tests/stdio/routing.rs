@@ -192,3 +192,38 @@ fn upstream_log_messages_and_stderr_are_relayed() {
             .any(|l| l.contains("manifold-fixture beta started") && l.contains("upstream=beta"))
     });
 }
+
+#[test]
+fn large_results_arrive_whole_and_in_order_among_small_ones() {
+    // Results larger than a pipe-full cross in parts (and grow the pipes); every answer must
+    // still be one whole line, in the order the upstream answered.
+    let mut m = Manifold::ready(&fixture_upstream("alpha", &["--name", "alpha"]));
+    let mut expected = Vec::new();
+    for (i, bytes) in [70_000u64, 3 << 20, 10, 1 << 20, 200_000]
+        .into_iter()
+        .enumerate()
+    {
+        let big = m.send_request(
+            "tools/call",
+            json!({"name": "alpha__big", "arguments": {"bytes": bytes}}),
+        );
+        let small = m.send_request(
+            "tools/call",
+            json!({"name": "alpha__echo", "arguments": {"text": format!("after {i}")}}),
+        );
+        expected.push((big, bytes, small, format!("after {i}")));
+    }
+    for (big, bytes, small, text) in expected {
+        let r = m.recv();
+        assert_eq!(r["id"], json!(big));
+        let got = text_of(&r);
+        assert_eq!(got.len() as u64, bytes);
+        assert!(
+            got.bytes().all(|b| b == got.as_bytes()[0]),
+            "one repeated character"
+        );
+        let r = m.recv();
+        assert_eq!(r["id"], json!(small));
+        assert_eq!(text_of(&r), text);
+    }
+}

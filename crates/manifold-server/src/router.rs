@@ -431,9 +431,7 @@ fn usable_id<'a>(env: &Envelope<'a>) -> Option<&'a str> {
 }
 
 fn reply(session: &Session, id: &str, result: &str) {
-    let mut out = Vec::with_capacity(result.len() + id.len() + 40);
-    write::response(&mut out, id, result);
-    session.send_line(&out);
+    session.send_parts(&write::response_parts(id, result));
 }
 
 fn reply_error(session: &Session, id: Option<&str>, err: &RouteError) {

@@ -59,11 +59,19 @@ impl Session {
 
 impl Downstream for Session {
     fn send_line(&self, line: &[u8]) {
+        self.send_parts(&[line]);
+    }
+
+    fn send_parts(&self, parts: &[&[u8]]) {
         let ok = match &self.output {
-            Output::Pipe(w) => w.write_line(line).is_ok(),
+            Output::Pipe(w) => w.write_parts(parts).is_ok(),
             Output::Blocking(f) => {
                 let mut f = f.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                f.write_all(line).and_then(|()| f.flush()).is_ok()
+                parts
+                    .iter()
+                    .try_for_each(|p| f.write_all(p))
+                    .and_then(|()| f.flush())
+                    .is_ok()
             }
         };
         if !ok {

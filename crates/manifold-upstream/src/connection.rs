@@ -183,16 +183,20 @@ impl Connection {
 
     fn deliver(&self, fwd: Forward, result: Option<&str>, error: Option<&str>) {
         let _entered = fwd.span.enter();
-        let mut out = Vec::with_capacity(64 + result.map_or(0, str::len));
         match (result, error) {
-            (_, Some(err)) => write::raw_error_response(&mut out, &fwd.host_id, err),
-            (Some(res), None) => {
-                let mapped = rewrite::result_uris(fwd.method, res, &self.uri_prefix);
-                write::response(&mut out, &fwd.host_id, mapped.as_deref().unwrap_or(res));
+            (_, Some(err)) => {
+                let mut out = Vec::with_capacity(64 + err.len());
+                write::raw_error_response(&mut out, &fwd.host_id, err);
+                fwd.to.send_line(&out);
             }
-            (None, None) => write::response(&mut out, &fwd.host_id, "null"),
+            (result, None) => {
+                let result = result.unwrap_or("null");
+                let mapped = rewrite::result_uris(fwd.method, result, &self.uri_prefix);
+                let result = mapped.as_deref().unwrap_or(result);
+                fwd.to
+                    .send_parts(&write::response_parts(&fwd.host_id, result));
+            }
         }
-        fwd.to.send_line(&out);
     }
 
     /// Forwards an upstream's progress notification to the host whose request it belongs to,

@@ -12,6 +12,11 @@ use crate::error::UpstreamError;
 pub trait Downstream: Send + Sync {
     /// Writes one complete message line (ending in `\n`) to the host.
     fn send_line(&self, line: &[u8]);
+    /// Writes one complete message line given as consecutive parts, so a large payload need
+    /// not be copied into a line first.
+    fn send_parts(&self, parts: &[&[u8]]) {
+        self.send_line(&parts.concat());
+    }
     /// Writes one notification line; a session that is not initialized yet drops it.
     fn send_notification(&self, line: &[u8]) {
         self.send_line(line);

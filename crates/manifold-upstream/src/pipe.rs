@@ -5,11 +5,17 @@
 //! the pipe is full, the rest is queued and a drainer thread, started once per pipe, finishes
 //! the job while later lines queue behind it in order. A peer that never reads is detected by
 //! the queue limit instead of by a hung caller.
+//!
+//! Pipes start with the kernel's 64 KiB buffer. A message larger than that crosses in many
+//! pipe-fulls, each a write, a wake-up and a read; so when one comes, the pipe is grown to hold
+//! it (see [`grow`]). Pipes that never carry a large message stay small.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Write};
+use std::os::fd::AsFd;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -54,6 +60,8 @@ struct State {
     /// The drainer owns bytes it has taken from the queue and not finished writing.
     draining: bool,
     drainer_started: bool,
+    /// The pipe's kernel buffer in bytes; 0 when the fd is not a pipe.
+    capacity: usize,
 }
 
 // The state's invariants hold between every statement that can panic, so a poisoned lock is
@@ -67,6 +75,7 @@ impl PipeWriter {
     pub fn new(fd: OwnedFd, limit: usize, when_full: WhenFull) -> io::Result<Arc<Self>> {
         let flags = rustix::fs::fcntl_getfl(&fd)?;
         rustix::fs::fcntl_setfl(&fd, flags | OFlags::NONBLOCK)?;
+        let capacity = pipe_capacity(&fd);
         Ok(Arc::new(Self {
             state: Mutex::new(State {
                 file: Some(Arc::new(File::from(fd))),
@@ -74,6 +83,7 @@ impl PipeWriter {
                 queued: 0,
                 draining: false,
                 drainer_started: false,
+                capacity,
             }),
             changed: Condvar::new(),
             limit,
@@ -83,15 +93,26 @@ impl PipeWriter {
 
     /// Writes one complete line (the caller includes the `\n`).
     pub fn write_line(self: &Arc<Self>, line: &[u8]) -> Result<(), WriteError> {
+        self.write_parts(&[line])
+    }
+
+    /// Writes one complete line given as consecutive parts, with one vectored write when the
+    /// pipe has room: a large payload goes from where it lies straight to the pipe, and only
+    /// what does not fit is copied into the queue.
+    pub fn write_parts(self: &Arc<Self>, parts: &[&[u8]]) -> Result<(), WriteError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut st = lock(&self.state);
         let Some(file) = st.file.clone() else {
             return Err(WriteError::Closed);
         };
-        let mut rest = line;
+        if len > st.capacity && st.capacity > 0 {
+            st.capacity = grow(&*file, st.capacity, len);
+        }
+        let mut written = 0;
         if st.queue.is_empty() && !st.draining {
-            match write_some(&file, rest) {
-                Ok(n) if n == rest.len() => return Ok(()),
-                Ok(n) => rest = &rest[n..],
+            match write_vectored_some(&file, parts) {
+                Ok(n) if n == len => return Ok(()),
+                Ok(n) => written = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => {
                     st.file = None;
@@ -100,6 +121,7 @@ impl PipeWriter {
                 }
             }
         }
+        let rest = remainder(parts, written);
         while st.queued + rest.len() > self.limit && st.queued > 0 {
             if self.when_full == WhenFull::Fail {
                 return Err(WriteError::Full(st.queued));
@@ -113,7 +135,7 @@ impl PipeWriter {
             }
         }
         st.queued += rest.len();
-        st.queue.push_back(rest.to_vec());
+        st.queue.push_back(rest);
         if !st.drainer_started {
             st.drainer_started = true;
             let me = Arc::clone(self);
@@ -174,6 +196,90 @@ impl PipeWriter {
             self.changed.notify_all();
         }
     }
+}
+
+/// The largest pipe buffer Manifold asks for: the kernel's default ceiling for unprivileged
+/// processes (`/proc/sys/fs/pipe-max-size`).
+pub const MAX_PIPE_BYTES: usize = 1 << 20;
+
+/// How much pipe buffer, beyond the default, all of Manifold's pipes together may grow by.
+/// The kernel charges pipe buffers to the user (64 MiB by default before new pipes are cut
+/// down), so Manifold takes a bounded share of that rather than 1 MiB per upstream.
+pub const GROWTH_BUDGET: usize = 16 << 20;
+
+static GROWN: AtomicUsize = AtomicUsize::new(0);
+
+/// The kernel buffer size of pipe `fd`, or 0 if it is not a pipe.
+pub fn pipe_capacity(fd: impl AsFd) -> usize {
+    rustix::pipe::fcntl_getpipe_size(fd).unwrap_or(0)
+}
+
+/// Grows pipe `fd` from `current` bytes so that a `wanted`-byte message fits (a power of two,
+/// at most [`MAX_PIPE_BYTES`]), within [`GROWTH_BUDGET`]. Returns the capacity afterwards;
+/// a refusal (budget spent, kernel limit) just leaves the pipe as it was.
+pub fn grow(fd: impl AsFd, current: usize, wanted: usize) -> usize {
+    let target = wanted.next_power_of_two().min(MAX_PIPE_BYTES);
+    if target <= current {
+        return current;
+    }
+    let extra = target - current;
+    if !reserve(&GROWN, extra, GROWTH_BUDGET) {
+        return current;
+    }
+    match rustix::pipe::fcntl_setpipe_size(fd, target) {
+        Ok(size) => {
+            // The kernel may round up; account for what it actually gave.
+            GROWN.fetch_add(size.saturating_sub(target), Ordering::Relaxed);
+            tracing::debug!(from = current, to = size, "pipe buffer grown");
+            size
+        }
+        Err(e) => {
+            GROWN.fetch_sub(extra, Ordering::Relaxed);
+            tracing::debug!(
+                from = current,
+                wanted = target,
+                "pipe buffer not grown: {e}"
+            );
+            current
+        }
+    }
+}
+
+/// Takes `extra` bytes from what is left of `budget`; false, taking nothing, if too few are.
+fn reserve(grown: &AtomicUsize, extra: usize, budget: usize) -> bool {
+    grown
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
+            (g + extra <= budget).then_some(g + extra)
+        })
+        .is_ok()
+}
+
+fn write_vectored_some(file: &File, parts: &[&[u8]]) -> io::Result<usize> {
+    if let [one] = parts {
+        return write_some(file, one);
+    }
+    let slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+    loop {
+        match (&*file).write_vectored(&slices) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The bytes of `parts` after the first `skip`, in one buffer.
+fn remainder(parts: &[&[u8]], mut skip: usize) -> Vec<u8> {
+    let len: usize = parts.iter().map(|p| p.len()).sum::<usize>() - skip;
+    let mut out = Vec::with_capacity(len);
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
+        } else {
+            out.extend_from_slice(&part[skip..]);
+            skip = 0;
+        }
+    }
+    out
 }
 
 fn write_some(file: &File, buf: &[u8]) -> io::Result<usize> {

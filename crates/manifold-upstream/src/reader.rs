@@ -9,6 +9,7 @@ use std::sync::Arc;
 use manifold_protocol::{codes, write, Envelope, ErrorObject, Frame, Kind, LineBuffer};
 
 use crate::connection::Connection;
+use crate::pipe;
 
 /// What the reader tells its owner about messages that are not answers.
 pub(crate) trait Events: Send + Sync {
@@ -24,6 +25,7 @@ pub(crate) fn run(
     events: &dyn Events,
 ) -> String {
     let mut buf = LineBuffer::new(max);
+    let mut capacity = pipe::pipe_capacity(&stdout);
     loop {
         let n = match buf.read_with(|spare| stdout.read(spare)) {
             Ok(n) => n,
@@ -31,6 +33,12 @@ pub(crate) fn run(
             Err(e) => return format!("reading its output failed: {e}"),
         };
         while let Some(frame) = buf.next_frame() {
+            if let Frame::Line(line) = &frame {
+                if line.len() > capacity && capacity > 0 {
+                    // Large answers come in fewer pipe-fulls from now on.
+                    capacity = pipe::grow(&stdout, capacity, line.len());
+                }
+            }
             if let Err(problem) = handle_frame(conn, frame, max, events) {
                 return problem;
             }

@@ -68,3 +68,80 @@ fn close_refuses_later_writes() {
     pw.close();
     assert_eq!(pw.write_line(b"x\n"), Err(WriteError::Closed));
 }
+
+#[test]
+fn parts_arrive_as_one_line_whatever_fits_in_the_pipe() {
+    let (mut r, w) = pipe();
+    let pw = PipeWriter::new(w, 64 << 20, WhenFull::Fail).unwrap();
+    let body = vec![b'z'; 3 << 20];
+    let mut expected = Vec::new();
+    for i in 0..3u8 {
+        let id = [b'0' + i];
+        pw.write_parts(&[b"{\"id\":", &id, b",\"r\":\"", &body, b"\"}\n"])
+            .unwrap();
+        pw.write_parts(&[b"tail", b"\n"]).unwrap();
+        for part in [
+            &b"{\"id\":"[..],
+            &id,
+            b",\"r\":\"",
+            &body,
+            b"\"}\n",
+            b"tail\n",
+        ] {
+            expected.extend_from_slice(part);
+        }
+    }
+    let mut got = vec![0u8; expected.len()];
+    r.read_exact(&mut got).unwrap();
+    assert!(got == expected);
+}
+
+#[test]
+fn remainder_skips_across_parts() {
+    let parts: [&[u8]; 3] = [b"abc", b"", b"defg"];
+    assert_eq!(remainder(&parts, 0), b"abcdefg");
+    assert_eq!(remainder(&parts, 2), b"cdefg");
+    assert_eq!(remainder(&parts, 3), b"defg");
+    assert_eq!(remainder(&parts, 5), b"fg");
+    assert_eq!(remainder(&parts, 7), b"");
+}
+
+#[test]
+fn a_pipe_grows_for_a_large_line_and_not_for_small_ones() {
+    let (mut r, w) = pipe();
+    let start = pipe_capacity(&w);
+    assert!(start > 0, "a pipe reports its capacity");
+    let pw = PipeWriter::new(w, 64 << 20, WhenFull::Fail).unwrap();
+    pw.write_line(b"small\n").unwrap();
+    assert_eq!(
+        pipe_capacity(&r),
+        start,
+        "a small line leaves the pipe as it was"
+    );
+    let line = vec![b'q'; start * 3];
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; 6 + start * 3];
+        r.read_exact(&mut got).unwrap();
+        r
+    });
+    pw.write_line(&line).unwrap();
+    let r = reader.join().unwrap();
+    let grown = pipe_capacity(&r);
+    // Growth within the budget succeeds unless the kernel refuses (a lower pipe-max-size).
+    let max = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .ok()
+        .and_then(|m| m.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    if max >= MAX_PIPE_BYTES {
+        assert!(grown >= start * 3, "grown to {grown} from {start}");
+    }
+}
+
+#[test]
+fn growth_stops_at_the_budget() {
+    let grown = AtomicUsize::new(0);
+    assert!(reserve(&grown, 600, 1000));
+    assert!(!reserve(&grown, 600, 1000));
+    assert!(reserve(&grown, 400, 1000));
+    assert_eq!(grown.load(Ordering::Relaxed), 1000);
+}
