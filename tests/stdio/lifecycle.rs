@@ -198,3 +198,46 @@ fn children_exit_even_when_manifold_is_killed() {
     m.wait_exit();
     assert_all_gone(&pids);
 }
+
+fn allowed_cpus(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn server_cpus_pins_manifold_and_the_upstreams_it_starts() {
+    let config = format!(
+        "[server]\ncpus = [0]\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha"])
+    );
+    let mut m = Manifold::ready(&config);
+    let who = text_of(&m.call("alpha__whoami", json!({})));
+    let child: u32 = who.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(allowed_cpus(m.pid()), "0");
+    assert_eq!(
+        allowed_cpus(child),
+        "0",
+        "the upstream inherits the CPU set"
+    );
+    assert_eq!(
+        text_of(&m.call("alpha__echo", json!({"text": "pinned"}))),
+        "pinned"
+    );
+}
+
+#[test]
+fn server_cpus_that_do_not_exist_stop_serve_with_a_clear_error() {
+    let config = format!(
+        "[server]\ncpus = [1023]\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha"])
+    );
+    let mut m = Manifold::start(&config);
+    assert_ne!(m.wait_exit(), Some(0));
+    let err = m.stderr();
+    assert!(err.contains("server.cpus") && err.contains("1023"), "{err}");
+}

@@ -75,6 +75,10 @@ struct Cli {
     /// Requests in flight in pipelined scenarios (default 128, quick 64).
     #[arg(long)]
     window: Option<u64>,
+    /// Run Manifold (and so its upstreams) on these CPUs: `server.cpus` in its config, e.g.
+    /// `--manifold-cpus 0`. The host and the direct fixture stay where the OS puts them.
+    #[arg(long, value_delimiter = ',')]
+    manifold_cpus: Vec<usize>,
     /// A server blocked this many seconds in one send or receive is killed.
     #[arg(long, default_value_t = 60)]
     stall_secs: u64,
@@ -105,7 +109,8 @@ fn run(cli: &Cli) -> Result<()> {
         lifetime: Duration::from_secs(3600),
         exit_grace: Duration::from_secs(5),
     };
-    let setup = Setup::new(cli.manifold.clone(), cli.fixture.clone(), limits)?;
+    let mut setup = Setup::new(cli.manifold.clone(), cli.fixture.clone(), limits)?;
+    setup.manifold_cpus.clone_from(&cli.manifold_cpus);
     let (began, machine) = (Instant::now(), report::machine());
     let mut results = Map::new();
     for (which, name, run) in RUNS {
@@ -141,6 +146,7 @@ fn document(
         "quick": cli.quick,
         "machine": machine,
         "binaries": { "manifold": setup.manifold, "fixture": setup.fixture },
+        "manifold_cpus": setup.manifold_cpus,
         "plan": {
             "rounds": plan.rounds,
             "latency_calls": plan.latency_calls,

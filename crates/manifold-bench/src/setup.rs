@@ -88,6 +88,8 @@ pub struct Setup {
     pub manifold: PathBuf,
     pub fixture: PathBuf,
     pub limits: Limits,
+    /// `server.cpus` for every Manifold started; empty for none.
+    pub manifold_cpus: Vec<usize>,
     dir: PathBuf,
 }
 
@@ -117,6 +119,7 @@ impl Setup {
             manifold,
             fixture,
             limits,
+            manifold_cpus: Vec::new(),
             dir,
         })
     }
@@ -131,7 +134,7 @@ impl Setup {
     /// Manifold serving `upstreams`, all fixtures, in one page.
     pub fn through(&self, label: &str, upstreams: &[Upstream]) -> Result<TargetSpec> {
         let path = self.dir.join(format!("{label}.toml"));
-        std::fs::write(&path, config(&self.fixture, upstreams))
+        std::fs::write(&path, config(&self.fixture, upstreams, &self.manifold_cpus))
             .with_context(|| format!("cannot write {}", path.display()))?;
         let args = vec![
             "serve".into(),
@@ -160,11 +163,15 @@ impl Drop for Setup {
 
 /// A Manifold config: one page per list, generous startup (100 upstreams on 2 cores), and a
 /// short shutdown grace (fixtures exit at once on EOF).
-fn config(fixture: &Path, upstreams: &[Upstream]) -> String {
+fn config(fixture: &Path, upstreams: &[Upstream], cpus: &[usize]) -> String {
     let command = toml_string(&fixture.display().to_string());
     let mut text = String::from(
         "[server]\npage_size = 0\nstartup_timeout_ms = 60000\nshutdown_grace_ms = 1000\n",
     );
+    if !cpus.is_empty() {
+        let list: Vec<String> = cpus.iter().map(ToString::to_string).collect();
+        let _ = writeln!(text, "cpus = [{}]", list.join(", "));
+    }
     for up in upstreams {
         let key = &up.key;
         let _ = write!(
@@ -198,11 +205,15 @@ mod tests {
                 Upstream::plain("alpha"),
                 Upstream::many("u", 1, 50).remove(0),
             ],
+            &[],
         );
         assert!(text.contains(
             "[upstreams.alpha]\ncommand = \"/x/fix ture\"\nargs = [\"--name\", \"alpha\"]\n"
         ));
         assert!(text.contains("args = [\"--name\", \"u0\", \"--extra-tools\", \"50\"]\n[upstreams.u0.tools]\ninclude = [\"tool_*\"]\n"));
         assert!(text.starts_with("[server]\npage_size = 0\n"));
+        assert!(!text.contains("cpus"));
+        let text = config(Path::new("/f"), &[Upstream::plain("a")], &[0, 1]);
+        assert!(text.contains("\ncpus = [0, 1]\n"), "{text}");
     }
 }

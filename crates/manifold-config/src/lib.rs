@@ -54,6 +54,9 @@ pub struct ServerSettings {
     pub startup_timeout: Duration,
     /// How long a child gets to exit after its stdin closes, and again after SIGTERM.
     pub shutdown_grace: Duration,
+    /// The CPUs Manifold and the upstreams it starts may run on; empty leaves placement to
+    /// the operating system.
+    pub cpus: Vec<usize>,
 }
 
 #[derive(Clone, Debug)]

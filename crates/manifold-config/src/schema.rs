@@ -15,6 +15,7 @@ pub(crate) struct RawServer {
     pub(crate) request_timeout_ms: Option<u64>,
     pub(crate) startup_timeout_ms: Option<u64>,
     pub(crate) shutdown_grace_ms: Option<u64>,
+    pub(crate) cpus: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

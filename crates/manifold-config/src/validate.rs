@@ -72,6 +72,7 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         request_timeout: Duration::from_millis(request_timeout_ms),
         startup_timeout: ms(raw.startup_timeout_ms, DEFAULT_STARTUP_TIMEOUT_MS),
         shutdown_grace: ms(raw.shutdown_grace_ms, DEFAULT_SHUTDOWN_GRACE_MS),
+        cpus: cpus(ctx, raw.cpus.unwrap_or_default())?,
     })
 }
 
@@ -241,6 +242,26 @@ fn check_min(ctx: &Ctx<'_>, key: &str, value: u64, min: u64) -> Result<(), Confi
         return Err(ctx.err(key, format!("{value} is too small; {need}")));
     }
     Ok(())
+}
+
+/// The kernel's CPU set holds CPUs 0 to 1023.
+const MAX_CPU: u64 = 1023;
+
+fn cpus(ctx: &Ctx<'_>, list: Vec<u64>) -> Result<Vec<usize>, ConfigError> {
+    let mut out = Vec::with_capacity(list.len());
+    for cpu in list {
+        if cpu > MAX_CPU {
+            return Err(ctx.err(
+                "server.cpus",
+                format!("{cpu} is not a CPU number; must be 0 to {MAX_CPU}"),
+            ));
+        }
+        let cpu = to_usize(ctx, "server.cpus", cpu)?;
+        if !out.contains(&cpu) {
+            out.push(cpu);
+        }
+    }
+    Ok(out)
 }
 
 fn to_usize(ctx: &Ctx<'_>, key: &str, value: u64) -> Result<usize, ConfigError> {

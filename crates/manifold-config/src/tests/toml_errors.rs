@@ -14,6 +14,9 @@ fn server_settings_are_range_checked() {
     let (key, problem) = toml_err("[server]\nrequest_timeout_ms = 0\n");
     assert_eq!(key, "server.request_timeout_ms");
     assert_eq!(problem, "0 is too small; must be greater than 0");
+    let (key, problem) = toml_err("[server]\ncpus = [0, 1024]\n");
+    assert_eq!(key, "server.cpus");
+    assert_eq!(problem, "1024 is not a CPU number; must be 0 to 1023");
     let (key, problem) = toml_err("[server]\npage_size = -1\n");
     assert_eq!(key, "server.page_size");
     assert!(problem.contains("-1"), "{problem}");
