@@ -181,7 +181,7 @@ impl<'a> Scanner<'a> {
     fn object(
         &mut self,
         depth: usize,
-        each: &mut dyn FnMut(Member<'a>),
+        each: &mut impl FnMut(Member<'a>),
     ) -> Result<(), SyntaxError> {
         if depth > MAX_DEPTH {
             return Err(self.err("nested too deeply"));
@@ -228,7 +228,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// At `[`: scans the array, reporting each element's text.
-    fn array(&mut self, depth: usize, each: &mut dyn FnMut(&'a str)) -> Result<(), SyntaxError> {
+    fn array(&mut self, depth: usize, each: &mut impl FnMut(&'a str)) -> Result<(), SyntaxError> {
         if depth > MAX_DEPTH {
             return Err(self.err("nested too deeply"));
         }
