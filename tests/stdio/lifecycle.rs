@@ -211,8 +211,11 @@ fn allowed_cpus(pid: u32) -> String {
 
 #[test]
 fn server_cpus_pins_manifold_and_the_upstreams_it_starts() {
+    // A CPU this test may use (a container can be limited to some CPUs only).
+    let mine = allowed_cpus(std::process::id());
+    let cpu: String = mine.chars().take_while(char::is_ascii_digit).collect();
     let config = format!(
-        "[server]\ncpus = [0]\n\n{}",
+        "[server]\ncpus = [{cpu}]\n\n{}",
         fixture_upstream("alpha", &["--name", "alpha"])
     );
     let mut m = Manifold::ready(&config);
