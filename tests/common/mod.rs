@@ -83,6 +83,7 @@ pub struct Manifold {
     /// Messages read while waiting for something else.
     backlog: VecDeque<Value>,
     pub stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
     next_id: u64,
     pub dir: TempDir,
 }
@@ -117,7 +118,7 @@ impl Manifold {
         let stderr_text = Arc::new(Mutex::new(String::new()));
         let sink = Arc::clone(&stderr_text);
         let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
+        let stderr_reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { return };
                 let mut s = sink.lock().unwrap();
@@ -132,6 +133,7 @@ impl Manifold {
             rx,
             backlog: VecDeque::new(),
             stderr: stderr_text,
+            stderr_reader: Some(stderr_reader),
             next_id: 1,
             dir,
         }
@@ -292,6 +294,17 @@ impl Manifold {
         let until = Instant::now() + WAIT;
         while Instant::now() < until {
             if let Some(status) = self.child.try_wait().unwrap() {
+                // Everything it wrote to stderr has been read once the pipe ends; wait for that
+                // briefly, in case something else still holds the pipe.
+                let until = Instant::now() + Duration::from_secs(2);
+                while self
+                    .stderr_reader
+                    .as_ref()
+                    .is_some_and(|r| !r.is_finished())
+                    && Instant::now() < until
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 return status.code();
             }
             std::thread::sleep(Duration::from_millis(20));
