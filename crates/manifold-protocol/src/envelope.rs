@@ -1,8 +1,8 @@
 //! Envelope decoding: one pass over a line that borrows the routing fields and keeps every
 //! payload as a slice of the input.
 //!
-//! The common case (an object whose JSON-RPC keys and string members hold no escapes) is read
-//! by the scanner in [`crate::scan`]. Anything else goes through `serde_json`, which gives the
+//! The common case (an object whose JSON-RPC keys hold no escapes and appear once) is read by
+//! the scanner in [`crate::scan`]. Anything else goes through `serde_json`, which gives the
 //! same fields and its own error messages, so the two paths agree on every input.
 
 use std::borrow::Cow;
@@ -85,7 +85,7 @@ impl<'a> Envelope<'a> {
     }
 
     /// The scanner's path: `None` sends the line to `serde_json` (invalid JSON, not an object,
-    /// escaped keys, a duplicate member, a `jsonrpc` or `method` that is not a plain string).
+    /// escaped keys, a duplicate member, a `jsonrpc` or `method` that is not a string).
     fn scan(text: &'a str) -> Option<Self> {
         let mut env = Envelope::default();
         let mut usual = true;
@@ -109,12 +109,12 @@ impl<'a> Envelope<'a> {
             let non_null = (m.value != "null").then_some(m.value);
             match bit {
                 1 => {
-                    env.jsonrpc = plain_string(m.value);
+                    env.jsonrpc = scan::string_value(m.value);
                     usual &= env.jsonrpc.is_some();
                 }
                 2 => env.id = Some(m.value),
                 4 => {
-                    env.method = plain_string(m.value);
+                    env.method = scan::string_value(m.value);
                     usual &= env.method.is_some();
                 }
                 8 => env.params = non_null,
@@ -190,12 +190,6 @@ impl<'a> Envelope<'a> {
                 .map_err(|_| MessageError::Invalid("\"params\" must be an object")),
         }
     }
-}
-
-/// A string member's value without escapes, borrowed; `None` for anything else.
-fn plain_string(value: &str) -> Option<Cow<'_, str>> {
-    let inner = value.strip_prefix('"')?.strip_suffix('"')?;
-    (!inner.contains('\\')).then_some(Cow::Borrowed(inner))
 }
 
 /// MCP ids are strings or integers; `null`, floats, objects and arrays are refused. `id` is

@@ -57,14 +57,6 @@ impl<'a> Member<'a> {
     }
 }
 
-/// Checks that `text` is one JSON value, with optional whitespace around it.
-pub fn validate(text: &str) -> Result<(), SyntaxError> {
-    let mut s = Scanner::new(text);
-    s.ws();
-    s.value(0)?;
-    s.end()
-}
-
 /// Validates the JSON object `text` (whitespace around it allowed) and calls `each` for every
 /// member, in order. Members before a syntax error may already have been reported when the
 /// error is returned: callers discard what they gathered on `Err`.
@@ -79,13 +71,6 @@ pub fn for_each_member<'a>(
     }
     s.object(1, &mut each)?;
     s.end()
-}
-
-/// The members of the JSON object `text`, in order.
-pub fn members(text: &str) -> Result<Vec<Member<'_>>, SyntaxError> {
-    let mut out = Vec::with_capacity(8);
-    for_each_member(text, |m| out.push(m))?;
-    Ok(out)
 }
 
 /// The elements of the JSON array `text`, as JSON texts, in order.
@@ -183,16 +168,8 @@ impl<'a> Scanner<'a> {
         depth: usize,
         each: &mut impl FnMut(Member<'a>),
     ) -> Result<(), SyntaxError> {
-        if depth > MAX_DEPTH {
-            return Err(self.err("nested too deeply"));
-        }
-        self.i += 1;
-        self.ws();
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-            return Ok(());
-        }
-        loop {
+        let mut more = self.open(depth, b'}')?;
+        while more {
             if self.peek() != Some(b'"') {
                 return Err(self.err("expected a key"));
             }
@@ -212,48 +189,51 @@ impl<'a> Scanner<'a> {
                 key_escaped,
                 value: self.slice(value_start, self.i)?,
             });
-            self.ws();
-            match self.peek() {
-                Some(b',') => {
-                    self.i += 1;
-                    self.ws();
-                }
-                Some(b'}') => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                _ => return Err(self.err("expected ',' or '}'")),
-            }
+            more = self.next_item(b'}', "expected ',' or '}'")?;
         }
+        Ok(())
     }
 
     /// At `[`: scans the array, reporting each element's text.
     fn array(&mut self, depth: usize, each: &mut impl FnMut(&'a str)) -> Result<(), SyntaxError> {
+        let mut more = self.open(depth, b']')?;
+        while more {
+            let start = self.i;
+            self.value(depth)?;
+            each(self.slice(start, self.i)?);
+            more = self.next_item(b']', "expected ',' or ']'")?;
+        }
+        Ok(())
+    }
+
+    /// At `{` or `[`: steps in; false when `close` follows at once (an empty container).
+    fn open(&mut self, depth: usize, close: u8) -> Result<bool, SyntaxError> {
         if depth > MAX_DEPTH {
             return Err(self.err("nested too deeply"));
         }
         self.i += 1;
         self.ws();
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.i += 1;
-            return Ok(());
+            return Ok(false);
         }
-        loop {
-            let start = self.i;
-            self.value(depth)?;
-            each(self.slice(start, self.i)?);
-            self.ws();
-            match self.peek() {
-                Some(b',') => {
-                    self.i += 1;
-                    self.ws();
-                }
-                Some(b']') => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                _ => return Err(self.err("expected ',' or ']'")),
+        Ok(true)
+    }
+
+    /// After an item: true past a `,` (another item follows), false past `close`.
+    fn next_item(&mut self, close: u8, problem: &'static str) -> Result<bool, SyntaxError> {
+        self.ws();
+        match self.peek() {
+            Some(b',') => {
+                self.i += 1;
+                self.ws();
+                Ok(true)
             }
+            Some(c) if c == close => {
+                self.i += 1;
+                Ok(false)
+            }
+            _ => Err(self.err(problem)),
         }
     }
 

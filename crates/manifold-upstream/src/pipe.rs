@@ -60,8 +60,8 @@ struct State {
     /// The drainer owns bytes it has taken from the queue and not finished writing.
     draining: bool,
     drainer_started: bool,
-    /// The pipe's kernel buffer in bytes; 0 when the fd is not a pipe.
-    capacity: usize,
+    /// The pipe's kernel buffer, grown for large lines.
+    size: PipeSize,
 }
 
 // The state's invariants hold between every statement that can panic, so a poisoned lock is
@@ -75,7 +75,7 @@ impl PipeWriter {
     pub fn new(fd: OwnedFd, limit: usize, when_full: WhenFull) -> io::Result<Arc<Self>> {
         let flags = rustix::fs::fcntl_getfl(&fd)?;
         rustix::fs::fcntl_setfl(&fd, flags | OFlags::NONBLOCK)?;
-        let capacity = pipe_capacity(&fd);
+        let size = PipeSize::of(&fd);
         Ok(Arc::new(Self {
             state: Mutex::new(State {
                 file: Some(Arc::new(File::from(fd))),
@@ -83,7 +83,7 @@ impl PipeWriter {
                 queued: 0,
                 draining: false,
                 drainer_started: false,
-                capacity,
+                size,
             }),
             changed: Condvar::new(),
             limit,
@@ -105,9 +105,7 @@ impl PipeWriter {
         let Some(file) = st.file.clone() else {
             return Err(WriteError::Closed);
         };
-        if len > st.capacity && st.capacity > 0 {
-            st.capacity = grow(&*file, st.capacity, len);
-        }
+        st.size.fit(&*file, len);
         let mut written = 0;
         if st.queue.is_empty() && !st.draining {
             match write_vectored_some(&file, parts) {
@@ -207,60 +205,126 @@ pub const MAX_PIPE_BYTES: usize = 1 << 20;
 /// down), so Manifold takes a bounded share of that rather than 1 MiB per upstream.
 pub const GROWTH_BUDGET: usize = 16 << 20;
 
-static GROWN: AtomicUsize = AtomicUsize::new(0);
-
-/// The kernel buffer size of pipe `fd`, or 0 if it is not a pipe.
-pub fn pipe_capacity(fd: impl AsFd) -> usize {
-    rustix::pipe::fcntl_getpipe_size(fd).unwrap_or(0)
+/// Pipe buffer bytes added beyond the pipes' initial sizes, against a limit.
+pub struct Budget {
+    grown: AtomicUsize,
+    limit: usize,
 }
 
-/// Grows pipe `fd` from `current` bytes so that a `wanted`-byte message fits (a power of two,
-/// at most [`MAX_PIPE_BYTES`]), within [`GROWTH_BUDGET`]. Returns the capacity afterwards;
-/// a refusal (budget spent, kernel limit) just leaves the pipe as it was.
-pub fn grow(fd: impl AsFd, current: usize, wanted: usize) -> usize {
-    let target = wanted.next_power_of_two().min(MAX_PIPE_BYTES);
-    if target <= current {
-        return current;
-    }
-    let extra = target - current;
-    if !reserve(&GROWN, extra, GROWTH_BUDGET) {
-        return current;
-    }
-    match rustix::pipe::fcntl_setpipe_size(fd, target) {
-        Ok(size) => {
-            // The kernel may round up; account for what it actually gave.
-            GROWN.fetch_add(size.saturating_sub(target), Ordering::Relaxed);
-            tracing::debug!(from = current, to = size, "pipe buffer grown");
-            size
+impl Budget {
+    pub const fn new(limit: usize) -> Self {
+        Self {
+            grown: AtomicUsize::new(0),
+            limit,
         }
-        Err(e) => {
-            GROWN.fetch_sub(extra, Ordering::Relaxed);
-            tracing::debug!(
-                from = current,
-                wanted = target,
-                "pipe buffer not grown: {e}"
-            );
-            current
-        }
+    }
+
+    /// Takes `bytes` from what is left; false, taking nothing, if too few are left.
+    fn take(&self, bytes: usize) -> bool {
+        self.grown
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
+                (g + bytes <= self.limit).then_some(g + bytes)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.grown.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes currently taken.
+    pub fn used(&self) -> usize {
+        self.grown.load(Ordering::Relaxed)
     }
 }
 
-/// Takes `extra` bytes from what is left of `budget`; false, taking nothing, if too few are.
-fn reserve(grown: &AtomicUsize, extra: usize, budget: usize) -> bool {
-    grown
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
-            (g + extra <= budget).then_some(g + extra)
-        })
-        .is_ok()
+impl std::fmt::Debug for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Budget({}/{})", self.used(), self.limit)
+    }
+}
+
+/// The one budget every pipe of the process grows within.
+static BUDGET: Budget = Budget::new(GROWTH_BUDGET);
+
+/// The kernel buffer size of one pipe, grown on demand within a [`Budget`]. What it took from
+/// the budget is given back when it is dropped, with the writer or reader that owns it.
+#[derive(Debug)]
+pub struct PipeSize {
+    start: usize,
+    now: usize,
+    budget: &'static Budget,
+}
+
+impl PipeSize {
+    /// The current size of pipe `fd` (0, and never grown, if it is not a pipe).
+    pub fn of(fd: impl AsFd) -> Self {
+        Self::within(fd, &BUDGET)
+    }
+
+    /// The same, growing within `budget` instead of the process-wide one.
+    pub fn within(fd: impl AsFd, budget: &'static Budget) -> Self {
+        let start = rustix::pipe::fcntl_getpipe_size(fd).unwrap_or(0);
+        Self {
+            start,
+            now: start,
+            budget,
+        }
+    }
+
+    /// The pipe's buffer in bytes.
+    pub fn bytes(&self) -> usize {
+        self.now
+    }
+
+    /// Grows pipe `fd` so that a `len`-byte message fits (a power of two, at most
+    /// [`MAX_PIPE_BYTES`]) if the budget allows; a refusal (budget spent, kernel limit) just
+    /// leaves the pipe as it was.
+    pub fn fit(&mut self, fd: impl AsFd, len: usize) {
+        let target = len.next_power_of_two().min(MAX_PIPE_BYTES);
+        if self.now == 0 || target <= self.now || !self.budget.take(target - self.now) {
+            return;
+        }
+        match rustix::pipe::fcntl_setpipe_size(fd, target) {
+            Ok(size) => {
+                // The kernel rounds up to whole pages; account for what it actually gave.
+                if size > target {
+                    self.budget
+                        .grown
+                        .fetch_add(size - target, Ordering::Relaxed);
+                }
+                tracing::debug!(from = self.now, to = size, "pipe buffer grown");
+                self.now = size;
+            }
+            Err(e) => {
+                self.budget.give_back(target - self.now);
+                tracing::debug!(
+                    from = self.now,
+                    wanted = target,
+                    "pipe buffer not grown: {e}"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for PipeSize {
+    fn drop(&mut self) {
+        self.budget.give_back(self.now - self.start);
+    }
 }
 
 fn write_vectored_some(file: &File, parts: &[&[u8]]) -> io::Result<usize> {
-    if let [one] = parts {
-        return write_some(file, one);
+    // An answer is five parts; no allocation for up to eight.
+    let mut slices = [io::IoSlice::new(&[]); 8];
+    if parts.len() > slices.len() {
+        return write_some(file, &parts.concat());
     }
-    let slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+    for (slice, part) in slices.iter_mut().zip(parts) {
+        *slice = io::IoSlice::new(part);
+    }
     loop {
-        match (&*file).write_vectored(&slices) {
+        match (&*file).write_vectored(&slices[..parts.len()]) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             other => return other,
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use manifold_protocol::{codes, write, Envelope, ErrorObject, Frame, Kind, LineBuffer};
 
 use crate::connection::Connection;
-use crate::pipe;
+use crate::pipe::PipeSize;
 
 /// What the reader tells its owner about messages that are not answers.
 pub(crate) trait Events: Send + Sync {
@@ -25,7 +25,7 @@ pub(crate) fn run(
     events: &dyn Events,
 ) -> String {
     let mut buf = LineBuffer::new(max);
-    let mut capacity = pipe::pipe_capacity(&stdout);
+    let mut size = PipeSize::of(&stdout);
     loop {
         let n = match buf.read_with(|spare| stdout.read(spare)) {
             Ok(n) => n,
@@ -34,10 +34,8 @@ pub(crate) fn run(
         };
         while let Some(frame) = buf.next_frame() {
             if let Frame::Line(line) = &frame {
-                if line.len() > capacity && capacity > 0 {
-                    // Large answers come in fewer pipe-fulls from now on.
-                    capacity = pipe::grow(&stdout, capacity, line.len());
-                }
+                // Large answers come in fewer pipe-fulls from now on.
+                size.fit(&stdout, line.len());
             }
             if let Err(problem) = handle_frame(conn, frame, max, events) {
                 return problem;

@@ -3,6 +3,21 @@ use super::*;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
+/// Checks that `text` is one JSON value, with optional whitespace around it.
+fn validate(text: &str) -> Result<(), SyntaxError> {
+    let mut s = Scanner::new(text);
+    s.ws();
+    s.value(0)?;
+    s.end()
+}
+
+/// The members of the JSON object `text`, in order.
+fn members(text: &str) -> Result<Vec<Member<'_>>, SyntaxError> {
+    let mut out = Vec::new();
+    for_each_member(text, |m| out.push(m))?;
+    Ok(out)
+}
+
 fn serde_accepts(text: &str) -> bool {
     serde_json::from_str::<IgnoredAny>(text).is_ok()
 }
