@@ -22,6 +22,9 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde_json::{json, Map, Value};
 
+#[path = "common/mod.rs"]
+mod common;
+
 /// The whole of one test, processes included, must finish within this.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -59,7 +62,7 @@ impl Drop for Scratch {
 
 /// `[upstreams.alpha]` and `[upstreams.beta]`, each a `manifold-fixture --name KEY`.
 fn write_config(dir: &Path) -> PathBuf {
-    let fixture = env!("CARGO_BIN_EXE_manifold-fixture");
+    let fixture = common::fixture_bin();
     let mut toml = String::new();
     for key in ["alpha", "beta"] {
         // Debug formatting of a str is a valid TOML basic string for any path.

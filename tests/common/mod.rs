@@ -20,8 +20,25 @@ pub fn manifold_bin() -> &'static str {
     env!("CARGO_BIN_EXE_manifold")
 }
 
+/// The fixture server, a binary of its own crate built into the same folder as `manifold`.
+/// Built here once per test process (a no-op when it is up to date), so that a plain
+/// `cargo test` never runs a missing or stale fixture.
 pub fn fixture_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_manifold-fixture")
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = Path::new(manifold_bin()).with_file_name("manifold-fixture");
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--quiet", "-p", "manifold-fixture"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if path.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("release")) {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("cargo runs");
+        assert!(status.success(), "building manifold-fixture failed");
+        assert!(path.exists(), "{} missing after the build", path.display());
+        path.to_string_lossy().into_owned()
+    })
 }
 
 /// A fresh directory under the system temp dir, removed on drop.

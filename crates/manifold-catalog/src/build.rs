@@ -239,6 +239,15 @@ impl Catalog {
         }
     }
 
+    /// The name upstream `upstream` calls `original` is exposed under, if it is exposed.
+    pub fn exposed_name(&self, kind: Kind, upstream: usize, original: &str) -> Option<&str> {
+        self.listing(kind)
+            .items()
+            .iter()
+            .find(|i| i.upstream == upstream && i.original == original)
+            .map(|i| i.exposed.as_str())
+    }
+
     /// The upstream and original URI behind an exposed URI (or URI template).
     pub fn resolve_uri<'u>(&self, exposed: &'u str) -> Option<(usize, &'u str)> {
         let (prefix, original) = uri::split(exposed)?;

@@ -39,6 +39,30 @@ pub fn result_uris(method: &str, result: &str, uri_prefix: &str) -> Option<Strin
     }
 }
 
+/// An upstream's error object with what its `data` names made the host's: `data.uri` exposed
+/// with `uri_prefix`, `data.name` replaced by `exposed(original)`. `None` when nothing
+/// changed, so the caller forwards the original bytes.
+pub fn error_data(
+    error: &str,
+    uri_prefix: &str,
+    exposed: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    memchr::memmem::find(error.as_bytes(), b"\"data\"")?;
+    map_member(error, "data", |data| {
+        let mut o = RawObject::parse(data).ok()?;
+        let mut changed = false;
+        if let Some(original) = o.get_str("uri").map(|u| u.into_owned()) {
+            o.set_str("uri", &uri::expose(uri_prefix, &original));
+            changed = true;
+        }
+        if let Some(name) = o.get_str("name").and_then(|n| exposed(&n)) {
+            o.set_str("name", &name);
+            changed = true;
+        }
+        changed.then(|| o.to_text())
+    })
+}
+
 /// The string member `key` of an object, namespaced with `uri_prefix`.
 pub fn expose_member(obj: &str, key: &'static str, uri_prefix: &str) -> Option<String> {
     let mut o = RawObject::parse(obj).ok()?;
@@ -125,6 +149,22 @@ mod tests {
         let r = r#"{"content":[{"type":"text","text":"has \"uri\" in it"}]}"#;
         assert!(result_uris("tools/call", r, "p").is_none());
         assert!(result_uris("tools/list", r#"{"uri":"x"}"#, "p").is_none());
+    }
+
+    #[test]
+    fn error_data_names_what_the_host_used() {
+        let e = r#"{"code":-32002,"message":"Resource not found","data":{"uri":"file:///x"}}"#;
+        assert_eq!(
+            error_data(e, "fs", |_| None).unwrap(),
+            r#"{"code":-32002,"message":"Resource not found","data":{"uri":"fs+file:///x"}}"#
+        );
+        let e = r#"{"code":-32602,"message":"Unknown tool","data":{"name":"whoami","x":1}}"#;
+        assert_eq!(
+            error_data(e, "p", |n| (n == "whoami").then(|| "p__whoami".into())).unwrap(),
+            r#"{"code":-32602,"message":"Unknown tool","data":{"name":"p__whoami","x":1}}"#
+        );
+        assert!(error_data(r#"{"code":1,"message":"m"}"#, "p", |_| None).is_none());
+        assert!(error_data(r#"{"code":1,"message":"m","data":"text"}"#, "p", |_| None).is_none());
     }
 
     #[test]

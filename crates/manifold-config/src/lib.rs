@@ -57,6 +57,8 @@ pub struct ServerSettings {
     /// The CPUs Manifold and the upstreams it starts may run on; empty leaves placement to
     /// the operating system.
     pub cpus: Vec<usize>,
+    /// Output that may wait for one host that reads slowly; past it the session is ended.
+    pub session_queue_bytes: usize,
 }
 
 #[derive(Clone, Debug)]

@@ -16,6 +16,7 @@ pub(crate) struct RawServer {
     pub(crate) startup_timeout_ms: Option<u64>,
     pub(crate) shutdown_grace_ms: Option<u64>,
     pub(crate) cpus: Option<Vec<u64>>,
+    pub(crate) session_queue_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

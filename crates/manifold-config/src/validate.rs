@@ -18,6 +18,8 @@ pub(crate) const MIN_MAX_MESSAGE_BYTES: u64 = 1024;
 pub(crate) const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
 pub(crate) const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 10_000;
 pub(crate) const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 2_000;
+pub(crate) const DEFAULT_SESSION_QUEUE_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const MIN_SESSION_QUEUE_BYTES: u64 = 64 * 1024;
 pub(crate) const DEFAULT_SEPARATOR: &str = "__";
 pub(crate) const DEFAULT_MAX_LENGTH: u64 = 64;
 pub(crate) const MAX_MAX_LENGTH: u64 = 128;
@@ -66,6 +68,15 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         MIN_MAX_MESSAGE_BYTES,
     )?;
     check_min(ctx, "server.request_timeout_ms", request_timeout_ms, 1)?;
+    let session_queue_bytes = raw
+        .session_queue_bytes
+        .unwrap_or(DEFAULT_SESSION_QUEUE_BYTES);
+    check_min(
+        ctx,
+        "server.session_queue_bytes",
+        session_queue_bytes,
+        MIN_SESSION_QUEUE_BYTES,
+    )?;
     Ok(ServerSettings {
         page_size: to_usize(ctx, "server.page_size", page_size)?,
         max_message_bytes: to_usize(ctx, "server.max_message_bytes", max_message_bytes)?,
@@ -73,6 +84,7 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         startup_timeout: ms(raw.startup_timeout_ms, DEFAULT_STARTUP_TIMEOUT_MS),
         shutdown_grace: ms(raw.shutdown_grace_ms, DEFAULT_SHUTDOWN_GRACE_MS),
         cpus: cpus(ctx, raw.cpus.unwrap_or_default())?,
+        session_queue_bytes: to_usize(ctx, "server.session_queue_bytes", session_queue_bytes)?,
     })
 }
 

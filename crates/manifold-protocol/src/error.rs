@@ -16,6 +16,8 @@ pub mod codes {
     /// Server-defined range (-32000..-32099) per JSON-RPC.
     pub const UPSTREAM_UNAVAILABLE: i64 = -32010;
     pub const UPSTREAM_TIMEOUT: i64 = -32011;
+    /// Manifold: the upstream's answer was over its size limit and was dropped.
+    pub const UPSTREAM_ANSWER_TOO_LARGE: i64 = -32012;
 }
 
 /// A JSON-RPC error object.

@@ -6,10 +6,18 @@
 pub enum Frame<'a> {
     /// A complete line without its terminator (`\n` or `\r\n`). May be empty.
     Line(&'a [u8]),
-    /// A line longer than the limit was dropped whole; `len` is its length. The next frame
-    /// starts after its terminator.
-    Oversize { len: usize },
+    /// A line longer than the limit was dropped whole; `len` is its length. Its first and
+    /// last [`KEPT`] bytes are kept, so that the id of the message can often still be read
+    /// (see [`crate::envelope::id_of_fragments`]). The next frame starts after its terminator.
+    Oversize {
+        len: usize,
+        head: &'a [u8],
+        tail: &'a [u8],
+    },
 }
+
+/// How many bytes of each end of an oversize line are kept.
+pub const KEPT: usize = 256;
 
 /// A read buffer that yields lines and skips lines over `max` bytes without storing them.
 #[derive(Debug)]
@@ -22,6 +30,11 @@ pub struct LineBuffer {
     scanned: usize,
     /// While dropping an oversize line: how many of its bytes were dropped so far.
     skipping: Option<usize>,
+    /// The first bytes of the line being dropped, then of the last one dropped.
+    head: Vec<u8>,
+    /// The last bytes seen of the line being dropped (at most `2 * KEPT + 2`, trimmed to `KEPT`
+    /// when the frame is handed out).
+    tail: Vec<u8>,
     max: usize,
 }
 
@@ -36,6 +49,8 @@ impl LineBuffer {
             end: 0,
             scanned: 0,
             skipping: None,
+            head: Vec::with_capacity(KEPT),
+            tail: Vec::with_capacity(2 * KEPT),
             max,
         }
     }
@@ -77,19 +92,22 @@ impl LineBuffer {
     pub fn next_frame(&mut self) -> Option<Frame<'_>> {
         if let Some(dropped) = self.skipping {
             let Some(pos) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) else {
+                self.keep_tail(self.start, self.end);
                 self.skipping = Some(dropped + (self.end - self.start));
                 self.start = self.end;
                 self.scanned = self.end;
                 return None;
             };
+            self.keep_tail(self.start, self.start + pos);
             self.skipping = None;
             self.start += pos + 1;
             self.scanned = self.start;
-            return Some(Frame::Oversize { len: dropped + pos });
+            return Some(self.oversize(dropped + pos));
         }
         let Some(pos) = memchr::memchr(b'\n', &self.buf[self.scanned..self.end]) else {
             self.scanned = self.end;
             if self.end - self.start > self.max {
+                self.begin_skip(self.start, self.end);
                 self.skipping = Some(self.end - self.start);
                 self.start = self.end;
             }
@@ -100,19 +118,49 @@ impl LineBuffer {
         self.start = line_end + 1;
         self.scanned = self.start;
         if line_end - line_start > self.max {
-            return Some(Frame::Oversize {
-                len: line_end - line_start,
-            });
+            self.begin_skip(line_start, line_end);
+            return Some(self.oversize(line_end - line_start));
         }
         Some(Frame::Line(trim_cr(&self.buf[line_start..line_end])))
+    }
+
+    /// Keeps the first and last bytes of `buf[from..to]`, the start of an oversize line.
+    fn begin_skip(&mut self, from: usize, to: usize) {
+        self.head.clear();
+        self.head
+            .extend_from_slice(&self.buf[from..to.min(from + KEPT)]);
+        self.tail.clear();
+        self.keep_tail(from, to);
+    }
+
+    /// Appends `buf[from..to]` to the kept tail, keeping only its last bytes.
+    fn keep_tail(&mut self, from: usize, to: usize) {
+        // One byte more than is handed out: a `\r` before the newline is not part of the line.
+        let keep = KEPT + 1;
+        let from = from.max(to.saturating_sub(keep));
+        if self.tail.len() + (to - from) > 2 * keep {
+            let drop = self.tail.len() + (to - from) - keep;
+            self.tail.drain(..drop.min(self.tail.len()));
+        }
+        self.tail.extend_from_slice(&self.buf[from..to]);
+    }
+
+    fn oversize(&self, len: usize) -> Frame<'_> {
+        let tail = trim_cr(&self.tail);
+        Frame::Oversize {
+            len,
+            head: &self.head,
+            tail: &tail[tail.len().saturating_sub(KEPT)..],
+        }
     }
 
     /// At end of input: the unterminated last line, if any bytes remain.
     pub fn take_rest(&mut self) -> Option<Frame<'_>> {
         if let Some(dropped) = self.skipping.take() {
             let len = dropped + (self.end - self.start);
+            self.keep_tail(self.start, self.end);
             self.start = self.end;
-            return Some(Frame::Oversize { len });
+            return Some(self.oversize(len));
         }
         if self.start == self.end {
             return None;
@@ -121,7 +169,8 @@ impl LineBuffer {
         self.start = self.end;
         self.scanned = self.end;
         if e - s > self.max {
-            return Some(Frame::Oversize { len: e - s });
+            self.begin_skip(s, e);
+            return Some(self.oversize(e - s));
         }
         Some(Frame::Line(trim_cr(&self.buf[s..e])))
     }
@@ -164,7 +213,7 @@ mod tests {
     fn conv(f: Frame<'_>) -> Result<String, usize> {
         match f {
             Frame::Line(l) => Ok(String::from_utf8(l.to_vec()).unwrap()),
-            Frame::Oversize { len } => Err(len),
+            Frame::Oversize { len, .. } => Err(len),
         }
     }
 
@@ -207,6 +256,40 @@ mod tests {
             frames(input.as_bytes(), 50_000, 1 << 20),
             vec![Ok(big), Ok("z".into())]
         );
+    }
+
+    #[test]
+    fn oversize_lines_keep_their_first_and_last_bytes() {
+        let line = format!("{{\"id\":1,\"x\":\"{}\",\"end\":2}}", "y".repeat(5000));
+        let input = format!("{line}\r\nnext\n");
+        for chunk in [1, 7, 300, 4096, 100_000] {
+            let mut lb = LineBuffer::new(1024);
+            let mut rest = input.as_bytes();
+            let mut kept = None;
+            while kept.is_none() {
+                let n = lb
+                    .read_with(|spare| {
+                        let n = chunk.min(rest.len()).min(spare.len());
+                        spare[..n].copy_from_slice(&rest[..n]);
+                        Ok::<_, ()>(n)
+                    })
+                    .unwrap();
+                rest = &rest[n..];
+                assert!(n > 0, "chunk {chunk}: no frame");
+                if let Some(Frame::Oversize { len, head, tail }) = lb.next_frame() {
+                    kept = Some((len, head.to_vec(), tail.to_vec()));
+                }
+            }
+            let (len, head, tail) = kept.unwrap();
+            let b = line.as_bytes();
+            assert_eq!(
+                len,
+                b.len() + 1,
+                "chunk {chunk}: the \\r counts, as for a kept line"
+            );
+            assert_eq!(head, &b[..KEPT], "chunk {chunk}");
+            assert_eq!(tail, &b[b.len() - KEPT..], "chunk {chunk}");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod scan;
 pub mod version;
 pub mod write;
 
-pub use envelope::{Envelope, Kind, MessageError, Params};
+pub use envelope::{Envelope, Kind, MessageError, Params, ParamsError, Place};
 pub use error::{codes, ErrorObject};
 pub use framing::{Frame, LineBuffer};
 pub use object::RawObject;

@@ -9,13 +9,41 @@
 //!
 //! It accepts what `serde_json` accepts for the same text (the tests compare the two on
 //! generated documents), except nesting deeper than [`MAX_DEPTH`], which it refuses.
+//!
+//! Host input is also held to I-JSON (RFC 7493) by the `_strict` entry points: no member
+//! name twice in one object (compared after unescaping), no lone surrogate in a `\u` escape,
+//! every number finite as a double, and nesting at most [`HOST_MAX_DEPTH`] deep over the
+//! whole message. Every upstream can parse such a message, and whatever member Manifold
+//! routes by is the only one of its name, so the upstream reads exactly what Manifold read.
+//! A breach of these rules is a [`Violation`]: the scan goes on past it (so that the id of a
+//! request can still be read and answered), and only the first one is reported.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
 /// Arrays and objects nested deeper than this are refused (the limit `serde_json` applies to
 /// values it builds), so a hostile message cannot exhaust the stack.
 pub const MAX_DEPTH: usize = 128;
+
+/// The deepest nesting accepted from a host, counted over the whole message (the envelope is
+/// level 1). Below common parsers' limits (`serde_json` stops at 128), so a message Manifold
+/// accepts is never one an upstream cannot parse.
+pub const HOST_MAX_DEPTH: usize = 64;
+
+/// Where and how a syntactically valid text breaks the I-JSON rules host input is held to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Byte offset of the problem.
+    pub at: usize,
+    pub problem: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {}", self.problem, self.at)
+    }
+}
 
 /// Where and why a text is not JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,22 +88,53 @@ impl<'a> Member<'a> {
 /// Validates the JSON object `text` (whitespace around it allowed) and calls `each` for every
 /// member, in order. Members before a syntax error may already have been reported when the
 /// error is returned: callers discard what they gathered on `Err`.
-pub fn for_each_member<'a>(
+pub fn for_each_member<'a>(text: &'a str, each: impl FnMut(Member<'a>)) -> Result<(), SyntaxError> {
+    members_with::<false>(text, each).map(|_| ())
+}
+
+/// [`for_each_member`], holding the text to I-JSON as well: the first breach, if any, is
+/// returned once the whole text was scanned.
+pub fn for_each_member_strict<'a>(
+    text: &'a str,
+    each: impl FnMut(Member<'a>),
+) -> Result<Option<Violation>, SyntaxError> {
+    members_with::<true>(text, each)
+}
+
+fn members_with<'a, const STRICT: bool>(
     text: &'a str,
     mut each: impl FnMut(Member<'a>),
-) -> Result<(), SyntaxError> {
-    let mut s = Scanner::new(text);
+) -> Result<Option<Violation>, SyntaxError> {
+    let mut s = Scanner::<STRICT>::new(text);
     s.ws();
     if s.peek() != Some(b'{') {
         return Err(s.err("expected an object"));
     }
     s.object(1, &mut each)?;
+    s.end()?;
+    Ok(s.violation)
+}
+
+/// Validates that `text` is one JSON value (whitespace around it allowed).
+pub fn validate(text: &str) -> Result<(), SyntaxError> {
+    let mut s = Scanner::<false>::new(text);
+    s.ws();
+    s.value(0)?;
     s.end()
+}
+
+/// [`validate`], holding the text to I-JSON as well.
+pub fn validate_strict(text: &str) -> Result<Option<Violation>, SyntaxError> {
+    let mut s = Scanner::<true>::new(text);
+    s.ws();
+    s.value(0)?;
+    s.end()?;
+    Ok(s.violation)
 }
 
 /// The elements of the JSON array `text`, as JSON texts, in order.
 pub fn elements(text: &str) -> Result<Vec<&str>, SyntaxError> {
-    let mut s = Scanner::new(text);
+    let mut s = Scanner::<false>::new(text);
     s.ws();
     if s.peek() != Some(b'[') {
         return Err(s.err("expected an array"));
@@ -97,18 +156,33 @@ pub fn string_value(token: &str) -> Option<Cow<'_, str>> {
     }
 }
 
-struct Scanner<'a> {
+/// `STRICT` adds the I-JSON checks; the lax scanner compiles without them.
+struct Scanner<'a, const STRICT: bool> {
     text: &'a str,
     b: &'a [u8],
     i: usize,
+    /// The first I-JSON breach seen (strict scanning only).
+    violation: Option<Violation>,
 }
 
-impl<'a> Scanner<'a> {
+impl<'a, const STRICT: bool> Scanner<'a, STRICT> {
     fn new(text: &'a str) -> Self {
         Self {
             text,
             b: text.as_bytes(),
             i: 0,
+            violation: None,
+        }
+    }
+
+    /// Records an I-JSON breach at `at`; only the first one is kept.
+    #[cold]
+    fn violate(&mut self, at: usize, problem: impl FnOnce() -> String) {
+        if self.violation.is_none() {
+            self.violation = Some(Violation {
+                at,
+                problem: problem(),
+            });
         }
     }
 
@@ -169,6 +243,7 @@ impl<'a> Scanner<'a> {
         each: &mut impl FnMut(Member<'a>),
     ) -> Result<(), SyntaxError> {
         let mut more = self.open(depth, b'}')?;
+        let mut keys = KeySet::default();
         while more {
             if self.peek() != Some(b'"') {
                 return Err(self.err("expected a key"));
@@ -176,6 +251,18 @@ impl<'a> Scanner<'a> {
             let key_start = self.i + 1;
             let key_escaped = self.string()?;
             let key = self.slice(key_start, self.i - 1)?;
+            if STRICT && !keys.insert(key, key_escaped) {
+                self.violate(key_start - 1, || {
+                    let shown = Member {
+                        key,
+                        key_escaped,
+                        value: "",
+                    }
+                    .key_text()
+                    .map_or_else(|| key.to_owned(), Cow::into_owned);
+                    format!("member {shown:?} appears twice in one object")
+                });
+            }
             self.ws();
             if self.peek() != Some(b':') {
                 return Err(self.err("expected ':'"));
@@ -210,6 +297,11 @@ impl<'a> Scanner<'a> {
     fn open(&mut self, depth: usize, close: u8) -> Result<bool, SyntaxError> {
         if depth > MAX_DEPTH {
             return Err(self.err("nested too deeply"));
+        }
+        if STRICT && depth > HOST_MAX_DEPTH {
+            self.violate(self.i, || {
+                format!("nested more than {HOST_MAX_DEPTH} levels deep")
+            });
         }
         self.i += 1;
         self.ws();
@@ -268,14 +360,39 @@ impl<'a> Scanner<'a> {
             match self.b.get(self.i + 1) {
                 Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 2,
                 Some(b'u') => {
-                    let hex = self.b.get(self.i + 2..self.i + 6);
-                    if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    let Some(unit) = self.hex_unit(self.i) else {
                         return Err(self.err("invalid \\u escape"));
+                    };
+                    if STRICT {
+                        self.check_surrogate(unit);
                     }
                     self.i += 6;
                 }
                 _ => return Err(self.err("invalid escape")),
             }
+        }
+    }
+
+    /// The UTF-16 unit of the `\uXXXX` escape at `at`, if it is one.
+    fn hex_unit(&self, at: usize) -> Option<u16> {
+        let hex = self.b.get(at + 2..at + 6)?;
+        if self.b.get(at..at + 2) != Some(&b"\\u"[..]) || !hex.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        // Four ASCII hex digits.
+        u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+    }
+
+    /// At a `\u` escape holding `unit`: a high surrogate must be followed at once by an
+    /// escaped low one, and a low surrogate must follow a high one (which consumes it).
+    fn check_surrogate(&mut self, unit: u16) {
+        match unit {
+            0xD800..=0xDBFF => match self.hex_unit(self.i + 6) {
+                Some(0xDC00..=0xDFFF) => self.i += 6,
+                _ => self.violate(self.i, || "lone surrogate in a \\u escape".to_owned()),
+            },
+            0xDC00..=0xDFFF => self.violate(self.i, || "lone surrogate in a \\u escape".to_owned()),
+            _ => {}
         }
     }
 
@@ -290,6 +407,23 @@ impl<'a> Scanner<'a> {
 
     /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
     fn number(&mut self) -> Result<(), SyntaxError> {
+        let start = self.i;
+        self.number_token()?;
+        // Only a long mantissa or an exponent can leave the range of a double.
+        let token = &self.b[start..self.i];
+        if STRICT && (token.len() > 15 || token.iter().any(|&b| b == b'e' || b == b'E')) {
+            let finite = std::str::from_utf8(token)
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+                .is_some_and(f64::is_finite);
+            if !finite {
+                self.violate(start, || "number out of the range of a double".to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    fn number_token(&mut self) -> Result<(), SyntaxError> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }
@@ -322,6 +456,47 @@ impl<'a> Scanner<'a> {
         while self.peek().is_some_and(|c| c.is_ascii_digit()) {
             self.i += 1;
         }
+    }
+}
+
+/// The member names of one object, to find one that appears twice (strict scanning). Most
+/// objects have a few plain keys, compared in place; past that, or when a key holds escapes
+/// (compared decoded), a hash set takes over.
+#[derive(Default)]
+struct KeySet<'a> {
+    small: [&'a str; 8],
+    n: usize,
+    big: Option<HashSet<Cow<'a, str>>>,
+}
+
+impl<'a> KeySet<'a> {
+    /// Adds `key` (as written, `escaped` if it holds escapes); false if it was already there.
+    fn insert(&mut self, key: &'a str, escaped: bool) -> bool {
+        if !escaped && self.big.is_none() {
+            if self.small[..self.n].contains(&key) {
+                return false;
+            }
+            if self.n < self.small.len() {
+                self.small[self.n] = key;
+                self.n += 1;
+                return true;
+            }
+        }
+        let small = &self.small[..self.n];
+        let big = self
+            .big
+            .get_or_insert_with(|| small.iter().map(|k| Cow::Borrowed(*k)).collect());
+        let decoded = if escaped {
+            let member = Member {
+                key,
+                key_escaped: true,
+                value: "",
+            };
+            member.key_text().unwrap_or(Cow::Borrowed(key))
+        } else {
+            Cow::Borrowed(key)
+        };
+        big.insert(decoded)
     }
 }
 

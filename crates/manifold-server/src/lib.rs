@@ -1,14 +1,23 @@
-//! The downstream side of Manifold: sessions with hosts, the stdio transport, and the router
+//! The downstream side of Manifold: host sessions, the transports hosts use, and the router
 //! that answers from the merged catalog or forwards to the owning upstream. Only this crate
-//! knows about host-facing transports.
+//! knows about host-facing transports, and within it only the transport modules do: the
+//! router sees an [`Origin`] (a session, if any, and an [`Outlet`]) and makes a [`Context`]
+//! per request.
 #![forbid(unsafe_code)]
 
+pub mod context;
 pub mod error;
 mod initialize;
+pub mod layer;
+pub mod outlet;
 pub mod router;
 pub mod session;
+pub mod sessions;
 pub mod stdio;
 
+pub use context::{Context, Origin};
 pub use error::RouteError;
-pub use router::Router;
-pub use session::{Output, Session};
+pub use outlet::Outlet;
+pub use router::{Handled, Router};
+pub use session::{Session, Transport};
+pub use sessions::Sessions;

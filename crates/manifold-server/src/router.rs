@@ -2,40 +2,105 @@
 //! (handshake, ping, lists from the cached catalog), and forward the rest to the owning
 //! upstream with names, URIs, ids and progress tokens rewritten.
 //!
-//! Everything here runs synchronously on the thread that read the line; only the handshake
-//! and fan-outs, which must wait, are spawned onto the async runtime.
+//! The router knows no transport: a message comes with an [`Origin`] (its session, if any,
+//! and the outlet its answers go to), and each request gets a [`Context`] that travels with
+//! it. Everything runs synchronously on the thread that read the message; only the handshake,
+//! fan-outs and layers that wait on I/O continue on the async runtime.
+
+mod inflight;
+mod resolve;
 
 use std::sync::Arc;
 
-use manifold_catalog::{rewrite, Catalog, Item, Kind as ListKind, Resolved, UpstreamState};
+use manifold_catalog::{Kind as ListKind, UpstreamState};
 use manifold_config::ServerSettings;
-use manifold_protocol::{version, write, Envelope, Kind, Params, RawObject};
-use manifold_upstream::{Connection, Downstream, Forward, Hub, UpstreamError, UpstreamHandle};
+use manifold_protocol::envelope::{canonical_id, is_valid_id};
+use manifold_protocol::{
+    scan, version, write, Envelope, Kind, MessageError, Params, Place, RawObject,
+};
+use manifold_upstream::{Connection, Forward, Hub, UpstreamError, UpstreamHandle};
+use tokio::sync::mpsc;
 
+use crate::context::{reply_error, Context, Origin};
 use crate::error::RouteError;
 use crate::initialize;
-use crate::session::Session;
+use crate::layer::{Check, Layer};
+use crate::outlet::BatchOutlet;
+use crate::session::Client;
+use crate::sessions::Sessions;
+
+pub use resolve::Target;
+
+/// The log levels of `logging/setLevel`, least severe first (RFC 5424, as MCP names them).
+pub const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// The revision whose hosts may send JSON-RPC batches: it requires servers to accept them,
+/// and the next one removed them.
+const BATCH_VERSION: &str = "2025-03-26";
+
+/// What a message turned out to be, for transports whose answer depends on it (HTTP gives
+/// 202 to notifications and responses, 400 to what it cannot accept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// A request: exactly one answer goes to the origin's outlet.
+    Request,
+    /// A batch holding this many requests: one array of answers goes to the outlet (none if
+    /// zero).
+    Batch(usize),
+    Notification,
+    Response,
+    /// Not a usable message: an error without id went to the outlet.
+    Rejected,
+    /// Nothing at all (a blank line).
+    Empty,
+}
 
 /// Routes every session's messages to the upstreams.
 pub struct Router {
     hub: Arc<Hub>,
     upstreams: Vec<UpstreamHandle>,
+    sessions: Arc<Sessions>,
     settings: ServerSettings,
     runtime: tokio::runtime::Handle,
+    layers: Vec<Arc<dyn Layer>>,
 }
 
 impl Router {
     pub fn new(
         hub: Arc<Hub>,
         upstreams: Vec<UpstreamHandle>,
+        sessions: Arc<Sessions>,
         settings: ServerSettings,
         runtime: tokio::runtime::Handle,
+    ) -> Arc<Self> {
+        Self::with_layers(hub, upstreams, sessions, settings, runtime, Vec::new())
+    }
+
+    /// A router whose forwarded requests pass through `layers`, in order.
+    pub fn with_layers(
+        hub: Arc<Hub>,
+        upstreams: Vec<UpstreamHandle>,
+        sessions: Arc<Sessions>,
+        settings: ServerSettings,
+        runtime: tokio::runtime::Handle,
+        layers: Vec<Arc<dyn Layer>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             hub,
             upstreams,
+            sessions,
             settings,
             runtime,
+            layers,
         })
     }
 
@@ -43,98 +108,202 @@ impl Router {
         &self.hub
     }
 
+    pub fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
+    }
+
     pub fn settings(&self) -> &ServerSettings {
         &self.settings
     }
 
-    /// Handles one line from the host of `session`.
-    pub fn handle_line(self: &Arc<Self>, session: &Arc<Session>, line: &[u8]) {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return;
-        }
-        let env = match Envelope::decode(line) {
-            Ok(env) => env,
-            Err(e) => return reply_error(session, None, &e.into()),
-        };
-        match env.kind() {
-            Err(e) => reply_error(session, usable_id(&env), &e.into()),
-            Ok(Kind::Request) => {
-                let Some(id) = env.id else { return };
-                let method = env.method.as_deref().unwrap_or_default();
-                let span =
-                    tracing::debug_span!("mcp.request", method, session = session.session_id());
-                let _entered = span.enter();
-                if let Err(e) = self.request(session, id, method, &env) {
-                    tracing::debug!(error = %e, "request refused");
-                    reply_error(session, Some(id), &e);
-                }
+    pub fn upstreams(&self) -> &[UpstreamHandle] {
+        &self.upstreams
+    }
+
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
+    /// Ends sessions as they are asked to end (see [`crate::sessions::Ending`]), on the
+    /// runtime, until every sender is gone.
+    pub fn run_reaper(self: &Arc<Self>, mut asked: mpsc::UnboundedReceiver<(u64, String)>) {
+        let router = Arc::downgrade(self);
+        self.runtime.spawn(async move {
+            while let Some((id, reason)) = asked.recv().await {
+                let Some(router) = router.upgrade() else {
+                    return;
+                };
+                router.end_session(id, &reason);
             }
-            Ok(Kind::Notification) => self.notification(session, &env),
-            // Manifold sends hosts no requests yet, so there is nothing to match answers to.
-            Ok(Kind::Response) => {}
+        });
+    }
+
+    /// Ends a session: it leaves the registry, its streams close, and every request it still
+    /// has in flight is cancelled upstream. Ending an ended session does nothing.
+    pub fn end_session(&self, id: u64, reason: &str) {
+        let Some(session) = self.sessions.remove(id) else {
+            return;
+        };
+        session.mark_ended(reason);
+        let cancelled: usize = self
+            .upstreams
+            .iter()
+            .filter_map(UpstreamHandle::connection)
+            .map(|c| c.cancel_session(id, reason))
+            .sum();
+        tracing::info!(
+            session = id,
+            transport = session.transport().name(),
+            cancelled,
+            "session ended: {reason}"
+        );
+    }
+
+    /// Handles one message from a host.
+    pub fn handle_line(self: &Arc<Self>, origin: &Origin, line: &[u8]) -> Handled {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Handled::Empty;
+        }
+        match Envelope::decode_host(line) {
+            Ok(env) => self.handle_envelope(origin, &env),
+            Err(MessageError::Batch) => self.batch(origin, line),
+            Err(e) => {
+                reply_error(&*origin.outlet, None, &e.into());
+                Handled::Rejected
+            }
         }
     }
 
-    /// A line over the size limit was dropped: tell the host, keep the session.
-    pub fn oversize(&self, session: &Arc<Session>, len: usize) {
+    /// Handles one decoded message from a host.
+    pub fn handle_envelope(self: &Arc<Self>, origin: &Origin, env: &Envelope<'_>) -> Handled {
+        let kind = match env.kind() {
+            Ok(kind) => kind,
+            Err(e) => {
+                reply_error(&*origin.outlet, usable_id(env), &e.into());
+                return Handled::Rejected;
+            }
+        };
+        match kind {
+            Kind::Request => {
+                let Some(id) = env.id.filter(|_| usable_id(env).is_some()) else {
+                    let e = refusal(env).unwrap_or(RouteError::Message(MessageError::Invalid(
+                        "unusable id".into(),
+                    )));
+                    reply_error(&*origin.outlet, None, &e);
+                    return Handled::Rejected;
+                };
+                let method = env.method.as_deref().unwrap_or_default();
+                let ctx = Context::new(origin, id, method);
+                match refusal(env) {
+                    Some(e) => ctx.fail(&e),
+                    None => self.request(ctx, method, env),
+                }
+                Handled::Request
+            }
+            Kind::Notification => {
+                if let Some((v, _)) = env.violation() {
+                    tracing::debug!(problem = %v, "host notification refused");
+                } else {
+                    self.notification(origin, env);
+                }
+                Handled::Notification
+            }
+            Kind::Response => {
+                // Manifold sends hosts no requests yet, so no answer can match one.
+                tracing::debug!(id = env.id, "answer from the host matches no request");
+                Handled::Response
+            }
+        }
+    }
+
+    /// A message over the size limit was dropped unread: tell the host, with the message's
+    /// id when it could be read from the kept ends, and keep the session.
+    pub fn oversize(&self, origin: &Origin, len: usize, head: &[u8], tail: &[u8]) {
         let max = self.settings.max_message_bytes;
         tracing::warn!(len, max, "message over the size limit refused");
-        reply_error(session, None, &RouteError::Oversize { len, max });
+        let id = manifold_protocol::envelope::id_of_fragments(head, tail);
+        reply_error(
+            &*origin.outlet,
+            id.as_deref(),
+            &RouteError::Oversize { len, max },
+        );
     }
 
-    fn request(
-        self: &Arc<Self>,
-        session: &Arc<Session>,
-        id: &str,
-        method: &str,
-        env: &Envelope<'_>,
-    ) -> Result<(), RouteError> {
+    fn request(self: &Arc<Self>, ctx: Context, method: &str, env: &Envelope<'_>) {
+        let ready = ctx.session.as_ref().is_none_or(|s| s.is_ready());
         match method {
-            "initialize" => return self.initialize(session, id, env),
-            "ping" => {
-                reply(session, id, "{}");
-                return Ok(());
-            }
-            _ if !session.is_ready() => return Err(RouteError::NotInitialized),
+            "initialize" => return self.initialize(ctx, env),
+            "ping" => return ctx.reply("{}"),
+            _ if !ready => return ctx.fail(&RouteError::NotInitialized),
             _ => {}
         }
+        let catalog = self.hub.catalog();
         // The forwarded methods parse their params once, for routing and rewriting together.
-        match method {
-            "tools/call" => return self.call_named(session, id, env, ListKind::Tools),
-            "prompts/get" => return self.call_named(session, id, env, ListKind::Prompts),
-            "resources/read" => return self.read(session, id, env),
-            _ => {}
-        }
-        let params = env
-            .routing_params()
-            .map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
-        match method {
-            "tools/list" => self.list(session, id, ListKind::Tools, &params),
-            "prompts/list" => self.list(session, id, ListKind::Prompts, &params),
-            "resources/list" => self.list(session, id, ListKind::Resources, &params),
-            "resources/templates/list" => {
-                self.list(session, id, ListKind::ResourceTemplates, &params)
-            }
-            "completion/complete" => self.complete(session, id, env, &params),
-            "logging/setLevel" => self.set_level(session, id, env),
-            _ => Err(RouteError::UnknownMethod(method.to_owned())),
+        let target = match method {
+            "tools/call" => resolve::named(&catalog, env, ListKind::Tools),
+            "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts),
+            "resources/read" => resolve::read(&catalog, env),
+            _ => return self.local(ctx, method, env),
+        };
+        match target {
+            Ok(target) => self.admit(ctx, target, 0),
+            Err(e) => ctx.fail(&e),
         }
     }
 
-    fn initialize(
-        self: &Arc<Self>,
-        session: &Arc<Session>,
-        id: &str,
-        env: &Envelope<'_>,
-    ) -> Result<(), RouteError> {
-        let params = env
-            .routing_params()
-            .map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
+    /// Methods answered from the catalog, or fanned out.
+    fn local(self: &Arc<Self>, ctx: Context, method: &str, env: &Envelope<'_>) {
+        let params = match env.routing_params() {
+            Ok(p) => p,
+            Err(e) => return ctx.fail(&RouteError::InvalidParams(e.to_string())),
+        };
+        let kind = match method {
+            "tools/list" => ListKind::Tools,
+            "prompts/list" => ListKind::Prompts,
+            "resources/list" => ListKind::Resources,
+            "resources/templates/list" => ListKind::ResourceTemplates,
+            "completion/complete" => {
+                return match resolve::complete(&self.hub.catalog(), env, &params) {
+                    Ok(target) => self.admit(ctx, target, 0),
+                    Err(e) => ctx.fail(&e),
+                };
+            }
+            "logging/setLevel" => return self.set_level(ctx, &params),
+            _ => return ctx.fail(&RouteError::UnknownMethod(method.to_owned())),
+        };
+        match self
+            .hub
+            .catalog()
+            .listing(kind)
+            .page(params.cursor.as_deref())
+        {
+            Ok(body) => ctx.reply(body),
+            Err(_) => ctx.fail(&RouteError::BadCursor),
+        }
+    }
+
+    fn initialize(self: &Arc<Self>, ctx: Context, env: &Envelope<'_>) {
+        let params = match env.routing_params() {
+            Ok(p) => p,
+            Err(e) => return ctx.fail(&RouteError::InvalidParams(e.to_string())),
+        };
+        let Some(session) = ctx.session.clone() else {
+            return ctx.fail(&RouteError::InvalidParams(
+                "initialize needs a session".into(),
+            ));
+        };
         if !session.begin_initialize() {
-            return Err(RouteError::AlreadyInitialized);
+            return ctx.fail(&RouteError::AlreadyInitialized);
         }
         let negotiated = version::negotiate(params.protocol_version.as_deref());
-        let (router, session, id) = (Arc::clone(self), Arc::clone(session), id.to_owned());
+        let client = Client {
+            capabilities: params.capabilities.unwrap_or("{}").into(),
+            info: env
+                .params
+                .and_then(|p| RawObject::parse(p).ok())
+                .and_then(|p| p.get("clientInfo").map(Box::from)),
+        };
+        let router = Arc::clone(self);
         self.runtime.spawn(async move {
             // Answer with the whole catalog: wait (bounded) for every upstream's first start.
             router
@@ -142,132 +311,21 @@ impl Router {
                 .wait_settled(router.settings.startup_timeout)
                 .await;
             let result = initialize::result(&router.hub.catalog(), negotiated);
-            session.finish_initialize();
-            reply(&session, &id, &result);
+            session.finish_initialize(negotiated, client);
+            ctx.reply(&result);
         });
-        Ok(())
-    }
-
-    fn list(
-        &self,
-        session: &Arc<Session>,
-        id: &str,
-        kind: ListKind,
-        params: &Params<'_>,
-    ) -> Result<(), RouteError> {
-        let catalog = self.hub.catalog();
-        let body = catalog
-            .listing(kind)
-            .page(params.cursor.as_deref())
-            .map_err(|_| RouteError::BadCursor)?;
-        reply(session, id, body);
-        Ok(())
-    }
-
-    fn call_named(
-        &self,
-        session: &Arc<Session>,
-        id: &str,
-        env: &Envelope<'_>,
-        kind: ListKind,
-    ) -> Result<(), RouteError> {
-        let method = match kind {
-            ListKind::Tools => "tools/call",
-            _ => "prompts/get",
-        };
-        let mut params = params_object(env)?;
-        let catalog = self.hub.catalog();
-        let item = {
-            let name = params.get_str("name").ok_or_else(|| missing("name"))?;
-            resolve_named(&catalog, kind, &name)?
-        };
-        params.set_str("name", &item.original);
-        self.forward(
-            session,
-            id,
-            item.upstream,
-            method,
-            &params.to_text(),
-            &catalog,
-        )
-    }
-
-    fn read(&self, session: &Arc<Session>, id: &str, env: &Envelope<'_>) -> Result<(), RouteError> {
-        let mut params = params_object(env)?;
-        let catalog = self.hub.catalog();
-        let (upstream, original) = {
-            let uri = params.get_str("uri").ok_or_else(|| missing("uri"))?;
-            let (upstream, original) = resolve_uri(&catalog, &uri)?;
-            (upstream, original.to_owned())
-        };
-        params.set_str("uri", &original);
-        self.forward(
-            session,
-            id,
-            upstream,
-            "resources/read",
-            &params.to_text(),
-            &catalog,
-        )
-    }
-
-    /// `completion/complete` goes to the upstream that owns the prompt or template in `ref`.
-    fn complete(
-        &self,
-        session: &Arc<Session>,
-        id: &str,
-        env: &Envelope<'_>,
-        params: &Params<'_>,
-    ) -> Result<(), RouteError> {
-        let bad = |m: &str| RouteError::InvalidParams(m.to_owned());
-        let reference = params.reference.ok_or_else(|| bad("missing \"ref\""))?;
-        let reference =
-            RawObject::parse(reference.get()).map_err(|_| bad("\"ref\" must be an object"))?;
-        let all = env.params.ok_or_else(|| bad("missing params"))?;
-        let catalog = self.hub.catalog();
-        let (upstream, raw) = match reference.get_str("type").as_deref() {
-            Some("ref/prompt") => {
-                let name = reference
-                    .get_str("name")
-                    .ok_or_else(|| bad("missing \"ref.name\""))?;
-                let item = resolve_named(&catalog, ListKind::Prompts, &name)?;
-                (
-                    item.upstream,
-                    rewrite::set_ref_member(all, "name", &item.original),
-                )
-            }
-            Some("ref/resource") => {
-                let uri = reference
-                    .get_str("uri")
-                    .ok_or_else(|| bad("missing \"ref.uri\""))?;
-                let (upstream, original) = resolve_uri(&catalog, &uri)?;
-                (upstream, rewrite::set_ref_member(all, "uri", original))
-            }
-            _ => {
-                return Err(bad(
-                    "\"ref.type\" must be \"ref/prompt\" or \"ref/resource\"",
-                ))
-            }
-        };
-        let raw = raw.ok_or_else(|| bad("malformed params"))?;
-        self.forward(session, id, upstream, "completion/complete", &raw, &catalog)
     }
 
     /// `logging/setLevel` goes to every running upstream that declared logging.
-    fn set_level(
-        &self,
-        session: &Arc<Session>,
-        id: &str,
-        env: &Envelope<'_>,
-    ) -> Result<(), RouteError> {
-        let params = env
-            .params
-            .ok_or_else(|| RouteError::InvalidParams("missing \"level\"".into()))?;
-        let level = RawObject::parse(params)
-            .ok()
-            .and_then(|p| p.get_str("level").map(|l| l.into_owned()));
-        if level.is_none() {
-            return Err(RouteError::InvalidParams("missing \"level\"".into()));
+    fn set_level(self: &Arc<Self>, ctx: Context, params: &Params<'_>) {
+        let Some(level) = params.level.as_deref() else {
+            return ctx.fail(&RouteError::InvalidParams("missing \"level\"".into()));
+        };
+        if !LOG_LEVELS.contains(&level) {
+            return ctx.fail(&RouteError::InvalidParams(format!(
+                "\"level\" must be one of {}",
+                LOG_LEVELS.join(", ")
+            )));
         }
         let catalog = self.hub.catalog();
         let targets: Vec<Arc<Connection>> = self
@@ -280,7 +338,7 @@ impl Router {
             })
             .filter_map(UpstreamHandle::connection)
             .collect();
-        let (session, id, params) = (Arc::clone(session), id.to_owned(), params.to_owned());
+        let params = format!("{{\"level\":\"{level}\"}}");
         self.runtime.spawn(async move {
             let calls = targets
                 .iter()
@@ -290,64 +348,93 @@ impl Router {
                     tracing::warn!(upstream = conn.name(), "logging/setLevel failed: {e}");
                 }
             }
-            reply(&session, &id, "{}");
+            ctx.reply("{}");
         });
-        Ok(())
     }
 
-    /// Sends `params` to an upstream as a new request whose answer returns to this host.
-    fn forward(
-        &self,
-        session: &Arc<Session>,
-        id: &str,
-        upstream: usize,
-        method: &'static str,
-        params: &str,
-        catalog: &Catalog,
-    ) -> Result<(), RouteError> {
-        let handle = &self.upstreams[upstream];
-        if let UpstreamState::Down { reason } = catalog.state(upstream) {
-            return Err(unavailable(handle, reason));
+    /// Passes the request through the layers from `from` on, then sends it upstream. A layer
+    /// that must wait continues the request on the runtime.
+    fn admit(self: &Arc<Self>, ctx: Context, target: Target, from: usize) {
+        for (i, layer) in self.layers.iter().enumerate().skip(from) {
+            match layer.check(&ctx, &target) {
+                Check::Pass => {}
+                Check::Refuse(e) => return ctx.fail(&e),
+                Check::Wait(decision) => {
+                    let router = Arc::clone(self);
+                    self.runtime.spawn(async move {
+                        match decision.await {
+                            Ok(()) => router.admit(ctx, target, i + 1),
+                            Err(e) => ctx.fail(&e),
+                        }
+                    });
+                    return;
+                }
+            }
         }
-        let conn = handle
-            .connection()
-            .ok_or_else(|| unavailable(handle, "it is starting"))?;
-        let upstream_id = conn.next_id();
-        let (mapped, progress_token) = map_progress_token(params, upstream_id);
-        let params = mapped.as_deref().unwrap_or(params);
-        let mut line = Vec::with_capacity(params.len() + 64);
-        write::request(&mut line, upstream_id, method, Some(params));
-        let fwd = Forward {
-            to: Arc::clone(session) as Arc<dyn Downstream>,
-            host_id: id.into(),
-            method,
-            progress_token,
-            span: tracing::debug_span!(
-                "upstream.hop",
-                upstream = handle.key(),
-                method,
-                id = upstream_id
-            ),
-        };
-        conn.forward(upstream_id, &line, fwd)
-            .map_err(RouteError::Upstream)
+        self.send(ctx, target);
     }
 
-    fn notification(&self, session: &Arc<Session>, env: &Envelope<'_>) {
+    /// Sends the request to its upstream as a new request whose answer returns to the host.
+    fn send(&self, ctx: Context, target: Target) {
+        let handle = &self.upstreams[target.upstream];
+        if let UpstreamState::Down { reason } = self.hub.catalog().state(target.upstream) {
+            return ctx.fail(&unavailable(handle, reason));
+        }
+        let Some(conn) = handle.connection() else {
+            return ctx.fail(&unavailable(handle, "it is starting"));
+        };
+        let upstream_id = conn.next_id();
+        let (params, progress_token) =
+            match resolve::map_progress_token(&target.params, upstream_id) {
+                Some((params, token)) => (params, Some(token)),
+                None => (target.params, None),
+            };
+        let mut line = Vec::with_capacity(params.len() + 64);
+        write::request(&mut line, upstream_id, target.method, Some(&params));
+        let hop = tracing::debug_span!(
+            parent: &ctx.span,
+            "upstream.hop",
+            upstream = handle.key(),
+            method = target.method,
+            id = upstream_id
+        );
+        let exchange = inflight::Inflight {
+            ctx: Some(ctx),
+            hub: Arc::clone(&self.hub),
+            upstream: target.upstream,
+            method: target.method,
+            hop,
+        };
+        conn.forward(
+            upstream_id,
+            &line,
+            Forward {
+                exchange: Box::new(exchange),
+                progress_token,
+            },
+        );
+    }
+
+    fn notification(&self, origin: &Origin, env: &Envelope<'_>) {
         match env.method.as_deref().unwrap_or_default() {
             "notifications/cancelled" => {
-                let Some(params) = env.params.and_then(|p| RawObject::parse(p).ok()) else {
+                let Some(params) = env.params.and_then(|p| Params::read(p).ok()) else {
                     return;
                 };
-                let Some(request_id) = params.get("requestId") else {
+                let Some(request_id) = params.request_id else {
                     return;
                 };
-                let reason = params.get_str("reason");
+                let session = origin.session.as_ref().map_or(0, |s| s.id());
+                let id = canonical_id(request_id);
+                let reason = env
+                    .params
+                    .and_then(|p| RawObject::parse(p).ok())
+                    .and_then(|p| p.get_str("reason").map(|r| r.into_owned()));
                 let owner = self
                     .upstreams
                     .iter()
                     .filter_map(UpstreamHandle::connection)
-                    .find(|c| c.cancel_for(session.session_id(), request_id, reason.as_deref()));
+                    .find(|c| c.cancel_for(session, &id, reason.as_deref()));
                 tracing::debug!(
                     request = request_id,
                     forwarded_to = owner.as_ref().map(|c| c.name()),
@@ -358,63 +445,70 @@ impl Router {
             other => tracing::debug!(method = other, "host notification ignored"),
         }
     }
-}
 
-/// Replaces a host's `_meta.progressToken` with the upstream request id, which is unique on
-/// that upstream, so progress from a shared upstream maps back to the right request.
-fn map_progress_token(params: &str, upstream_id: u64) -> (Option<String>, Option<Box<str>>) {
-    if memchr::memmem::find(params.as_bytes(), b"progressToken").is_none() {
-        return (None, None);
-    }
-    let Ok(mut obj) = RawObject::parse(params) else {
-        return (None, None);
-    };
-    let Some(mut meta) = obj.get("_meta").and_then(|m| RawObject::parse(m).ok()) else {
-        return (None, None);
-    };
-    let Some(token) = meta.get("progressToken").map(Box::from) else {
-        return (None, None);
-    };
-    meta.set_raw("progressToken", upstream_id.to_string());
-    let meta = meta.to_text();
-    obj.set_raw("_meta", meta);
-    (Some(obj.to_text()), Some(token))
-}
-
-/// The request's params as an object of raw members: parsed once, then read and rewritten.
-fn params_object<'a>(env: &Envelope<'a>) -> Result<RawObject<'a>, RouteError> {
-    let raw = env
-        .params
-        .ok_or_else(|| RouteError::InvalidParams("missing params".into()))?;
-    RawObject::parse(raw).map_err(|_| RouteError::InvalidParams("params must be an object".into()))
-}
-
-fn missing(key: &str) -> RouteError {
-    RouteError::InvalidParams(format!("missing \"{key}\""))
-}
-
-/// The tool or prompt exposed as `name`, or the error a host should see.
-fn resolve_named<'c>(
-    catalog: &'c Catalog,
-    kind: ListKind,
-    name: &str,
-) -> Result<&'c Item, RouteError> {
-    match catalog.resolve_name(kind, name) {
-        Resolved::Found(item) => Ok(item),
-        Resolved::Ambiguous(c) if kind == ListKind::Tools => Err(RouteError::ambiguous("tool", c)),
-        Resolved::Ambiguous(c) => Err(RouteError::ambiguous("prompt", c)),
-        Resolved::Unknown if kind == ListKind::Tools => {
-            Err(RouteError::UnknownTool(name.to_owned()))
+    /// A JSON-RPC batch: accepted from hosts that negotiated the revision that requires it,
+    /// answered with one array; refused for everyone else.
+    fn batch(self: &Arc<Self>, origin: &Origin, line: &[u8]) -> Handled {
+        let version = origin.session.as_ref().and_then(|s| s.version());
+        if version != Some(BATCH_VERSION) {
+            reply_error(&*origin.outlet, None, &MessageError::Batch.into());
+            return Handled::Rejected;
         }
-        Resolved::Unknown => Err(RouteError::UnknownPrompt(name.to_owned())),
+        // The line was checked as JSON by the decoder: it is UTF-8 and an array.
+        let elements = std::str::from_utf8(line)
+            .ok()
+            .and_then(|text| scan::elements(text).ok())
+            .unwrap_or_default();
+        if elements.is_empty() {
+            let e = MessageError::Invalid("an empty batch".into());
+            reply_error(&*origin.outlet, None, &e.into());
+            return Handled::Rejected;
+        }
+        let decoded: Vec<_> = elements
+            .iter()
+            .map(|e| Envelope::decode_host(e.as_bytes()))
+            .collect();
+        // Every element answers except notifications and responses.
+        let expected = decoded
+            .iter()
+            .filter(|d| match d {
+                Ok(env) => !matches!(env.kind(), Ok(Kind::Notification | Kind::Response)),
+                Err(_) => true,
+            })
+            .count();
+        let batch = Origin {
+            session: origin.session.clone(),
+            outlet: Arc::new(BatchOutlet::new(Arc::clone(&origin.outlet), expected)),
+        };
+        for d in decoded {
+            match d {
+                Ok(env) if env.method.as_deref() == Some("initialize") && env.id.is_some() => {
+                    let e = MessageError::Invalid("initialize must not be part of a batch".into());
+                    reply_error(&*batch.outlet, env.id, &e.into());
+                }
+                Ok(env) => {
+                    self.handle_envelope(&batch, &env);
+                }
+                Err(e) => reply_error(&*batch.outlet, None, &e.into()),
+            }
+        }
+        Handled::Batch(expected)
     }
 }
 
-/// The upstream and original URI behind an exposed URI or template.
-fn resolve_uri<'u>(catalog: &Catalog, uri: &'u str) -> Result<(usize, &'u str), RouteError> {
-    catalog
-        .resolve_uri(uri)
-        .ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))
+/// What makes a well-formed request unacceptable before it is routed: a breach of I-JSON
+/// (inside params: -32602; elsewhere: -32600) or params that are not an object.
+fn refusal(env: &Envelope<'_>) -> Option<RouteError> {
+    if let Some((v, place)) = env.violation() {
+        return Some(match place {
+            Place::Params => RouteError::InvalidParams(format!("params: {v}")),
+            _ => RouteError::Message(MessageError::Invalid(v.to_string().into())),
+        });
+    }
+    match env.params.map(|p| p.trim_start().as_bytes().first()) {
+        Some(Some(b'{')) | None => None,
+        Some(_) => Some(RouteError::InvalidParams("params must be an object".into())),
+    }
 }
 
 fn unavailable(handle: &UpstreamHandle, reason: &str) -> RouteError {
@@ -424,18 +518,11 @@ fn unavailable(handle: &UpstreamHandle, reason: &str) -> RouteError {
     })
 }
 
-/// The id of an invalid message, if it has one a host could match.
+/// The id of an invalid message, if it has one a host could match (and it is not itself what
+/// is wrong with the message).
 fn usable_id<'a>(env: &Envelope<'a>) -> Option<&'a str> {
-    env.id
-        .filter(|id| manifold_protocol::envelope::is_valid_id(id))
-}
-
-fn reply(session: &Session, id: &str, result: &str) {
-    session.send_parts(&write::response_parts(id, result));
-}
-
-fn reply_error(session: &Session, id: Option<&str>, err: &RouteError) {
-    let mut out = Vec::new();
-    write::error_response(&mut out, id, &err.to_error_object());
-    session.send_line(&out);
+    if env.violation().is_some_and(|(_, p)| *p == Place::Id) {
+        return None;
+    }
+    env.id.filter(|id| is_valid_id(id))
 }

@@ -1,20 +1,40 @@
-//! A downstream session: where answers and notifications for one host are written, and what
-//! the handshake established.
+//! A host session: its identity, what the handshake established, and where messages for the
+//! session as a whole go. The transport that carries it is only a label here.
 
-use std::fs::File;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
-use manifold_upstream::pipe::PipeWriter;
-use manifold_upstream::Downstream;
+use tokio::sync::watch;
 
-/// Where a session's output goes.
-pub enum Output {
-    /// A pipe or socket: non-blocking writes, queued when the host reads slowly.
-    Pipe(Arc<PipeWriter>),
-    /// A terminal or file: plain blocking writes (interactive use, tests).
-    Blocking(Mutex<File>),
+use crate::outlet::Outlet;
+
+/// How a session's host reaches Manifold (a label for logs and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Stdio,
+    StreamableHttp,
+    /// The 2024-11-05 HTTP+SSE transport.
+    Sse,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::StreamableHttp => "streamable-http",
+            Transport::Sse => "sse",
+        }
+    }
+}
+
+/// What the host said about itself in `initialize`.
+#[derive(Debug, Default)]
+pub struct Client {
+    /// The `capabilities` object, as JSON text (`{}` when absent).
+    pub capabilities: Box<str>,
+    /// The `clientInfo` object, as JSON text, if given.
+    pub info: Option<Box<str>>,
 }
 
 const NEW: u8 = 0;
@@ -24,19 +44,63 @@ const READY: u8 = 2;
 /// One host's session.
 pub struct Session {
     id: u64,
-    output: Output,
+    transport: Transport,
+    /// Where messages for the session as a whole go (notifications, answers on stdio and SSE).
+    stream: Arc<dyn Outlet>,
+    /// Who the host is; "anonymous" until authentication exists.
+    principal: Arc<str>,
     state: AtomicU8,
+    version: OnceLock<&'static str>,
+    client: OnceLock<Client>,
+    /// Milliseconds since `created` when the host was last heard from.
+    last_seen_ms: AtomicU64,
+    created: Instant,
+    /// Becomes `Some(reason)` when the session ends.
+    ended: watch::Sender<Option<Arc<str>>>,
 }
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 impl Session {
-    pub fn new(output: Output) -> Arc<Self> {
+    /// A new session with a process-unique id. `stream` gets the session's own messages.
+    pub fn new(transport: Transport, stream: Arc<dyn Outlet>) -> Arc<Self> {
+        Self::with_id(Self::next_id(), transport, stream)
+    }
+
+    /// A session id, reserved before the session exists (an outlet may need to know it).
+    pub fn next_id() -> u64 {
+        NEXT_SESSION.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn with_id(id: u64, transport: Transport, stream: Arc<dyn Outlet>) -> Arc<Self> {
         Arc::new(Self {
-            id: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
-            output,
+            id,
+            transport,
+            stream,
+            principal: Arc::from("anonymous"),
             state: AtomicU8::new(NEW),
+            version: OnceLock::new(),
+            client: OnceLock::new(),
+            last_seen_ms: AtomicU64::new(0),
+            created: Instant::now(),
+            ended: watch::channel(None).0,
         })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    pub fn stream(&self) -> &Arc<dyn Outlet> {
+        &self.stream
+    }
+
+    pub fn principal(&self) -> &Arc<str> {
+        &self.principal
     }
 
     /// Claims the one `initialize` of the session; false if it already happened.
@@ -46,8 +110,11 @@ impl Session {
             .is_ok()
     }
 
-    /// Marks the handshake done, just before `initialize` is answered.
-    pub fn finish_initialize(&self) {
+    /// Records what the handshake established and marks the session ready, just before
+    /// `initialize` is answered.
+    pub fn finish_initialize(&self, version: &'static str, client: Client) {
+        let _ = self.version.set(version);
+        let _ = self.client.set(client);
         self.state.store(READY, Ordering::Release);
     }
 
@@ -55,38 +122,52 @@ impl Session {
     pub fn is_ready(&self) -> bool {
         self.state.load(Ordering::Acquire) == READY
     }
-}
 
-impl Downstream for Session {
-    fn send_line(&self, line: &[u8]) {
-        self.send_parts(&[line]);
+    /// The negotiated protocol version, once initialized.
+    pub fn version(&self) -> Option<&'static str> {
+        self.version.get().copied()
     }
 
-    fn send_parts(&self, parts: &[&[u8]]) {
-        let ok = match &self.output {
-            Output::Pipe(w) => w.write_parts(parts).is_ok(),
-            Output::Blocking(f) => {
-                let mut f = f.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                parts
-                    .iter()
-                    .try_for_each(|p| f.write_all(p))
-                    .and_then(|()| f.flush())
-                    .is_ok()
+    /// What the host declared in `initialize`, once initialized.
+    pub fn client(&self) -> Option<&Client> {
+        self.client.get()
+    }
+
+    /// Notes that the host was heard from (idle expiry counts from here).
+    pub fn touch(&self) {
+        let ms = u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_seen_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// How long since the host was last heard from.
+    pub fn idle_for(&self) -> std::time::Duration {
+        let seen = std::time::Duration::from_millis(self.last_seen_ms.load(Ordering::Relaxed));
+        self.created.elapsed().saturating_sub(seen)
+    }
+
+    /// Marks the session ended; returns false if it already was.
+    pub(crate) fn mark_ended(&self, reason: &str) -> bool {
+        self.ended.send_if_modified(|r| {
+            if r.is_some() {
+                return false;
             }
+            *r = Some(Arc::from(reason));
+            true
+        })
+    }
+
+    /// Why the session ended, if it did.
+    pub fn end_reason(&self) -> Option<Arc<str>> {
+        self.ended.borrow().clone()
+    }
+
+    /// Resolves when the session ends, with the reason.
+    pub async fn ended(&self) -> Arc<str> {
+        let mut rx = self.ended.subscribe();
+        let reason = match rx.wait_for(Option::is_some).await {
+            Ok(r) => r.clone(),
+            Err(_) => None,
         };
-        if !ok {
-            tracing::debug!(session = self.id, "host output closed; message dropped");
-        }
-    }
-
-    fn send_notification(&self, line: &[u8]) {
-        // Before the handshake completes the host is not ready for notifications.
-        if self.is_ready() {
-            self.send_line(line);
-        }
-    }
-
-    fn session_id(&self) -> u64 {
-        self.id
+        reason.unwrap_or_else(|| Arc::from("ended"))
     }
 }

@@ -1,6 +1,7 @@
 //! The stdio transport: the host writes newline-delimited messages to our stdin and reads
-//! our stdout. Input is read by a dedicated thread with blocking reads (no async stdin, which
-//! goes through the blocking pool: PERF.md); output is written without blocking any thread.
+//! our stdout. One session. Input is read by a dedicated thread with blocking reads (no async
+//! stdin, which goes through the blocking pool: BENCHMARKS.md); output is written without
+//! ever blocking a thread (see [`crate::outlet::PipeOutlet`]).
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -9,89 +10,98 @@ use std::sync::Arc;
 
 use manifold_protocol::{Frame, LineBuffer};
 use manifold_upstream::pipe::{PipeWriter, WhenFull};
-use manifold_upstream::Downstream;
-use tokio::sync::oneshot;
 
+use crate::context::Origin;
+use crate::outlet::{BlockingOutlet, Outlet, PipeOutlet};
 use crate::router::Router;
-use crate::session::{Output, Session};
+use crate::session::{Session, Transport};
+use crate::sessions::Ending;
 
-/// Output queued for a host that reads slowly, before writers wait for it.
-const HOST_QUEUE_LIMIT: usize = 256 << 20;
-
-/// Serves the process's own stdin/stdout. The receiver fires when the host closes stdin.
-pub fn serve_stdio(router: Arc<Router>) -> io::Result<(Arc<Session>, oneshot::Receiver<()>)> {
+/// Serves the process's own stdin/stdout as one session, returned once registered. The
+/// session ends when the host closes stdin, or when its output overflows.
+pub fn serve_stdio(router: Arc<Router>) -> io::Result<Arc<Session>> {
     let input = File::from(io::stdin().as_fd().try_clone_to_owned()?);
-    let output = output_for(io::stdout().as_fd().try_clone_to_owned()?)?;
+    let output = io::stdout().as_fd().try_clone_to_owned()?;
     serve(router, input, output)
+}
+
+/// Serves one session reading `input` on a new thread and writing `output`.
+pub fn serve(
+    router: Arc<Router>,
+    input: impl Read + Send + 'static,
+    output: OwnedFd,
+) -> io::Result<Arc<Session>> {
+    let id = Session::next_id();
+    let limit = router.settings().session_queue_bytes;
+    let outlet = outlet_for(output, id, limit, router.sessions().ending())?;
+    let session = Session::with_id(id, Transport::Stdio, outlet);
+    router
+        .sessions()
+        .add(Arc::clone(&session), None)
+        .map_err(io::Error::other)?;
+    let origin = Origin {
+        session: Some(Arc::clone(&session)),
+        outlet: Arc::clone(session.stream()),
+    };
+    std::thread::Builder::new()
+        .name("host-input".into())
+        .spawn(move || {
+            let why = read_loop(&router, &origin, input);
+            router.end_session(id, &why);
+        })?;
+    Ok(session)
 }
 
 /// Pipes and sockets get the non-blocking writer; terminals and files plain writes, so that
 /// interactive use does not switch a shared terminal to non-blocking mode.
-pub fn output_for(fd: OwnedFd) -> io::Result<Output> {
+fn outlet_for(
+    fd: OwnedFd,
+    session: u64,
+    limit: usize,
+    ending: Ending,
+) -> io::Result<Arc<dyn Outlet>> {
     let ft = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
     if matches!(
         ft,
         rustix::fs::FileType::Fifo | rustix::fs::FileType::Socket
     ) {
-        Ok(Output::Pipe(PipeWriter::new(
-            fd,
-            HOST_QUEUE_LIMIT,
-            WhenFull::Wait,
-        )?))
+        let writer = PipeWriter::new(fd, limit, WhenFull::Fail)?;
+        Ok(Arc::new(PipeOutlet::new(writer, session, ending)))
     } else {
-        Ok(Output::Blocking(std::sync::Mutex::new(File::from(fd))))
+        Ok(Arc::new(BlockingOutlet::new(File::from(fd))))
     }
 }
 
-/// Serves one session reading `input` on a new thread.
-pub fn serve(
-    router: Arc<Router>,
-    input: impl Read + Send + 'static,
-    output: Output,
-) -> io::Result<(Arc<Session>, oneshot::Receiver<()>)> {
-    let session = Session::new(output);
-    router
-        .hub()
-        .add_session(Arc::clone(&session) as Arc<dyn Downstream>);
-    let (done_tx, done_rx) = oneshot::channel();
-    let reader_session = Arc::clone(&session);
-    std::thread::Builder::new()
-        .name("host-input".into())
-        .spawn(move || {
-            read_loop(&router, &reader_session, input);
-            router.hub().remove_session(reader_session.session_id());
-            let _ = done_tx.send(());
-        })?;
-    Ok((session, done_rx))
-}
-
-fn read_loop(router: &Arc<Router>, session: &Arc<Session>, mut input: impl Read) {
+/// Reads until end of input; returns why it stopped.
+fn read_loop(router: &Arc<Router>, origin: &Origin, mut input: impl Read) -> String {
     let mut buf = LineBuffer::new(router.settings().max_message_bytes);
+    let session = origin.session.as_ref();
     loop {
         let n = match buf.read_with(|spare| input.read(spare)) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!("reading from the host failed: {e}");
-                return;
-            }
+            Err(e) => return format!("reading from the host failed: {e}"),
         };
+        if session.is_some_and(|s| s.end_reason().is_some()) {
+            return "the session ended".into();
+        }
         while let Some(frame) = buf.next_frame() {
-            dispatch(router, session, frame);
+            dispatch(router, origin, frame);
         }
         if n == 0 {
             if let Some(frame) = buf.take_rest() {
-                dispatch(router, session, frame);
+                dispatch(router, origin, frame);
             }
-            tracing::info!("the host closed its input");
-            return;
+            return "the host closed its input".into();
         }
     }
 }
 
-fn dispatch(router: &Arc<Router>, session: &Arc<Session>, frame: Frame<'_>) {
+fn dispatch(router: &Arc<Router>, origin: &Origin, frame: Frame<'_>) {
     match frame {
-        Frame::Line(line) => router.handle_line(session, line),
-        Frame::Oversize { len } => router.oversize(session, len),
+        Frame::Line(line) => {
+            router.handle_line(origin, line);
+        }
+        Frame::Oversize { len, head, tail } => router.oversize(origin, len, head, tail),
     }
 }

@@ -2,7 +2,6 @@
 //! health, restart with capped exponential backoff, shutdown). It never sits on the hot path:
 //! requests go through the `Connection` it publishes, not through its mailbox.
 
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,22 +12,18 @@ use manifold_config::{Transport, UpstreamConfig};
 use rustix::process::Signal;
 use tokio::sync::oneshot;
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Events};
 use crate::hub::Hub;
-use crate::pipe::{PipeWriter, WhenFull};
-use crate::{handshake, process, reader};
+use crate::{handshake, process, stdio};
 
 /// An upstream that stayed up this long starts its next backoff from the beginning.
 const HEALTHY_AFTER: Duration = Duration::from_secs(30);
 /// How often pending requests are checked against their deadlines.
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
-/// Requests queued to a child that does not read its input, before new ones are refused.
-const WRITE_QUEUE_LIMIT: usize = 64 << 20;
 
 pub struct UpstreamActor {
     pub(crate) index: usize,
     pub(crate) key: Arc<str>,
-    pub(crate) uri_prefix: Arc<str>,
     pub(crate) cfg: UpstreamConfig,
     pub(crate) timeout: Duration,
     pub(crate) grace: Duration,
@@ -48,7 +43,6 @@ impl UpstreamActor {
     pub(crate) fn new(
         index: usize,
         cfg: UpstreamConfig,
-        uri_prefix: Arc<str>,
         timeout: Duration,
         grace: Duration,
         hub: Arc<Hub>,
@@ -57,7 +51,6 @@ impl UpstreamActor {
         Self {
             index,
             key: cfg.key.as_str().into(),
-            uri_prefix,
             backoff: cfg.restart.initial_backoff,
             cfg,
             timeout,
@@ -117,60 +110,33 @@ impl UpstreamActor {
         let generation = self.generation;
         let _span =
             tracing::info_span!("upstream.start", upstream = %self.key, generation).entered();
-        let Transport::Stdio(stdio) = &self.cfg.transport;
-        let mut child = match process::spawn(stdio) {
-            Ok(child) => child,
-            Err(e) => {
-                return self.stopped_with(ctx, format!("could not start {:?}: {e}", stdio.command))
-            }
-        };
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            return self.stopped_with(ctx, "its pipes could not be opened".into());
-        };
-        let writer = match PipeWriter::new(OwnedFd::from(stdin), WRITE_QUEUE_LIMIT, WhenFull::Fail)
-        {
-            Ok(w) => w,
-            Err(e) => return self.stopped_with(ctx, format!("its input pipe is unusable: {e}")),
-        };
-        self.pid = Some(child.id());
-        tracing::info!(upstream = %self.key, pid = child.id(), "started");
-        let conn = Arc::new(Connection::new(
-            Arc::clone(&self.key),
-            Arc::clone(&self.uri_prefix),
-            writer,
-            self.timeout,
-        ));
-        self.current.store(Some(Arc::clone(&conn)));
-        process::relay_stderr(Arc::clone(&self.key), stderr);
-        let events = ReaderEvents {
+        let events = Box::new(ConnectionEvents {
             addr: ctx.address(),
             hub: Arc::clone(&self.hub),
+            index: self.index,
             generation,
-            uri_prefix: Arc::clone(&self.uri_prefix),
+        });
+        let addr = ctx.address();
+        let exited = move |reason: String| addr.do_send(Exited { generation, reason });
+        let started = match &self.cfg.transport {
+            Transport::Stdio(cfg) => {
+                let settings = stdio::Settings {
+                    key: Arc::clone(&self.key),
+                    timeout: self.timeout,
+                    max_message_bytes: self.cfg.max_message_bytes,
+                    grace: self.grace,
+                };
+                stdio::start(cfg, settings, events, exited)
+            }
         };
-        let (reader_conn, grace, max, addr) = (
-            Arc::clone(&conn),
-            self.grace,
-            self.cfg.max_message_bytes,
-            ctx.address(),
-        );
-        let spawned = std::thread::Builder::new()
-            .name(format!("upstream-{}", self.key))
-            .spawn(move || {
-                let reason = reader::run(&reader_conn, stdout, max, &events);
-                reader_conn.close(&reason);
-                let status = process::reap(&mut child, grace);
-                addr.do_send(Exited {
-                    generation,
-                    reason: format!("{reason}; exit: {status}"),
-                });
-            });
-        if let Err(e) = spawned {
-            conn.close("no reader thread");
-            return self.stopped_with(ctx, format!("could not start its reader thread: {e}"));
-        }
+        let started = match started {
+            Ok(started) => started,
+            Err(reason) => return self.stopped_with(ctx, reason),
+        };
+        self.pid = Some(started.pid);
+        tracing::info!(upstream = %self.key, pid = started.pid, "started");
+        let conn = started.conn;
+        self.current.store(Some(Arc::clone(&conn)));
         ctx.spawn(actix::fut::wrap_future(handshake::run(conn)).map(
             move |res, act: &mut Self, _| {
                 act.handshake_done(generation, res);
@@ -314,16 +280,17 @@ impl Handler<Shutdown> for UpstreamActor {
     }
 }
 
-/// Routes an upstream's notifications from its reader thread.
-struct ReaderEvents {
+/// Routes an upstream's notifications: list changes refresh its slice (through the actor),
+/// the rest go to the hub for hosts.
+struct ConnectionEvents {
     addr: Addr<UpstreamActor>,
     hub: Arc<Hub>,
+    index: usize,
     generation: u64,
-    uri_prefix: Arc<str>,
 }
 
-impl reader::Events for ReaderEvents {
-    fn notification(&self, conn: &Connection, method: &str, params: Option<&str>) {
+impl Events for ConnectionEvents {
+    fn notification(&self, method: &str, params: Option<&str>) {
         let kinds = match method {
             "notifications/tools/list_changed" => vec![Kind::Tools],
             "notifications/prompts/list_changed" => vec![Kind::Prompts],
@@ -331,11 +298,11 @@ impl reader::Events for ReaderEvents {
                 vec![Kind::Resources, Kind::ResourceTemplates]
             }
             "notifications/message" | "notifications/resources/updated" => {
-                self.relay(method, params);
+                self.hub.relay(self.index, method, params);
                 return;
             }
             _ => {
-                tracing::debug!(upstream = conn.name(), method, "notification not forwarded");
+                tracing::debug!(upstream = self.index, method, "notification not forwarded");
                 return;
             }
         };
@@ -343,19 +310,5 @@ impl reader::Events for ReaderEvents {
             generation: self.generation,
             kinds,
         });
-    }
-}
-
-impl ReaderEvents {
-    fn relay(&self, method: &str, params: Option<&str>) {
-        let exposed = match (method, params) {
-            ("notifications/resources/updated", Some(p)) => {
-                manifold_catalog::rewrite::expose_member(p, "uri", &self.uri_prefix)
-            }
-            _ => None,
-        };
-        let mut line = Vec::new();
-        manifold_protocol::write::notification(&mut line, method, exposed.as_deref().or(params));
-        self.hub.broadcast(&line);
     }
 }

@@ -1,24 +1,41 @@
-//! One live connection to an upstream: the writer, the pending-request table and the id
-//! counter. Callers on any thread send through it directly; the reader thread answers through
-//! it. It lives as long as one child process: a restart makes a new one.
+//! One live connection to an upstream: the pending-request table, the id counter, timeouts,
+//! cancellation and progress mapping, over a [`Wire`] that carries the messages (a child's
+//! pipes, or HTTP). Callers on any thread send through it directly; whatever reads the
+//! upstream's messages hands them to [`Connection::receive`]. It lives as long as one child
+//! process or one HTTP session: a restart makes a new one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use manifold_catalog::rewrite;
-use manifold_protocol::{codes, write, ErrorObject, RawObject};
+use manifold_protocol::envelope::id_of_fragments;
+use manifold_protocol::{codes, write, Envelope, ErrorObject, Kind, RawObject};
 use tokio::sync::oneshot;
 
 use crate::error::UpstreamError;
-use crate::pending::{Answer, Entry, Forward, Pending, Reply};
-use crate::pipe::{PipeWriter, WriteError};
+use crate::pending::{Answer, Entry, Forward, Outcome, Pending, Reply};
+use crate::pipe::WriteError;
 
-/// A live connection to one upstream process.
+/// How a connection's messages reach the upstream.
+pub(crate) trait Wire: Send + Sync {
+    /// Sends one message, a complete line ending in `\n` (transports without newline framing
+    /// drop it). Never blocks on the upstream.
+    fn send(&self, line: &[u8]) -> Result<(), WriteError>;
+    /// Stops sending; what was not sent yet is dropped.
+    fn close(&self);
+}
+
+/// What a connection reports about messages that are neither answers nor progress.
+pub(crate) trait Events: Send + Sync {
+    /// A notification from the upstream (other than progress, which the connection maps).
+    fn notification(&self, method: &str, params: Option<&str>);
+}
+
+/// A live connection to one upstream.
 pub struct Connection {
-    name: Arc<str>,
-    uri_prefix: Arc<str>,
-    writer: Arc<PipeWriter>,
+    name: Box<str>,
+    wire: Box<dyn Wire>,
+    events: Box<dyn Events>,
     /// Guards the table and the closed flag together, so that a request is either in the
     /// table when the connection closes (and gets failed) or refused up front. Held only for
     /// map operations, never across a write or an await.
@@ -35,15 +52,15 @@ struct PendingState {
 
 impl Connection {
     pub(crate) fn new(
-        name: Arc<str>,
-        uri_prefix: Arc<str>,
-        writer: Arc<PipeWriter>,
+        name: &str,
+        wire: Box<dyn Wire>,
+        events: Box<dyn Events>,
         timeout: Duration,
     ) -> Self {
         Self {
-            name,
-            uri_prefix,
-            writer,
+            name: name.into(),
+            wire,
+            events,
             pending: Mutex::new(PendingState::default()),
             next_id: AtomicU64::new(1),
             timeout,
@@ -66,15 +83,22 @@ impl Connection {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Sends a request whose answer goes straight back to a host. `line` is the complete
-    /// request line, already carrying `id`. On failure nothing is sent to the host: the
-    /// caller answers with the error.
-    pub fn forward(&self, id: u64, line: &[u8], fwd: Forward) -> Result<(), UpstreamError> {
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.lock().table.entries.len()
+    }
+
+    /// Sends a request whose answer goes to `fwd.exchange`. `line` is the complete request
+    /// line, already carrying `id`. The exchange always hears how the request ended, even when
+    /// it could not be sent at all.
+    pub fn forward(&self, id: u64, line: &[u8], fwd: Forward) {
         let deadline = Instant::now() + self.timeout;
         {
             let mut st = self.lock();
             if let Some(reason) = &st.closed {
-                return Err(self.unavailable(reason));
+                let err = self.unavailable(reason);
+                drop(st);
+                return fwd.exchange.finish(Outcome::Failed(err));
             }
             st.table.entries.insert(
                 id,
@@ -84,13 +108,11 @@ impl Connection {
                 },
             );
         }
-        match self.writer.write_line(line) {
-            Ok(()) => Ok(()),
-            Err(e) => match self.lock().table.entries.remove(&id) {
-                Some(_) => Err(self.write_error(e)),
-                // The reader already answered or failed it: nothing more to do.
-                _ => Ok(()),
-            },
+        if let Err(e) = self.wire.send(line) {
+            // If the entry is gone, the answer or a failure already reached the exchange.
+            if let Some(entry) = self.lock().table.entries.remove(&id) {
+                self.fail(entry.reply, self.write_error(e));
+            }
         }
     }
 
@@ -118,7 +140,7 @@ impl Connection {
                 },
             );
         }
-        if let Err(e) = self.writer.write_line(&line) {
+        if let Err(e) = self.wire.send(&line) {
             self.lock().table.entries.remove(&id);
             return Err(self.write_error(e));
         }
@@ -130,98 +152,215 @@ impl Connection {
     pub fn notify(&self, method: &str, params: Option<&str>) -> Result<(), UpstreamError> {
         let mut line = Vec::with_capacity(64 + params.map_or(0, str::len));
         write::notification(&mut line, method, params);
-        self.writer
-            .write_line(&line)
-            .map_err(|e| self.write_error(e))
+        self.wire.send(&line).map_err(|e| self.write_error(e))
     }
 
-    /// A host cancelled its request `host_id`: drop the pending entry and tell the upstream,
-    /// with the upstream's id. Returns whether this connection owned the request.
+    /// A host cancelled its request `host_id` (canonical id text) of `session`: drop the
+    /// pending entry and tell the upstream, with the upstream's id. Returns whether this
+    /// connection owned the request. A request already answered is not found, so a cancel
+    /// that races the answer is harmless.
     pub fn cancel_for(&self, session: u64, host_id: &str, reason: Option<&str>) -> bool {
         let found = {
             let mut st = self.lock();
             let id = st.table.entries.iter().find_map(|(id, e)| match &e.reply {
-                Reply::Forward(f) if f.to.session_id() == session && &*f.host_id == host_id => {
-                    Some(*id)
-                }
+                Reply::Forward(f) if f.exchange.is(session, host_id) => Some(*id),
                 _ => None,
             });
-            id.and_then(|id| st.table.entries.remove(&id).map(|_| id))
+            id.and_then(|id| st.table.entries.remove(&id).map(|e| (id, e)))
         };
-        let Some(id) = found else { return false };
+        let Some((id, entry)) = found else {
+            return false;
+        };
+        self.send_cancelled(id, reason);
+        // The host asked for this; it expects no answer (and gets none: the exchange is
+        // dropped without one).
+        drop(entry);
+        true
+    }
+
+    /// A session ended: every request it still has here is cancelled upstream and ended.
+    pub fn cancel_session(&self, session: u64, reason: &str) -> usize {
+        let taken = self.lock().table.take_where(|e| match &e.reply {
+            Reply::Forward(f) => f.exchange.session() == session,
+            Reply::Channel(_) => false,
+        });
+        let count = taken.len();
+        for (id, entry) in taken {
+            self.send_cancelled(id, Some(reason));
+            self.fail(
+                entry.reply,
+                UpstreamError::Cancelled {
+                    upstream: self.name.to_string(),
+                    reason: reason.to_owned(),
+                },
+            );
+        }
+        count
+    }
+
+    fn send_cancelled(&self, id: u64, reason: Option<&str>) {
         let mut params = format!("{{\"requestId\":{id}");
         if let Some(reason) = reason {
-            let mut quoted = Vec::new();
-            manifold_protocol::object::write_json_str(&mut quoted, reason);
             params.push_str(",\"reason\":");
-            params.push_str(&String::from_utf8_lossy(&quoted));
+            params.push_str(&manifold_protocol::object::json_string(reason));
         }
         params.push('}');
         let _ = self.notify("notifications/cancelled", Some(&params));
-        true
+    }
+
+    /// Handles one message read from the upstream. An error means the upstream broke the
+    /// protocol (the text says how); the caller ends the connection.
+    pub(crate) fn receive(&self, line: &[u8]) -> Result<(), String> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        let env = Envelope::decode(line).map_err(|e| garbage(line, &e.to_string()))?;
+        match env.kind().map_err(|e| garbage(line, &e.to_string()))? {
+            Kind::Response => self.response(&env, line),
+            Kind::Request => self.answer_server_request(&env),
+            Kind::Notification => {
+                let method = env.method.as_deref().unwrap_or_default();
+                if method == "notifications/progress" {
+                    if let Some(params) = env.params {
+                        self.progress(params);
+                    }
+                } else {
+                    self.events.notification(method, env.params);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn response(&self, env: &Envelope<'_>, line: &[u8]) {
+        let id = env
+            .id
+            .filter(|id| *id != "null")
+            .and_then(|id| id.parse::<u64>().ok());
+        match id {
+            Some(id) => {
+                if !self.answer(id, env.result, env.error) {
+                    tracing::debug!(
+                        upstream = %self.name,
+                        id,
+                        "answer to an unknown or finished request dropped"
+                    );
+                }
+            }
+            None => self.unattributed_error(env, line),
+        }
+    }
+
+    /// An answer without a usable id: an upstream that could not parse a request says so
+    /// with `id: null`. It belongs to the one request in flight, if there is just one;
+    /// otherwise it cannot be told apart and is logged.
+    fn unattributed_error(&self, env: &Envelope<'_>, line: &[u8]) {
+        let only = {
+            let mut st = self.lock();
+            if st.table.entries.len() == 1 && env.error.is_some() {
+                let id = st.table.entries.keys().next().copied();
+                id.and_then(|id| st.table.entries.remove(&id))
+            } else {
+                None
+            }
+        };
+        match only {
+            Some(entry) => {
+                tracing::warn!(
+                    upstream = %self.name,
+                    "answered its only request in flight with an error without id: {}",
+                    preview(line)
+                );
+                let error = env.error.unwrap_or("null");
+                self.deliver(entry.reply, env.result, Some(error));
+            }
+            None => tracing::warn!(
+                upstream = %self.name,
+                "answer without a usable id dropped (it cannot be matched to a request): {}",
+                preview(line)
+            ),
+        }
+    }
+
+    /// An answer too large to keep was dropped unread: fail the request it answered, if its
+    /// id could be read from the kept ends, and nothing else.
+    pub(crate) fn oversize(&self, len: usize, max: usize, head: &[u8], tail: &[u8]) {
+        let id = id_of_fragments(head, tail).and_then(|id| id.parse::<u64>().ok());
+        let entry = id.and_then(|id| self.lock().table.entries.remove(&id));
+        match entry {
+            Some(entry) => {
+                tracing::warn!(upstream = %self.name, len, max, "answer over the size limit dropped; its request failed");
+                self.fail(
+                    entry.reply,
+                    UpstreamError::AnswerTooLarge {
+                        upstream: self.name.to_string(),
+                        len,
+                        max,
+                    },
+                );
+            }
+            None => tracing::warn!(
+                upstream = %self.name,
+                len,
+                max,
+                "a message over the size limit was dropped; no request in flight could be matched to it"
+            ),
+        }
     }
 
     /// Delivers an answer read from the upstream. Unknown ids (late answers to cancelled or
     /// timed-out requests) are dropped, as the spec requires.
-    pub(crate) fn answer(&self, id: u64, result: Option<&str>, error: Option<&str>) -> bool {
+    fn answer(&self, id: u64, result: Option<&str>, error: Option<&str>) -> bool {
         let Some(entry) = self.lock().table.entries.remove(&id) else {
             return false;
         };
-        match entry.reply {
-            Reply::Forward(fwd) => self.deliver(fwd, result, error),
+        self.deliver(entry.reply, result, error);
+        true
+    }
+
+    fn deliver(&self, reply: Reply, result: Option<&str>, error: Option<&str>) {
+        match reply {
+            Reply::Forward(fwd) => {
+                let outcome = match (result, error) {
+                    (_, Some(e)) => Outcome::Error(e),
+                    (r, None) => Outcome::Result(r.unwrap_or("null")),
+                };
+                fwd.exchange.finish(outcome);
+            }
             Reply::Channel(tx) => {
                 let answer = match (result, error) {
                     (_, Some(e)) => Answer::Error(e.to_owned()),
-                    (Some(r), None) => Answer::Result(r.to_owned()),
-                    (None, None) => Answer::Result("null".to_owned()),
+                    (r, None) => Answer::Result(r.unwrap_or("null").to_owned()),
                 };
                 let _ = tx.send(Ok(answer));
             }
         }
-        true
     }
 
-    fn deliver(&self, fwd: Forward, result: Option<&str>, error: Option<&str>) {
-        let _entered = fwd.span.enter();
-        match (result, error) {
-            (_, Some(err)) => {
-                let mut out = Vec::with_capacity(64 + err.len());
-                write::raw_error_response(&mut out, &fwd.host_id, err);
-                fwd.to.send_line(&out);
-            }
-            (result, None) => {
-                let result = result.unwrap_or("null");
-                let mapped = rewrite::result_uris(fwd.method, result, &self.uri_prefix);
-                let result = mapped.as_deref().unwrap_or(result);
-                fwd.to
-                    .send_parts(&write::response_parts(&fwd.host_id, result));
-            }
-        }
-    }
-
-    /// Forwards an upstream's progress notification to the host whose request it belongs to,
-    /// with the host's own progress token. Returns false if no request matches.
-    pub(crate) fn progress(&self, params: &str) -> bool {
+    /// Forwards an upstream's progress notification to the request it belongs to, with the
+    /// host's own progress token. Returns false if no request matches.
+    fn progress(&self, params: &str) -> bool {
         let Ok(mut obj) = RawObject::parse(params) else {
             return false;
         };
         let Some(id) = obj.get("progressToken").and_then(|t| t.parse::<u64>().ok()) else {
             return false;
         };
-        let target = {
-            let st = self.lock();
-            match st.table.entries.get(&id).map(|e| &e.reply) {
-                Some(Reply::Forward(f)) => f.progress_token.clone().map(|t| (Arc::clone(&f.to), t)),
-                _ => None,
-            }
-        };
-        let Some((to, token)) = target else {
+        let st = self.lock();
+        let Some(Entry {
+            reply: Reply::Forward(fwd),
+            ..
+        }) = st.table.entries.get(&id)
+        else {
             return false;
         };
-        obj.set_raw("progressToken", String::from(token));
-        let mut out = Vec::new();
-        write::notification(&mut out, "notifications/progress", Some(&obj.to_text()));
-        to.send_line(&out);
+        let Some(token) = &fwd.progress_token else {
+            return false;
+        };
+        obj.set_raw("progressToken", String::from(&**token));
+        // Under the lock, so that progress cannot overtake the answer (which removes the
+        // entry first): the spec forbids progress after the response.
+        fwd.exchange.progress(&obj.to_text());
         true
     }
 
@@ -234,8 +373,7 @@ impl Connection {
                 after: self.timeout,
             };
             self.fail(entry.reply, err);
-            let params = format!("{{\"requestId\":{id},\"reason\":\"timed out in Manifold\"}}");
-            let _ = self.notify("notifications/cancelled", Some(&params));
+            self.send_cancelled(id, Some("timed out in Manifold"));
         }
     }
 
@@ -248,15 +386,29 @@ impl Connection {
             }
             st.table.entries.drain().map(|(_, e)| e).collect()
         };
-        self.writer.close();
+        self.wire.close();
         for entry in drained {
             self.fail(entry.reply, self.closed_error(reason));
         }
     }
 
-    /// Writes an already framed line (used to answer the upstream's own requests).
-    pub(crate) fn write_raw(&self, line: &[u8]) {
-        let _ = self.writer.write_line(line);
+    /// Requests from an upstream to its client. Only `ping` is answered: with one process
+    /// shared by every session there is no single host to forward sampling, roots or
+    /// elicitation to, and Manifold did not declare those capabilities.
+    fn answer_server_request(&self, env: &Envelope<'_>) {
+        let Some(id) = env.id else { return };
+        let method = env.method.as_deref().unwrap_or_default();
+        let mut out = Vec::new();
+        if method == "ping" {
+            write::response(&mut out, id, "{}");
+        } else {
+            let err = ErrorObject::new(
+                codes::METHOD_NOT_FOUND,
+                format!("Manifold does not forward {method} from a shared upstream"),
+            );
+            write::error_response(&mut out, Some(id), &err);
+        }
+        let _ = self.wire.send(&out);
     }
 
     fn fail(&self, reply: Reply, err: UpstreamError) {
@@ -264,12 +416,7 @@ impl Connection {
             Reply::Channel(tx) => {
                 let _ = tx.send(Err(err));
             }
-            Reply::Forward(fwd) => {
-                let _entered = fwd.span.enter();
-                let mut out = Vec::new();
-                write::error_response(&mut out, Some(&fwd.host_id), &error_object(&err));
-                fwd.to.send_line(&out);
-            }
+            Reply::Forward(fwd) => fwd.exchange.finish(Outcome::Failed(err)),
         }
     }
 
@@ -304,14 +451,31 @@ pub fn error_object(err: &UpstreamError) -> ErrorObject {
         UpstreamError::Timeout { .. } => codes::UPSTREAM_TIMEOUT,
         UpstreamError::Unavailable { .. }
         | UpstreamError::Closed { .. }
-        | UpstreamError::Overloaded { .. } => codes::UPSTREAM_UNAVAILABLE,
+        | UpstreamError::Overloaded { .. }
+        | UpstreamError::Cancelled { .. } => codes::UPSTREAM_UNAVAILABLE,
+        UpstreamError::AnswerTooLarge { .. } => codes::UPSTREAM_ANSWER_TOO_LARGE,
     };
-    let upstream = match err {
-        UpstreamError::Unavailable { upstream, .. }
-        | UpstreamError::Closed { upstream, .. }
-        | UpstreamError::Timeout { upstream, .. }
-        | UpstreamError::Overloaded { upstream, .. } => upstream,
+    let data = match err {
+        UpstreamError::AnswerTooLarge { len, max, .. } => serde_json::json!({
+            "upstream": err.upstream(), "retryable": false, "size": len, "limit": max,
+        }),
+        _ => serde_json::json!({ "upstream": err.upstream(), "retryable": err.retryable() }),
     };
-    ErrorObject::new(code, err.to_string())
-        .with_data(&serde_json::json!({ "upstream": upstream, "retryable": err.retryable() }))
+    ErrorObject::new(code, err.to_string()).with_data(&data)
+}
+
+fn garbage(line: &[u8], problem: &str) -> String {
+    format!(
+        "it sent something that is not JSON-RPC ({problem}): {}",
+        preview(line)
+    )
+}
+
+fn preview(line: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&line[..line.len().min(120)]);
+    if line.len() > 120 {
+        format!("{text}...")
+    } else {
+        text.into_owned()
+    }
 }

@@ -1,5 +1,5 @@
-//! Errors at the upstream boundary (all of them the upstream's fault), tagged with whether
-//! retrying can help, so that the server maps them to JSON-RPC errors in one place.
+//! Errors at the upstream boundary, tagged with whether retrying can help, so that the server
+//! maps them to JSON-RPC errors in one place.
 
 use std::time::Duration;
 
@@ -13,6 +13,17 @@ pub enum UpstreamError {
     Timeout { upstream: String, after: Duration },
     #[error("upstream {upstream:?} is not reading its input ({queued} bytes waiting)")]
     Overloaded { upstream: String, queued: usize },
+    #[error(
+        "upstream {upstream:?} answered with a {len}-byte message, over its limit of {max} bytes \
+         (max_message_bytes); the answer was dropped"
+    )]
+    AnswerTooLarge {
+        upstream: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("the request to upstream {upstream:?} was cancelled: {reason}")]
+    Cancelled { upstream: String, reason: String },
 }
 
 impl UpstreamError {
@@ -22,6 +33,18 @@ impl UpstreamError {
             self,
             Self::Unavailable { .. } | Self::Closed { .. } | Self::Overloaded { .. }
         )
+    }
+
+    /// The upstream this error concerns.
+    pub fn upstream(&self) -> &str {
+        match self {
+            Self::Unavailable { upstream, .. }
+            | Self::Closed { upstream, .. }
+            | Self::Timeout { upstream, .. }
+            | Self::Overloaded { upstream, .. }
+            | Self::AnswerTooLarge { upstream, .. }
+            | Self::Cancelled { upstream, .. } => upstream,
+        }
     }
 }
 

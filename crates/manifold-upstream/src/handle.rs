@@ -27,7 +27,6 @@ impl UpstreamHandle {
     pub fn start(
         index: usize,
         cfg: UpstreamConfig,
-        uri_prefix: &str,
         default_timeout: Duration,
         grace: Duration,
         hub: Arc<Hub>,
@@ -35,15 +34,7 @@ impl UpstreamHandle {
         let current = Arc::new(ArcSwapOption::empty());
         let key: Arc<str> = cfg.key.as_str().into();
         let timeout = cfg.request_timeout.unwrap_or(default_timeout);
-        let actor = UpstreamActor::new(
-            index,
-            cfg,
-            uri_prefix.into(),
-            timeout,
-            grace,
-            hub,
-            Arc::clone(&current),
-        );
+        let actor = UpstreamActor::new(index, cfg, timeout, grace, hub, Arc::clone(&current));
         Self {
             index,
             key,

@@ -1,19 +1,36 @@
-//! The hub: the current merged catalog and what it is built from, plus the sessions that
-//! receive broadcast notifications. Upstream actors report state changes here; the hub
-//! rebuilds the catalog and swaps it in for lock-free readers.
+//! The hub: the current merged catalog and what it is built from. Upstream actors report
+//! state changes and notifications here; the hub rebuilds the catalog, swaps it in for
+//! lock-free readers, and tells its [`Listener`] (the server, which knows the sessions) what
+//! hosts should hear about.
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use manifold_catalog::{Catalog, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
+use manifold_catalog::{rewrite, Catalog, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
 use manifold_config::NameSettings;
-use manifold_protocol::write;
 use tokio::sync::watch;
 
-use crate::pending::Downstream;
+/// Who hears what hosts should be told. The server implements it and decides which sessions
+/// each message goes to; this crate knows no sessions.
+pub trait Listener: Send + Sync {
+    /// The merged list of each of `kinds` changed (resources and templates share one
+    /// notification, so both may be named together).
+    fn lists_changed(&self, kinds: &[Kind]);
+    /// A notification from upstream `upstream` for hosts, its URIs already exposed.
+    fn upstream_notification(&self, upstream: usize, method: &str, params: Option<&str>);
+}
 
-/// Shared by every upstream actor and downstream session.
+/// A listener that hears nothing (`manifold check`, tests).
+#[derive(Debug, Default)]
+pub struct Deaf;
+
+impl Listener for Deaf {
+    fn lists_changed(&self, _: &[Kind]) {}
+    fn upstream_notification(&self, _: usize, _: &str, _: Option<&str>) {}
+}
+
+/// Shared by every upstream actor and the server.
 pub struct Hub {
     names: NameSettings,
     page_size: usize,
@@ -22,9 +39,7 @@ pub struct Hub {
     inputs: Mutex<Inputs>,
     /// How many upstreams have finished their first start attempt (up or failed).
     settled: watch::Sender<usize>,
-    /// Sessions that receive broadcasts. Read on every broadcast, written on connect and
-    /// disconnect only.
-    sessions: RwLock<Vec<Arc<dyn Downstream>>>,
+    listener: Arc<dyn Listener>,
 }
 
 struct Inputs {
@@ -35,7 +50,12 @@ struct Inputs {
 }
 
 impl Hub {
-    pub fn new(defs: Arc<[UpstreamDef]>, names: NameSettings, page_size: usize) -> Arc<Self> {
+    pub fn new(
+        defs: Arc<[UpstreamDef]>,
+        names: NameSettings,
+        page_size: usize,
+        listener: Arc<dyn Listener>,
+    ) -> Arc<Self> {
         let n = defs.len();
         let catalog = Catalog::empty(defs, &names, page_size);
         Arc::new(Self {
@@ -49,7 +69,7 @@ impl Hub {
                 generation: 0,
             }),
             settled: watch::channel(0).0,
-            sessions: RwLock::new(Vec::new()),
+            listener,
         })
     }
 
@@ -112,46 +132,26 @@ impl Hub {
     }
 
     fn announce_changes(&self, old: &Catalog, new: &Catalog) {
-        let mut sent_resources = false;
-        for kind in Kind::ALL {
-            if old.listing(kind).fingerprint() == new.listing(kind).fingerprint() {
-                continue;
-            }
-            if matches!(kind, Kind::Resources | Kind::ResourceTemplates) {
-                if sent_resources {
-                    continue;
-                }
-                sent_resources = true;
-            }
-            let mut line = Vec::new();
-            write::notification(&mut line, kind.list_changed(), None);
-            self.broadcast(&line);
+        let changed: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|&k| old.listing(k).fingerprint() != new.listing(k).fingerprint())
+            .collect();
+        if !changed.is_empty() {
+            self.listener.lists_changed(&changed);
         }
     }
 
-    pub fn add_session(&self, session: Arc<dyn Downstream>) {
-        self.sessions
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(session);
-    }
-
-    pub fn remove_session(&self, session_id: u64) {
-        self.sessions
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|s| s.session_id() != session_id);
-    }
-
-    /// Sends a notification line to every session.
-    pub fn broadcast(&self, line: &[u8]) {
-        let sessions = self
-            .sessions
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        for s in sessions {
-            s.send_notification(line);
-        }
+    /// Passes a notification from upstream `upstream` on to hosts, with the URIs it names
+    /// exposed.
+    pub fn relay(&self, upstream: usize, method: &str, params: Option<&str>) {
+        let exposed = match (method, params) {
+            ("notifications/resources/updated", Some(p)) => {
+                let catalog = self.catalog();
+                rewrite::expose_member(p, "uri", &catalog.defs()[upstream].uri_prefix)
+            }
+            _ => None,
+        };
+        self.listener
+            .upstream_notification(upstream, method, exposed.as_deref().or(params));
     }
 }

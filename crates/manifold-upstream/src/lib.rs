@@ -1,10 +1,14 @@
-//! Upstream MCP servers. Each upstream is an actor (actix) that owns its child process, its
-//! handshake, its slice of the catalog, its health and its restarts; callers hold an
-//! [`UpstreamHandle`] and send requests through the live [`Connection`] directly, so the hot
-//! path never waits on a mailbox. The [`Hub`] merges every slice into the served catalog.
+//! Upstream MCP servers. Each upstream is an actor (actix) that owns its connection (a child
+//! process over stdio, or an HTTP session), its handshake, its slice of the catalog, its health
+//! and its restarts; callers hold an [`UpstreamHandle`] and send requests through the live
+//! [`Connection`] directly, so the hot path never waits on a mailbox. The [`Hub`] merges every
+//! slice into the served catalog and tells its [`Listener`] what hosts should hear.
 //!
-//! I/O on the hot path uses dedicated threads with blocking reads and non-blocking writes
-//! rather than async pipes: on two cores that is the lowest-latency relay measured (PERF.md).
+//! This crate knows no host sessions or host transports: a forwarded request carries an
+//! [`Exchange`], through which the server learns of its progress and its end.
+//!
+//! stdio upstreams use dedicated threads with blocking reads and non-blocking writes rather
+//! than async pipes: on two cores that is the lowest-latency relay measured (BENCHMARKS.md).
 #![forbid(unsafe_code)]
 
 mod actor;
@@ -16,10 +20,10 @@ mod hub;
 mod pending;
 pub mod pipe;
 mod process;
-mod reader;
+mod stdio;
 
 pub use connection::{error_object, Connection};
 pub use error::UpstreamError;
 pub use handle::UpstreamHandle;
-pub use hub::Hub;
-pub use pending::{Answer, Downstream, Forward};
+pub use hub::{Deaf, Hub, Listener};
+pub use pending::{Answer, Exchange, Forward, Outcome};

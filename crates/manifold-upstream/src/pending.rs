@@ -1,31 +1,43 @@
-//! The table of requests sent to one upstream and not yet answered.
+//! The table of requests sent to one upstream and not yet answered, and what the rest of
+//! Manifold is told about each one.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 use crate::error::UpstreamError;
 
-/// Where a host's messages go. Implemented by each downstream session.
-pub trait Downstream: Send + Sync {
-    /// Writes one complete message line (ending in `\n`) to the host.
-    fn send_line(&self, line: &[u8]);
-    /// Writes one complete message line given as consecutive parts, so a large payload need
-    /// not be copied into a line first.
-    fn send_parts(&self, parts: &[&[u8]]) {
-        self.send_line(&parts.concat());
-    }
-    /// Writes one notification line; a session that is not initialized yet drops it.
-    fn send_notification(&self, line: &[u8]) {
-        self.send_line(line);
-    }
-    /// A number unique to this session within the process.
-    fn session_id(&self) -> u64;
+/// The host side of a request forwarded for a host: told of its progress and, exactly once,
+/// of how it ended. The server implements it; this crate knows nothing of sessions or of the
+/// transports hosts use.
+pub trait Exchange: Send + Sync {
+    /// A progress notification for this request; `params` is JSON text carrying the host's
+    /// own progress token.
+    fn progress(&self, params: &str);
+    /// The upstream's answer, or the failure that ended the request. Called once, from
+    /// whichever thread learnt of it (for stdio upstreams: the reader thread).
+    fn finish(self: Box<Self>, outcome: Outcome<'_>);
+    /// The session the request came from (0: none), to cancel a session's requests when it
+    /// ends.
+    fn session(&self) -> u64;
+    /// Whether this is the request with id `host_id` (canonical JSON text, see
+    /// `manifold_protocol::envelope::canonical_id`) of session `session`.
+    fn is(&self, session: u64, host_id: &str) -> bool;
 }
 
-/// An upstream's answer, payload kept as its JSON text.
+/// How a forwarded request ended.
+#[derive(Debug)]
+pub enum Outcome<'a> {
+    /// The `result` member of the upstream's answer, as JSON text.
+    Result(&'a str),
+    /// The `error` member of the upstream's answer, as JSON text.
+    Error(&'a str),
+    /// No answer will come (timeout, upstream gone, input refused, cancelled by Manifold).
+    Failed(UpstreamError),
+}
+
+/// An upstream's answer to one of Manifold's own requests, payload kept as its JSON text.
 #[derive(Debug)]
 pub enum Answer {
     Result(String),
@@ -34,9 +46,9 @@ pub enum Answer {
 }
 
 /// What to do with the answer.
-pub enum Reply {
-    /// Write it straight to a host, with the host's id restored: the hot path, done on the
-    /// upstream's reader thread without waking any task.
+pub(crate) enum Reply {
+    /// Hand it to the host side (the hot path: done on the thread that read it, without
+    /// waking any task).
     Forward(Forward),
     /// Hand it to a waiting task (handshake, list fetches, fan-outs).
     Channel(oneshot::Sender<Result<Answer, UpstreamError>>),
@@ -44,15 +56,9 @@ pub enum Reply {
 
 /// A request being forwarded for a host.
 pub struct Forward {
-    pub to: Arc<dyn Downstream>,
-    /// The host's id, as JSON text.
-    pub host_id: Box<str>,
-    /// The method, for rewriting URIs in the result.
-    pub method: &'static str,
-    /// The host's progress token, when Manifold replaced it with the upstream id.
+    pub exchange: Box<dyn Exchange>,
+    /// The host's progress token (JSON text), when Manifold replaced it with the upstream id.
     pub progress_token: Option<Box<str>>,
-    /// The span of this upstream hop; it ends when the entry is dropped.
-    pub span: tracing::Span,
 }
 
 pub(crate) struct Entry {
@@ -69,14 +75,18 @@ pub(crate) struct Pending {
 impl Pending {
     /// Removes and returns every entry whose deadline has passed.
     pub fn take_expired(&mut self, now: Instant) -> Vec<(u64, Entry)> {
-        let expired: Vec<u64> = self
+        self.take_where(|e| e.deadline <= now)
+    }
+
+    /// Removes and returns every entry `pick` selects.
+    pub fn take_where(&mut self, pick: impl Fn(&Entry) -> bool) -> Vec<(u64, Entry)> {
+        let ids: Vec<u64> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.deadline <= now)
+            .filter(|(_, e)| pick(e))
             .map(|(id, _)| *id)
             .collect();
-        expired
-            .into_iter()
+        ids.into_iter()
             .filter_map(|id| self.entries.remove(&id).map(|e| (id, e)))
             .collect()
     }

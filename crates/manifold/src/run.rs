@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use manifold_catalog::UpstreamDef;
 use manifold_config::Config;
-use manifold_server::{stdio, Router};
-use manifold_upstream::{Hub, UpstreamHandle};
+use manifold_server::{stdio, Router, Sessions};
+use manifold_upstream::{Hub, Listener, UpstreamHandle};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Loads and validates a config, including the name rules that span upstreams.
@@ -29,26 +29,27 @@ pub fn load(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
     Ok((config, defs))
 }
 
-/// Starts the hub and one actor per upstream. Must run inside the actix system.
+/// Starts the hub and one actor per upstream; `listener` hears what hosts should be told.
+/// Must run inside the actix system.
 pub fn start_upstreams(
     config: &Config,
     defs: &Arc<[UpstreamDef]>,
+    listener: Arc<dyn Listener>,
 ) -> (Arc<Hub>, Vec<UpstreamHandle>) {
     let hub = Hub::new(
         Arc::clone(defs),
         config.names.clone(),
         config.server.page_size,
+        listener,
     );
     let handles = config
         .upstreams
         .iter()
-        .zip(defs.iter())
         .enumerate()
-        .map(|(i, (cfg, def))| {
+        .map(|(i, cfg)| {
             UpstreamHandle::start(
                 i,
                 cfg.clone(),
-                &def.uri_prefix,
                 config.server.request_timeout,
                 config.server.shutdown_grace,
                 Arc::clone(&hub),
@@ -87,17 +88,27 @@ pub fn serve(path: &Path) -> anyhow::Result<ExitCode> {
     pin_to(&config.server.cpus)?;
     let system = actix::System::new();
     system.block_on(async move {
-        let (hub, handles) = start_upstreams(&config, &defs);
+        let (sessions, ending) = Sessions::new(1);
+        let (hub, handles) = start_upstreams(&config, &defs, Arc::clone(&sessions) as _);
         let runtime = tokio::runtime::Handle::current();
-        let router = Router::new(hub, handles.clone(), config.server.clone(), runtime);
-        let (_session, host_gone) = stdio::serve_stdio(router).context("cannot serve stdio")?;
+        let router = Router::new(
+            hub,
+            handles.clone(),
+            sessions,
+            config.server.clone(),
+            runtime,
+        );
+        router.run_reaper(ending);
+        let session = stdio::serve_stdio(Arc::clone(&router)).context("cannot serve stdio")?;
         let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
         let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
         tokio::select! {
-            _ = host_gone => tracing::info!("host disconnected; shutting down"),
+            why = session.ended() => tracing::info!("host session ended ({why}); shutting down"),
             _ = term.recv() => tracing::info!("SIGTERM; shutting down"),
             _ = int.recv() => tracing::info!("SIGINT; shutting down"),
         }
+        // Whatever the host has not read is dropped: shutdown never waits on the host.
+        router.end_session(session.id(), "Manifold is shutting down");
         stop_upstreams(&handles).await;
         anyhow::Ok(())
     })?;

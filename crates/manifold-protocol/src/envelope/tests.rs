@@ -97,49 +97,180 @@ fn params_that_are_not_an_object_are_invalid() {
     assert!(env.routing_params().is_err());
 }
 
-/// What a decode produced, comparable across the two paths.
-fn summary(r: Result<Envelope<'_>, MessageError>) -> String {
-    match r {
-        Ok(e) => format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?}",
-            e.jsonrpc, e.id, e.method, e.params, e.result, e.error
-        ),
-        Err(MessageError::Parse(_)) => "parse error".into(),
-        Err(e) => e.to_string(),
+#[test]
+fn wrong_types_keep_the_id_readable() {
+    for line in [
+        r#"{"jsonrpc":2.0,"id":"k1","method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":"k1","method":42}"#,
+        r#"{"jsonrpc":"1.0","id":"k1","method":"ping"}"#,
+    ] {
+        let env = Envelope::decode_host(line.as_bytes()).unwrap();
+        assert_eq!(env.id, Some("\"k1\""), "{line}");
+        assert!(
+            matches!(env.kind(), Err(MessageError::Invalid(_))),
+            "{line}"
+        );
     }
 }
 
 #[test]
-fn the_scanner_and_serde_paths_agree() {
-    let lines = [
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#,
-        r#"  {"id":"x","jsonrpc":"2.0","result":{"content":[]},"x-extra":[1,{"a":null}]}  "#,
-        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}"#,
-        r#"{"jsonrpc":"2.0","id":1,"result":null}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":null}"#,
-        r#"{"jsonrpc":"2.0","method":"tools\/call","id":1}"#,
-        r#"{"jsonrpc":"2.0","me\u0074hod":"ping","id":1}"#,
+fn escaped_and_repeated_json_rpc_keys() {
+    let env = Envelope::decode(br#"{"jsonrpc":"2.0","me\u0074hod":"ping","id":1}"#).unwrap();
+    assert_eq!(env.method.as_deref(), Some("ping"));
+    for line in [
         r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
-        r#"{"jsonrpc":"2.0","params":null,"params":null,"method":"x"}"#,
-        r#"{"x":1,"x":2,"jsonrpc":"2.0","method":"ping","id":3}"#,
-        r#"{"jsonrpc":2,"method":"ping","id":1}"#,
-        r#"{"jsonrpc":"2.0","method":null,"id":1}"#,
-        r#"{"jsonrpc":"2.0","method":7,"id":1}"#,
-        r#"{"jsonrpc":"2.0","method":"ping","id":1"#,
-        r#"[{"jsonrpc":"2.0","method":"ping","id":1}]"#,
-        r#""just a string""#,
-        "",
-    ];
-    for line in lines {
-        assert_eq!(
-            summary(Envelope::decode(line.as_bytes())),
-            summary(Envelope::decode_with_serde(line.as_bytes())),
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","\u006dethod":"x"}"#,
+    ] {
+        assert!(
+            matches!(
+                Envelope::decode(line.as_bytes()),
+                Err(MessageError::Invalid(_))
+            ),
             "{line}"
         );
     }
-    // Bytes that are not UTF-8 go to serde_json, which reports them.
-    assert!(matches!(
-        Envelope::decode(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}"),
-        Err(MessageError::Parse(_))
-    ));
+}
+
+#[test]
+fn not_utf8_anywhere_is_a_parse_error() {
+    for line in [
+        &b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}"[..],
+        &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x-ignored\":\"\xc3\"}"[..],
+    ] {
+        assert!(matches!(
+            Envelope::decode_host(line),
+            Err(MessageError::Parse(_))
+        ));
+    }
+}
+
+fn violation(line: &str) -> Option<(String, Place)> {
+    let env = Envelope::decode_host(line.as_bytes()).unwrap();
+    env.violation().map(|(v, p)| (v.problem.clone(), *p))
+}
+
+#[test]
+fn host_messages_are_held_to_i_json() {
+    let ok = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":1e300,"s":"\ud83d\ude00"}}}"#;
+    assert_eq!(violation(ok), None);
+    for (line, problem, place) in [
+        (
+            r#"{"jsonrpc":"2.0","id":"k11","method":"tools/call","params":{"name":"calc__sum","name":"whoami","arguments":{}}}"#,
+            "appears twice",
+            Place::Params,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","\u006eame":"b"}}"#,
+            "appears twice",
+            Place::Params,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"ref":{"name":"a","name":"b"}}}"#,
+            "appears twice",
+            Place::Params,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"x":1e400}}"#,
+            "range of a double",
+            Place::Params,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"s":"\ud800"}}"#,
+            "lone surrogate",
+            Place::Params,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"\udc00":1}}"#,
+            "lone surrogate",
+            Place::Params,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"\ud800","method":"x"}"#,
+            "lone surrogate",
+            Place::Id,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","x-extra":{"a":1,"a":2}}"#,
+            "appears twice",
+            Place::Elsewhere,
+        ),
+    ] {
+        let (got, at) = violation(line).unwrap_or_else(|| panic!("accepted: {line}"));
+        assert!(got.contains(problem), "{line}: {got}");
+        assert_eq!(at, place, "{line}");
+        // Upstream traffic is only held to the grammar.
+        assert!(Envelope::decode(line.as_bytes()).is_ok(), "{line}");
+    }
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"a","arguments":{}1{}}}}}"#,
+        "[".repeat(125),
+        "]".repeat(125)
+    );
+    let (got, at) = violation(&deep).unwrap();
+    assert!(got.contains("64 levels"), "{got}");
+    assert_eq!(at, Place::Params);
+}
+
+#[test]
+fn params_fields_are_checked_for_type() {
+    let p =
+        Params::read(r#"{"name":"a","protocolVersion":"2025-06-18","_meta":{"progressToken":1}}"#)
+            .unwrap();
+    assert_eq!(p.name.as_deref(), Some("a"));
+    assert_eq!(p.meta, Some(r#"{"progressToken":1}"#));
+    assert_eq!(
+        Params::read(r#"{"protocolVersion":20250618}"#)
+            .unwrap_err()
+            .to_string(),
+        "\"protocolVersion\" must be a string"
+    );
+    assert_eq!(
+        Params::read(r#"{"name":5}"#).unwrap_err().to_string(),
+        "\"name\" must be a string"
+    );
+    assert_eq!(Params::read("[]").unwrap_err(), ParamsError::NotAnObject);
+}
+
+#[test]
+fn canonical_ids_compare_by_value() {
+    assert_eq!(canonical_id(r#""\u0073\u0032""#), r#""s2""#);
+    assert_eq!(canonical_id(r#""s2""#), r#""s2""#);
+    assert_eq!(canonical_id("12"), "12");
+    assert_eq!(canonical_id(r#""a\"b""#), r#""a\"b""#);
+}
+
+#[test]
+fn ids_of_oversize_messages_are_found_where_certain() {
+    let body = "x".repeat(1000);
+    let cases = [
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":17,"result":{{"t":"{body}"}}}}"#),
+            Some("17"),
+        ),
+        (
+            format!(r#"{{"result":{{"t":"{body}"}},"jsonrpc":"2.0","id":"q-9"}}"#),
+            Some("\"q-9\""),
+        ),
+        // The last "id" belongs to a nested object: not the message's.
+        (
+            format!(r#"{{"jsonrpc":"2.0","result":{{"t":"{body}","id":5}}}}"#),
+            None,
+        ),
+        // An id inside a string is no id.
+        (
+            format!(r#"{{"jsonrpc":"2.0","result":{{"t":"{body},\"id\":5"}}}}"#),
+            None,
+        ),
+        (
+            format!(r#"{{"jsonrpc":"2.0","method":"x","params":{{"t":"{body}"}}}}"#),
+            None,
+        ),
+    ];
+    for (line, want) in cases {
+        let b = line.as_bytes();
+        let (head, tail) = (&b[..200], &b[b.len() - 200..]);
+        assert_eq!(id_of_fragments(head, tail).as_deref(), want, "{line}");
+    }
+    // An id cut by the end of the head is not trusted.
+    assert_eq!(id_of_fragments(br#"{"jsonrpc":"2.0","id":12"#, b"}"), None);
 }

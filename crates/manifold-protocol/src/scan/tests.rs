@@ -3,14 +3,6 @@ use super::*;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-/// Checks that `text` is one JSON value, with optional whitespace around it.
-fn validate(text: &str) -> Result<(), SyntaxError> {
-    let mut s = Scanner::new(text);
-    s.ws();
-    s.value(0)?;
-    s.end()
-}
-
 /// The members of the JSON object `text`, in order.
 fn members(text: &str) -> Result<Vec<Member<'_>>, SyntaxError> {
     let mut out = Vec::new();
@@ -312,4 +304,189 @@ fn every_position_of_a_special_byte_agrees_with_serde_json() {
             }
         }
     }
+}
+
+/// A strict reference for I-JSON, built on `serde_json`: it refuses lone surrogates in strings
+/// and keys and numbers beyond a double when it decodes them; duplicate keys and depth are
+/// checked here. `None` for text that is not JSON at all.
+fn reference_strict(text: &str) -> Option<bool> {
+    use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use std::collections::HashSet;
+
+    struct Check {
+        depth: usize,
+    }
+    impl<'de> DeserializeSeed<'de> for Check {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Check {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(E::custom("not finite"))
+            }
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            if self.depth + 1 > HOST_MAX_DEPTH {
+                return Err(serde::de::Error::custom("too deep"));
+            }
+            while seq
+                .next_element_seed(Check {
+                    depth: self.depth + 1,
+                })?
+                .is_some()
+            {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            if self.depth + 1 > HOST_MAX_DEPTH {
+                return Err(serde::de::Error::custom("too deep"));
+            }
+            let mut keys = HashSet::new();
+            while let Some(k) = map.next_key::<String>()? {
+                if !keys.insert(k) {
+                    return Err(serde::de::Error::custom("duplicate key"));
+                }
+                map.next_value_seed(Check {
+                    depth: self.depth + 1,
+                })?;
+            }
+            Ok(())
+        }
+    }
+    if !serde_accepts(text) {
+        return None;
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let ok = Check { depth: 0 }.deserialize(&mut de).is_ok() && de.end().is_ok();
+    Some(ok)
+}
+
+fn random_strict_value(rng: &mut Rng, depth: usize, out: &mut String) {
+    let nines = "9".repeat(400);
+    match rng.below(if depth > 4 { 3 } else { 5 }) {
+        0 => out.push_str(rng.pick(&[
+            "1",
+            "1e308",
+            "1e309",
+            "-1e400",
+            "2.5E-400",
+            "123456789012345678901234567890",
+            &nines,
+        ])),
+        1 => out.push_str(rng.pick(&[
+            r#""ok""#,
+            r#""\ud800""#,
+            r#""\udc00x""#,
+            r#""\ud83d\ude00""#,
+            r#""\ud83dx\ude00""#,
+            r#""\ud800\ud800""#,
+            r#""\uDBFF\uDFFF""#,
+        ])),
+        2 => out.push_str("null"),
+        3 => {
+            out.push('{');
+            for i in 0..rng.below(12) {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(rng.pick(&[
+                    r#""k""#,
+                    r#""\u006b""#,
+                    r#""name""#,
+                    r#""n\u0061me""#,
+                    r#""\ud800""#,
+                    r#""a""#,
+                    r#""b""#,
+                    r#""c""#,
+                    r#""d""#,
+                    r#""e""#,
+                    r#""f""#,
+                    r#""g""#,
+                    r#""h""#,
+                    r#""i""#,
+                ]));
+                out.push(':');
+                random_strict_value(rng, depth + 1, out);
+            }
+            out.push('}');
+        }
+        _ => {
+            out.push('[');
+            for i in 0..rng.below(4) {
+                if i > 0 {
+                    out.push(',');
+                }
+                random_strict_value(rng, depth + 1, out);
+            }
+            out.push(']');
+        }
+    }
+}
+
+#[test]
+fn strict_scanning_agrees_with_a_strict_reference() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let (mut accepted, mut refused) = (0, 0);
+    for _ in 0..20_000 {
+        let mut doc = String::new();
+        random_strict_value(&mut rng, 0, &mut doc);
+        for text in [doc.clone(), mutate(&mut rng, &doc)] {
+            let ours = validate_strict(&text);
+            let reference = reference_strict(&text);
+            assert_eq!(ours.is_ok(), reference.is_some(), "grammar: {text:?}");
+            if let (Ok(violation), Some(strict_ok)) = (ours, reference) {
+                assert_eq!(
+                    violation.is_none(),
+                    strict_ok,
+                    "I-JSON: {text:?} {violation:?}"
+                );
+                if strict_ok {
+                    accepted += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        accepted > 3_000 && refused > 3_000,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+#[test]
+fn strict_depth_is_counted_over_the_whole_text() {
+    for depth in [HOST_MAX_DEPTH - 1, HOST_MAX_DEPTH] {
+        let text = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        assert_eq!(validate_strict(&text), Ok(None), "depth {depth}");
+    }
+    let depth = HOST_MAX_DEPTH + 1;
+    let text = format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth));
+    let v = validate_strict(&text).unwrap().unwrap();
+    assert_eq!(v.at, (depth - 1) * 5, "{v}");
+    assert_eq!(reference_strict(&text), Some(false));
 }

@@ -1,0 +1,198 @@
+//! Outlets: where messages for a host go. A session's stream (a stdio pipe, an SSE stream), the
+//! response to one HTTP POST, or a batch being collected are all outlets; the router and the
+//! requests it forwards only ever see this trait, never a transport.
+//!
+//! Messages are given as parts of one line ending in `\n` (so that a large payload is never
+//! copied into a line first); outlets that do not frame by newline drop it.
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use manifold_upstream::pipe::{PipeWriter, WriteError};
+
+use crate::sessions::Ending;
+
+/// Where messages for a host go. Sending never blocks on the host: an outlet that cannot take
+/// more ends its session instead (see [`Ending`]).
+pub trait Outlet: Send + Sync {
+    /// The answer to a request this outlet serves (for a session's stream, any message).
+    fn answer(&self, parts: &[&[u8]]);
+    /// A message that belongs with a request but is not its answer (progress), or a message
+    /// for the session as a whole.
+    fn notify(&self, parts: &[&[u8]]) {
+        self.answer(parts);
+    }
+    /// A request this outlet serves will not be answered (the host cancelled it).
+    fn unanswered(&self) {}
+}
+
+/// A session's output to a pipe or socket (stdio): non-blocking writes, queued while the host
+/// reads slowly. When the queue passes its limit, the session is ended: one host that stops
+/// reading must not hold memory, upstreams or shutdown hostage.
+pub struct PipeOutlet {
+    writer: Arc<PipeWriter>,
+    session: u64,
+    ending: Ending,
+}
+
+impl PipeOutlet {
+    pub fn new(writer: Arc<PipeWriter>, session: u64, ending: Ending) -> Self {
+        Self {
+            writer,
+            session,
+            ending,
+        }
+    }
+}
+
+impl Outlet for PipeOutlet {
+    fn answer(&self, parts: &[&[u8]]) {
+        match self.writer.write_parts(parts) {
+            Ok(()) => {}
+            Err(WriteError::Full(queued)) => self.ending.end(
+                self.session,
+                format!("the host is not reading its output ({queued} bytes waiting)"),
+            ),
+            Err(WriteError::Closed) => self
+                .ending
+                .end(self.session, "the host closed its output".into()),
+        }
+    }
+}
+
+/// A session's output to a terminal or file: plain blocking writes (interactive use), so that
+/// a shared terminal is not switched to non-blocking mode.
+pub struct BlockingOutlet {
+    file: Mutex<File>,
+}
+
+impl BlockingOutlet {
+    pub fn new(file: File) -> Self {
+        Self {
+            file: Mutex::new(file),
+        }
+    }
+}
+
+impl Outlet for BlockingOutlet {
+    fn answer(&self, parts: &[&[u8]]) {
+        let mut f = self
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let written = parts
+            .iter()
+            .try_for_each(|p| f.write_all(p))
+            .and_then(|()| f.flush());
+        if let Err(e) = written {
+            tracing::debug!("host output closed; message dropped: {e}");
+        }
+    }
+}
+
+/// Collects the answers to a JSON-RPC batch and sends them as one array once the last one is
+/// in. Everything else (progress) goes straight to the outlet the batch came from.
+pub struct BatchOutlet {
+    to: Arc<dyn Outlet>,
+    /// Answers gathered, and how many are still to come. Locked per answer only.
+    state: Mutex<(Vec<Vec<u8>>, usize)>,
+}
+
+impl BatchOutlet {
+    pub fn new(to: Arc<dyn Outlet>, expected: usize) -> Self {
+        Self {
+            to,
+            state: Mutex::new((Vec::with_capacity(expected), expected)),
+        }
+    }
+
+    fn settle(&self, answer: Option<Vec<u8>>) {
+        let done = {
+            let mut st = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(a) = answer {
+                st.0.push(a);
+            }
+            st.1 = st.1.saturating_sub(1);
+            (st.1 == 0).then(|| std::mem::take(&mut st.0))
+        };
+        let Some(answers) = done else { return };
+        if answers.is_empty() {
+            return;
+        }
+        let mut line = Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
+        line.push(b'[');
+        for (i, a) in answers.iter().enumerate() {
+            if i > 0 {
+                line.push(b',');
+            }
+            line.extend_from_slice(a);
+        }
+        line.extend_from_slice(b"]\n");
+        self.to.answer(&[&line]);
+    }
+}
+
+impl Outlet for BatchOutlet {
+    fn answer(&self, parts: &[&[u8]]) {
+        let mut message = parts.concat();
+        if message.last() == Some(&b'\n') {
+            message.pop();
+        }
+        self.settle(Some(message));
+    }
+
+    fn notify(&self, parts: &[&[u8]]) {
+        self.to.notify(parts);
+    }
+
+    fn unanswered(&self) {
+        self.settle(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Sink(Mutex<Vec<String>>);
+
+    impl Outlet for Sink {
+        fn answer(&self, parts: &[&[u8]]) {
+            let text = String::from_utf8(parts.concat()).unwrap_or_default();
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(text);
+        }
+    }
+
+    fn lines(sink: &Sink) -> Vec<String> {
+        sink.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    #[test]
+    fn a_batch_answers_once_with_every_answer() {
+        let sink = Arc::new(Sink::default());
+        let batch = BatchOutlet::new(sink.clone(), 3);
+        batch.answer(&[b"{\"id\":1}\n"]);
+        batch.notify(&[b"{\"method\":\"p\"}\n"]);
+        assert_eq!(lines(&sink), ["{\"method\":\"p\"}\n"]);
+        batch.unanswered();
+        batch.answer(&[b"{\"id\":", b"2}\n"]);
+        assert_eq!(
+            lines(&sink),
+            ["{\"method\":\"p\"}\n", "[{\"id\":1},{\"id\":2}]\n"]
+        );
+    }
+
+    #[test]
+    fn a_batch_whose_requests_were_all_cancelled_sends_nothing() {
+        let sink = Arc::new(Sink::default());
+        let batch = BatchOutlet::new(sink.clone(), 2);
+        batch.unanswered();
+        batch.unanswered();
+        assert!(lines(&sink).is_empty());
+    }
+}

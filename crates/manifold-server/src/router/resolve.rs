@@ -1,0 +1,153 @@
+//! Turning a forwarded request into its target: which upstream owns the name or URI it names,
+//! and its params as that upstream must see them. Pure functions of the catalog and the
+//! request, so every refusal happens before anything is sent.
+
+use std::borrow::Cow;
+
+use manifold_catalog::{rewrite, Catalog, Item, Kind, Resolved};
+use manifold_protocol::{Envelope, Params, RawObject};
+
+use crate::error::RouteError;
+
+/// Where a request goes, and what it says there.
+#[derive(Debug)]
+pub struct Target {
+    pub upstream: usize,
+    pub method: &'static str,
+    /// The params as the upstream sees them (JSON text).
+    pub params: String,
+}
+
+/// `tools/call` and `prompts/get`: routed by `name`.
+pub(super) fn named(
+    catalog: &Catalog,
+    env: &Envelope<'_>,
+    kind: Kind,
+) -> Result<Target, RouteError> {
+    let method = match kind {
+        Kind::Tools => "tools/call",
+        _ => "prompts/get",
+    };
+    let mut params = params_object(env)?;
+    let item = {
+        let name = string_member(&params, "name")?;
+        resolve_named(catalog, kind, &name)?
+    };
+    params.set_str("name", &item.original);
+    Ok(Target {
+        upstream: item.upstream,
+        method,
+        params: params.to_text(),
+    })
+}
+
+/// `resources/read`: routed by `uri`.
+pub(super) fn read(catalog: &Catalog, env: &Envelope<'_>) -> Result<Target, RouteError> {
+    let mut params = params_object(env)?;
+    let (upstream, original) = {
+        let uri = string_member(&params, "uri")?;
+        let (upstream, original) = resolve_uri(catalog, &uri)?;
+        (upstream, original.to_owned())
+    };
+    params.set_str("uri", &original);
+    Ok(Target {
+        upstream,
+        method: "resources/read",
+        params: params.to_text(),
+    })
+}
+
+/// `completion/complete`: routed by the prompt or template its `ref` names.
+pub(super) fn complete(
+    catalog: &Catalog,
+    env: &Envelope<'_>,
+    params: &Params<'_>,
+) -> Result<Target, RouteError> {
+    let bad = |m: &str| RouteError::InvalidParams(m.to_owned());
+    let reference = params.reference.ok_or_else(|| bad("missing \"ref\""))?;
+    let reference = RawObject::parse(reference).map_err(|_| bad("\"ref\" must be an object"))?;
+    let all = env.params.ok_or_else(|| bad("missing params"))?;
+    let (upstream, raw) = match string_member(&reference, "type").as_deref() {
+        Ok("ref/prompt") => {
+            let name = string_member(&reference, "name").map_err(in_ref)?;
+            let item = resolve_named(catalog, Kind::Prompts, &name)?;
+            (
+                item.upstream,
+                rewrite::set_ref_member(all, "name", &item.original),
+            )
+        }
+        Ok("ref/resource") => {
+            let uri = string_member(&reference, "uri").map_err(in_ref)?;
+            let (upstream, original) = resolve_uri(catalog, &uri)?;
+            (upstream, rewrite::set_ref_member(all, "uri", original))
+        }
+        _ => {
+            return Err(bad(
+                "\"ref.type\" must be \"ref/prompt\" or \"ref/resource\"",
+            ))
+        }
+    };
+    Ok(Target {
+        upstream,
+        method: "completion/complete",
+        params: raw.ok_or_else(|| bad("malformed params"))?,
+    })
+}
+
+/// The request's params as an object of raw members: parsed once, then read and rewritten.
+fn params_object<'a>(env: &Envelope<'a>) -> Result<RawObject<'a>, RouteError> {
+    let raw = env
+        .params
+        .ok_or_else(|| RouteError::InvalidParams("missing params".into()))?;
+    RawObject::parse(raw).map_err(|_| RouteError::InvalidParams("params must be an object".into()))
+}
+
+/// The string member `key`, or the error that says it is missing or not a string.
+fn string_member<'o>(obj: &'o RawObject<'_>, key: &str) -> Result<Cow<'o, str>, RouteError> {
+    match obj.get(key) {
+        None | Some("null") => Err(RouteError::InvalidParams(format!("missing \"{key}\""))),
+        Some(_) => obj
+            .get_str(key)
+            .ok_or_else(|| RouteError::InvalidParams(format!("\"{key}\" must be a string"))),
+    }
+}
+
+/// Errors about members of `ref` name them as such.
+fn in_ref(e: RouteError) -> RouteError {
+    match e {
+        RouteError::InvalidParams(m) => RouteError::InvalidParams(m.replacen("\"", "\"ref.", 1)),
+        other => other,
+    }
+}
+
+/// The tool or prompt exposed as `name`, or the error a host should see.
+fn resolve_named<'c>(catalog: &'c Catalog, kind: Kind, name: &str) -> Result<&'c Item, RouteError> {
+    match catalog.resolve_name(kind, name) {
+        Resolved::Found(item) => Ok(item),
+        Resolved::Ambiguous(c) if kind == Kind::Tools => Err(RouteError::ambiguous("tool", c)),
+        Resolved::Ambiguous(c) => Err(RouteError::ambiguous("prompt", c)),
+        Resolved::Unknown if kind == Kind::Tools => Err(RouteError::UnknownTool(name.to_owned())),
+        Resolved::Unknown => Err(RouteError::UnknownPrompt(name.to_owned())),
+    }
+}
+
+/// The upstream and original URI behind an exposed URI or template.
+fn resolve_uri<'u>(catalog: &Catalog, uri: &'u str) -> Result<(usize, &'u str), RouteError> {
+    catalog
+        .resolve_uri(uri)
+        .ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))
+}
+
+/// Replaces a host's `_meta.progressToken` with the upstream request id, which is unique on
+/// that upstream, so progress from a shared upstream maps back to the right request. Returns
+/// the new params and the host's token (JSON text).
+pub(super) fn map_progress_token(params: &str, upstream_id: u64) -> Option<(String, Box<str>)> {
+    memchr::memmem::find(params.as_bytes(), b"progressToken")?;
+    let mut obj = RawObject::parse(params).ok()?;
+    let mut meta = RawObject::parse(obj.get("_meta")?).ok()?;
+    let token = Box::from(meta.get("progressToken")?);
+    meta.set_raw("progressToken", upstream_id.to_string());
+    let meta = meta.to_text();
+    obj.set_raw("_meta", meta);
+    Some((obj.to_text(), token))
+}
