@@ -180,6 +180,14 @@ impl Manifold {
         stdin.flush().unwrap();
     }
 
+    /// Sends bytes that need not be UTF-8, as one line.
+    pub fn send_raw_bytes(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
     pub fn send(&mut self, msg: &Value) {
         self.send_raw(&msg.to_string());
     }

@@ -9,5 +9,6 @@ mod common;
 mod catalog;
 mod cli;
 mod errors;
+mod hostile;
 mod lifecycle;
 mod routing;

@@ -66,6 +66,12 @@ fn run(
             state.out.raw(b"}{ not json");
             return None;
         }
+        "null_id_error" => {
+            state.out.raw(
+                br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error (simulated by the fixture)"}}"#,
+            );
+            return None;
+        }
         "big" => big(args),
         "links" => links(&state.args.name),
         "fail" => tool_error("it failed"),
