@@ -1,7 +1,8 @@
 //! Claude Desktop style JSON: `{"mcpServers": {"name": {"command": ..., "args": [...],
-//! "env": {...}, "cwd": ...}}}`. Such files are shared with other tools, so unknown top-level
-//! and entry keys are ignored rather than rejected, and entries Manifold cannot run (disabled
-//! or HTTP ones) are skipped with a reason instead of failing the whole file.
+//! "env": {...}, "cwd": ...}}}`, or for a remote server `{"url": ..., "type": "http" |
+//! "streamable-http" | "sse", "headers": {...}}`. Such files are shared with other tools, so
+//! unknown top-level and entry keys are ignored rather than rejected, and disabled entries are
+//! skipped with a reason instead of failing the whole file.
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -12,7 +13,6 @@ use crate::validate::{self, Ctx};
 use crate::{Config, ConfigError};
 
 const SERVERS_KEY: &str = "mcpServers";
-const HTTP_SKIP: &str = "HTTP upstreams are not supported yet";
 
 pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
     let root: Value = serde_json::from_str(text).map_err(|e| syntax_error(ctx, &e))?;
@@ -69,15 +69,41 @@ fn entry_to_raw(
     }
     let kind = field::<String>(ctx, &obj, path, "type")?;
     let command = field::<String>(ctx, &obj, path, "command")?;
-    let has_url = obj.get("url").is_some_and(|u| !u.is_null());
-    if kind.is_some_and(|k| k != "stdio") || (has_url && command.is_none()) {
-        return Ok(Err(HTTP_SKIP));
+    let url = field::<String>(ctx, &obj, path, "url")?;
+    let remote = match kind.as_deref() {
+        Some("stdio") => false,
+        Some("http" | "streamable-http" | "sse") => true,
+        Some(other) => {
+            return Err(ctx.err(
+                child(path, "type"),
+                format!("{other:?} is not a server type; use \"stdio\", \"http\", \"streamable-http\" or \"sse\""),
+            ))
+        }
+        None => command.is_none() && url.is_some(),
+    };
+    if remote {
+        let Some(url) = url else {
+            return Err(ctx.err(child(path, "url"), "required key is missing"));
+        };
+        return Ok(Ok(RawUpstream {
+            url: Some(url),
+            // "http" is what Claude Desktop and others write for Streamable HTTP.
+            transport: kind.map(|k| {
+                if k == "sse" {
+                    k
+                } else {
+                    "streamable-http".into()
+                }
+            }),
+            headers: field(ctx, &obj, path, "headers")?.unwrap_or_default(),
+            ..RawUpstream::default()
+        }));
     }
     let Some(command) = command else {
         return Err(ctx.err(child(path, "command"), "required key is missing"));
     };
     Ok(Ok(RawUpstream {
-        command,
+        command: Some(command),
         args: field(ctx, &obj, path, "args")?.unwrap_or_default(),
         env: field(ctx, &obj, path, "env")?.unwrap_or_default(),
         cwd: field(ctx, &obj, path, "cwd")?,

@@ -37,8 +37,8 @@ pub struct Config {
     pub names: NameSettings,
     /// Enabled upstreams, sorted by key so that everything derived from them is deterministic.
     pub upstreams: Vec<UpstreamConfig>,
-    /// Entries that were skipped with the reason (e.g. a JSON entry with `url`, HTTP upstreams
-    /// are not supported yet; or `enabled = false`). `manifold check` prints these.
+    /// Entries that were skipped with the reason (`enabled = false`, `"disabled": true`).
+    /// `manifold check` prints these.
     pub skipped: Vec<(String, String)>,
 }
 
@@ -59,6 +59,33 @@ pub struct ServerSettings {
     pub cpus: Vec<usize>,
     /// Output that may wait for one host that reads slowly; past it the session is ended.
     pub session_queue_bytes: usize,
+    /// Serving hosts over HTTP (Streamable HTTP and the 2024-11-05 SSE transport).
+    pub http: HttpSettings,
+}
+
+/// The HTTP listener's settings. Hosts are served over HTTP only when `listen` is set (in
+/// the file, or with `manifold serve --listen`).
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    pub listen: Option<std::net::SocketAddr>,
+    /// Allows a non-loopback `listen` address; there is no authentication yet, so this must be
+    /// asked for explicitly.
+    pub allow_remote: bool,
+    /// Browser origins allowed besides loopback ones (`Origin` is checked against DNS
+    /// rebinding); `"*"` allows any.
+    pub allowed_origins: Vec<String>,
+    /// HTTP worker threads.
+    pub workers: usize,
+    /// An HTTP session the host has not used for this long is ended.
+    pub session_idle_timeout: Duration,
+    /// A comment is sent on an SSE stream that has been quiet this long.
+    pub keepalive: Duration,
+    /// Open HTTP sessions at most; past it new ones get 503.
+    pub max_sessions: usize,
+    /// Requests one HTTP session may have in progress at once; past it 429.
+    pub max_requests_per_session: usize,
+    /// Events kept per SSE stream for a host that reconnects with `Last-Event-ID`.
+    pub replay_events: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -81,13 +108,39 @@ pub struct UpstreamConfig {
     pub restart: RestartPolicy,
     /// Overrides `server.request_timeout` for this upstream.
     pub request_timeout: Option<Duration>,
-    /// Largest message accepted from this upstream; a longer line counts as garbage.
+    /// Largest message accepted from this upstream; a longer one is dropped and fails the
+    /// request it answered.
     pub max_message_bytes: usize,
+    /// Whether `/readyz` waits for this upstream.
+    pub required: bool,
 }
 
 #[derive(Clone, Debug)]
 pub enum Transport {
     Stdio(StdioConfig),
+    Http(HttpConfig),
+}
+
+/// An upstream reached over HTTP.
+#[derive(Clone)]
+pub struct HttpConfig {
+    /// `http://` or `https://`, after interpolation.
+    pub url: String,
+    pub kind: HttpKind,
+    /// Sent with every request, after interpolation. Values may be secrets: the Debug impl
+    /// redacts them, and they are never logged.
+    pub headers: BTreeMap<String, String>,
+    pub connect_timeout: Duration,
+}
+
+/// Which HTTP transport an upstream speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HttpKind {
+    /// Streamable HTTP, falling back to the 2024-11-05 HTTP+SSE transport when the server
+    /// refuses it (the fallback the spec describes).
+    Auto,
+    StreamableHttp,
+    Sse,
 }
 
 #[derive(Clone)]
@@ -124,6 +177,18 @@ pub struct ConfigError {
     /// Dotted path of the offending key, e.g. `upstreams.time.args[1]`, or `(file)`.
     pub key: String,
     pub problem: String,
+}
+
+/// Why Manifold will not listen on `addr`, if it will not: without authentication, serving
+/// beyond this machine must be asked for by name (`server.allow_remote`).
+pub fn remote_refusal(addr: std::net::SocketAddr, allow_remote: bool) -> Option<String> {
+    (!addr.ip().is_loopback() && !allow_remote).then(|| {
+        format!(
+            "{addr} is reachable from other machines, and Manifold has no authentication yet; \
+             listen on 127.0.0.1, or set server.allow_remote = true to accept that anyone who \
+             can reach it may use every upstream"
+        )
+    })
 }
 
 /// How `${VAR}` is looked up: `Some(value)` if the variable is set.

@@ -1,9 +1,9 @@
-//! `Debug` for `StdioConfig` that never shows environment values: they are often API tokens,
-//! and configs end up in logs and `manifold check` output.
+//! `Debug` for `StdioConfig` and `HttpConfig` that never shows environment or header values:
+//! they are often API tokens, and configs end up in logs and `manifold check` output.
 
 use std::fmt;
 
-use crate::StdioConfig;
+use crate::{HttpConfig, StdioConfig};
 
 /// Shows the env keys with every value replaced by `<redacted>`.
 struct RedactedEnv<'a>(&'a std::collections::BTreeMap<String, String>);
@@ -27,8 +27,35 @@ impl fmt::Debug for StdioConfig {
     }
 }
 
+impl fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("url", &self.url)
+            .field("kind", &self.kind)
+            .field("headers", &RedactedEnv(&self.headers))
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn debug_shows_header_names_but_not_values() {
+        let http = crate::HttpConfig {
+            url: "https://example.com/mcp".into(),
+            kind: crate::HttpKind::Auto,
+            headers: [("Authorization".to_owned(), "Bearer sk-secret".to_owned())].into(),
+            connect_timeout: std::time::Duration::from_secs(1),
+        };
+        let text = format!("{:?}", crate::Transport::Http(http));
+        assert!(!text.contains("sk-secret"), "{text}");
+        assert!(
+            text.contains("Authorization") && text.contains("<redacted>"),
+            "{text}"
+        );
+    }
+
     use crate::StdioConfig;
 
     fn config() -> StdioConfig {

@@ -17,6 +17,15 @@ pub(crate) struct RawServer {
     pub(crate) shutdown_grace_ms: Option<u64>,
     pub(crate) cpus: Option<Vec<u64>>,
     pub(crate) session_queue_bytes: Option<u64>,
+    pub(crate) listen: Option<String>,
+    pub(crate) allow_remote: Option<bool>,
+    pub(crate) allowed_origins: Option<Vec<String>>,
+    pub(crate) http_workers: Option<u64>,
+    pub(crate) session_idle_timeout_ms: Option<u64>,
+    pub(crate) sse_keepalive_ms: Option<u64>,
+    pub(crate) max_sessions: Option<u64>,
+    pub(crate) max_requests_per_session: Option<u64>,
+    pub(crate) replay_events: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -29,7 +38,13 @@ pub(crate) struct RawNames {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(crate) struct RawUpstream {
-    pub(crate) command: String,
+    pub(crate) command: Option<String>,
+    pub(crate) url: Option<String>,
+    pub(crate) transport: Option<String>,
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) connect_timeout_ms: Option<u64>,
+    pub(crate) required: Option<bool>,
     #[serde(default)]
     pub(crate) args: Vec<String>,
     #[serde(default)]

@@ -105,6 +105,14 @@ fn check_display(err: &ConfigError, file: &str) {
 pub(crate) fn stdio(config: &Config, index: usize) -> &crate::StdioConfig {
     match &config.upstreams[index].transport {
         Transport::Stdio(stdio) => stdio,
+        Transport::Http(http) => panic!("upstream {index} is an HTTP upstream: {http:?}"),
+    }
+}
+
+pub(crate) fn http(config: &Config, index: usize) -> &crate::HttpConfig {
+    match &config.upstreams[index].transport {
+        Transport::Http(http) => http,
+        Transport::Stdio(stdio) => panic!("upstream {index} is a process: {stdio:?}"),
     }
 }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::error::{self, child};
 use crate::schema::{RawFilter, RawNames, RawServer, RawUpstream};
 use crate::{
-    ConfigError, EnvLookup, NameFilter, NameSettings, RestartPolicy, ServerSettings, StdioConfig,
-    Transport, UpstreamConfig,
+    ConfigError, EnvLookup, HttpConfig, HttpKind, HttpSettings, NameFilter, NameSettings,
+    RestartPolicy, ServerSettings, StdioConfig, Transport, UpstreamConfig,
 };
 
 pub(crate) const DEFAULT_PAGE_SIZE: u64 = 1000;
@@ -28,6 +28,13 @@ pub(crate) const MAX_SEPARATOR_CHARS: usize = 8;
 /// well above the downstream default.
 pub(crate) const DEFAULT_UPSTREAM_MAX_MESSAGE_BYTES: u64 = 64 * 1024 * 1024;
 pub(crate) const DEFAULT_INITIAL_BACKOFF_MS: u64 = 250;
+pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFAULT_HTTP_WORKERS: u64 = 2;
+pub(crate) const DEFAULT_SESSION_IDLE_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+pub(crate) const DEFAULT_SSE_KEEPALIVE_MS: u64 = 15_000;
+pub(crate) const DEFAULT_MAX_SESSIONS: u64 = 4096;
+pub(crate) const DEFAULT_MAX_REQUESTS_PER_SESSION: u64 = 128;
+pub(crate) const DEFAULT_REPLAY_EVENTS: u64 = 256;
 pub(crate) const DEFAULT_MAX_BACKOFF_MS: u64 = 30_000;
 
 /// The skip reason for `enabled = false` / `"disabled": true`.
@@ -83,9 +90,78 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         request_timeout: Duration::from_millis(request_timeout_ms),
         startup_timeout: ms(raw.startup_timeout_ms, DEFAULT_STARTUP_TIMEOUT_MS),
         shutdown_grace: ms(raw.shutdown_grace_ms, DEFAULT_SHUTDOWN_GRACE_MS),
-        cpus: cpus(ctx, raw.cpus.unwrap_or_default())?,
+        cpus: cpus(ctx, raw.cpus.clone().unwrap_or_default())?,
         session_queue_bytes: to_usize(ctx, "server.session_queue_bytes", session_queue_bytes)?,
+        http: http_settings(ctx, &raw)?,
     })
+}
+
+fn http_settings(ctx: &Ctx<'_>, raw: &RawServer) -> Result<HttpSettings, ConfigError> {
+    let listen = match &raw.listen {
+        None => None,
+        Some(text) => Some(listen_addr(ctx, text)?),
+    };
+    let allow_remote = raw.allow_remote.unwrap_or(false);
+    if let Some(addr) = listen {
+        check_loopback(ctx, "server.listen", addr, allow_remote)?;
+    }
+    let workers = raw.http_workers.unwrap_or(DEFAULT_HTTP_WORKERS);
+    check_min(ctx, "server.http_workers", workers, 1)?;
+    let idle = raw
+        .session_idle_timeout_ms
+        .unwrap_or(DEFAULT_SESSION_IDLE_TIMEOUT_MS);
+    check_min(ctx, "server.session_idle_timeout_ms", idle, 1)?;
+    let keepalive = raw.sse_keepalive_ms.unwrap_or(DEFAULT_SSE_KEEPALIVE_MS);
+    check_min(ctx, "server.sse_keepalive_ms", keepalive, 1)?;
+    let max_sessions = raw.max_sessions.unwrap_or(DEFAULT_MAX_SESSIONS);
+    check_min(ctx, "server.max_sessions", max_sessions, 1)?;
+    let per_session = raw
+        .max_requests_per_session
+        .unwrap_or(DEFAULT_MAX_REQUESTS_PER_SESSION);
+    check_min(ctx, "server.max_requests_per_session", per_session, 1)?;
+    let replay = raw.replay_events.unwrap_or(DEFAULT_REPLAY_EVENTS);
+    let origins = raw.allowed_origins.clone().unwrap_or_default();
+    for (i, origin) in origins.iter().enumerate() {
+        let ok = origin == "*" || origin.starts_with("http://") || origin.starts_with("https://");
+        if !ok || origin.ends_with('/') {
+            return Err(ctx.err(
+                format!("server.allowed_origins[{i}]"),
+                format!("{origin:?} is not an origin; write it as scheme://host[:port], or \"*\""),
+            ));
+        }
+    }
+    Ok(HttpSettings {
+        listen,
+        allow_remote,
+        allowed_origins: origins,
+        workers: to_usize(ctx, "server.http_workers", workers)?,
+        session_idle_timeout: Duration::from_millis(idle),
+        keepalive: Duration::from_millis(keepalive),
+        max_sessions: to_usize(ctx, "server.max_sessions", max_sessions)?,
+        max_requests_per_session: to_usize(ctx, "server.max_requests_per_session", per_session)?,
+        replay_events: to_usize(ctx, "server.replay_events", replay)?,
+    })
+}
+
+fn listen_addr(ctx: &Ctx<'_>, text: &str) -> Result<std::net::SocketAddr, ConfigError> {
+    text.parse().map_err(|_| {
+        ctx.err(
+            "server.listen",
+            format!("{text:?} is not an address; write it as IP:PORT, e.g. \"127.0.0.1:8080\""),
+        )
+    })
+}
+
+fn check_loopback(
+    ctx: &Ctx<'_>,
+    key: &str,
+    addr: std::net::SocketAddr,
+    allow_remote: bool,
+) -> Result<(), ConfigError> {
+    match crate::remote_refusal(addr, allow_remote) {
+        None => Ok(()),
+        Some(problem) => Err(ctx.err(key, problem)),
+    }
 }
 
 pub(crate) fn names(ctx: &Ctx<'_>, raw: RawNames) -> Result<NameSettings, ConfigError> {
@@ -137,6 +213,7 @@ pub(crate) fn upstream(
     if let Some(timeout) = raw.request_timeout_ms {
         check_min(ctx, &child(path, "request_timeout_ms"), timeout, 1)?;
     }
+    let transport = transport(ctx, path, &raw)?;
     Ok(UpstreamConfig {
         key: key.to_owned(),
         prefix: raw.prefix.clone().unwrap_or_else(|| key.to_owned()),
@@ -145,7 +222,115 @@ pub(crate) fn upstream(
         max_message_bytes: to_usize(ctx, &child(path, "max_message_bytes"), max_message_bytes)?,
         tools: filter(ctx, &child(path, "tools"), raw.tools)?,
         prompts: filter(ctx, &child(path, "prompts"), raw.prompts)?,
-        transport: Transport::Stdio(stdio(ctx, path, raw.command, raw.args, raw.env, raw.cwd)?),
+        required: raw.required.unwrap_or(false),
+        transport,
+    })
+}
+
+/// `command` (a child process over stdio) or `url` (HTTP), exactly one.
+fn transport(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<Transport, ConfigError> {
+    match (&raw.command, &raw.url) {
+        (Some(_), Some(_)) => Err(ctx.err(
+            path,
+            "has both `command` and `url`; an upstream is either a process or an HTTP server",
+        )),
+        (None, None) => Err(ctx.err(
+            child(path, "command"),
+            "required key is missing (or give `url` for an HTTP upstream)",
+        )),
+        (Some(command), None) => {
+            for key in ["transport", "headers", "connect_timeout_ms"] {
+                let set = match key {
+                    "transport" => raw.transport.is_some(),
+                    "headers" => !raw.headers.is_empty(),
+                    _ => raw.connect_timeout_ms.is_some(),
+                };
+                if set {
+                    return Err(ctx.err(child(path, key), "applies to HTTP upstreams (`url`) only"));
+                }
+            }
+            Ok(Transport::Stdio(stdio(
+                ctx,
+                path,
+                command.clone(),
+                raw.args.clone(),
+                raw.env.clone(),
+                raw.cwd.clone(),
+            )?))
+        }
+        (None, Some(url)) => {
+            for (key, set) in [
+                ("args", !raw.args.is_empty()),
+                ("env", !raw.env.is_empty()),
+                ("cwd", raw.cwd.is_some()),
+            ] {
+                if set {
+                    return Err(ctx.err(
+                        child(path, key),
+                        "applies to process upstreams (`command`) only",
+                    ));
+                }
+            }
+            Ok(Transport::Http(http(ctx, path, url, raw)?))
+        }
+    }
+}
+
+fn http(
+    ctx: &Ctx<'_>,
+    path: &str,
+    url: &str,
+    raw: &RawUpstream,
+) -> Result<HttpConfig, ConfigError> {
+    let url_key = child(path, "url");
+    let url = ctx.interpolate(&url_key, url)?;
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    if !rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/')) {
+        return Err(ctx.err(
+            url_key,
+            format!("{url:?} is not an http:// or https:// URL"),
+        ));
+    }
+    let kind = match raw.transport.as_deref() {
+        None => HttpKind::Auto,
+        Some("streamable-http" | "http") => HttpKind::StreamableHttp,
+        Some("sse") => HttpKind::Sse,
+        Some(other) => {
+            return Err(ctx.err(
+                child(path, "transport"),
+                format!("{other:?} is not a transport; use \"streamable-http\" or \"sse\" (or leave it out to try both)"),
+            ))
+        }
+    };
+    let headers_key = child(path, "headers");
+    let headers = raw
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            let key = child(&headers_key, name);
+            let valid = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !valid {
+                return Err(ctx.err(key, "is not a valid HTTP header name"));
+            }
+            let value = ctx.interpolate(&key, value)?;
+            if value.bytes().any(|b| b == b'\r' || b == b'\n') {
+                return Err(ctx.err(key, "a header value must not contain a line break"));
+            }
+            Ok((name.clone(), value))
+        })
+        .collect::<Result<_, _>>()?;
+    let connect = raw.connect_timeout_ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
+    check_min(ctx, &child(path, "connect_timeout_ms"), connect, 1)?;
+    Ok(HttpConfig {
+        url,
+        kind,
+        headers,
+        connect_timeout: Duration::from_millis(connect),
     })
 }
 

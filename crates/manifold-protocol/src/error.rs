@@ -18,6 +18,8 @@ pub mod codes {
     pub const UPSTREAM_TIMEOUT: i64 = -32011;
     /// Manifold: the upstream's answer was over its size limit and was dropped.
     pub const UPSTREAM_ANSWER_TOO_LARGE: i64 = -32012;
+    /// Manifold: a session has as many requests in progress as it may have.
+    pub const TOO_MANY_REQUESTS: i64 = -32013;
 }
 
 /// A JSON-RPC error object.

@@ -10,6 +10,7 @@ pub mod error;
 pub mod framing;
 pub mod object;
 pub mod scan;
+pub mod sse;
 pub mod version;
 pub mod write;
 

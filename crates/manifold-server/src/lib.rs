@@ -7,6 +7,7 @@
 
 pub mod context;
 pub mod error;
+pub mod http;
 mod initialize;
 pub mod layer;
 pub mod outlet;

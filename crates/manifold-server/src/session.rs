@@ -1,6 +1,7 @@
 //! A host session: its identity, what the handshake established, and where messages for the
 //! session as a whole go. The transport that carries it is only a label here.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -57,6 +58,10 @@ pub struct Session {
     created: Instant,
     /// Becomes `Some(reason)` when the session ends.
     ended: watch::Sender<Option<Arc<str>>>,
+    /// What the transport keeps per session (HTTP: its event streams), opaque to the rest.
+    transport_state: Option<Arc<dyn Any + Send + Sync>>,
+    /// The token hosts present to name the session (HTTP), once registered.
+    token: OnceLock<Box<str>>,
 }
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -73,6 +78,16 @@ impl Session {
     }
 
     pub fn with_id(id: u64, transport: Transport, stream: Arc<dyn Outlet>) -> Arc<Self> {
+        Self::with_state(id, transport, stream, None)
+    }
+
+    /// A session whose transport keeps `state` with it (see [`Session::transport_state`]).
+    pub fn with_state(
+        id: u64,
+        transport: Transport,
+        stream: Arc<dyn Outlet>,
+        state: Option<Arc<dyn Any + Send + Sync>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             id,
             transport,
@@ -84,7 +99,25 @@ impl Session {
             last_seen_ms: AtomicU64::new(0),
             created: Instant::now(),
             ended: watch::channel(None).0,
+            transport_state: state,
+            token: OnceLock::new(),
         })
+    }
+
+    /// The token hosts present to name this session (HTTP).
+    pub fn token(&self) -> Option<&str> {
+        self.token.get().map(|t| &**t)
+    }
+
+    pub(crate) fn set_token(&self, token: &str) {
+        let _ = self.token.set(token.into());
+    }
+
+    /// What the transport keeps with the session, if it is a `T`.
+    pub fn transport_state<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.transport_state
+            .clone()
+            .and_then(|s| s.downcast::<T>().ok())
     }
 
     pub fn id(&self) -> u64 {

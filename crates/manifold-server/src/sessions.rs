@@ -79,6 +79,7 @@ impl Sessions {
             return Err(Full(map.by_id.len()));
         }
         if let Some(token) = token {
+            session.set_token(token);
             map.by_token.insert(token.into(), session.id());
         }
         map.by_id.insert(session.id(), session);

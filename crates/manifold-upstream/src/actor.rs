@@ -14,7 +14,15 @@ use tokio::sync::oneshot;
 
 use crate::connection::{Connection, Events};
 use crate::hub::Hub;
-use crate::{handshake, process, stdio};
+use crate::{handshake, http, process, stdio};
+
+/// How the actor reaches what it supervises, beyond the connection.
+enum Link {
+    /// A child process: its process group is signalled to stop it.
+    Process(u32),
+    /// An HTTP server: the client opens its stream once the handshake is done.
+    Http(Arc<http::Client>),
+}
 
 /// An upstream that stayed up this long starts its next backoff from the beginning.
 const HEALTHY_AFTER: Duration = Duration::from_secs(30);
@@ -30,7 +38,7 @@ pub struct UpstreamActor {
     pub(crate) hub: Arc<Hub>,
     pub(crate) current: Arc<ArcSwapOption<Connection>>,
     generation: u64,
-    pid: Option<u32>,
+    link: Option<Link>,
     backoff: Duration,
     up_since: Option<Instant>,
     stopping: bool,
@@ -58,7 +66,7 @@ impl UpstreamActor {
             hub,
             current,
             generation: 0,
-            pid: None,
+            link: None,
             up_since: None,
             stopping: false,
             stopped: Vec::new(),
@@ -126,16 +134,29 @@ impl UpstreamActor {
                     max_message_bytes: self.cfg.max_message_bytes,
                     grace: self.grace,
                 };
-                stdio::start(cfg, settings, events, exited)
+                stdio::start(cfg, settings, events, exited).map(|s| {
+                    tracing::info!(upstream = %self.key, pid = s.pid, "started");
+                    (s.conn, Link::Process(s.pid))
+                })
+            }
+            Transport::Http(cfg) => {
+                let settings = http::Settings {
+                    key: Arc::clone(&self.key),
+                    timeout: self.timeout,
+                    max_message_bytes: self.cfg.max_message_bytes,
+                    runtime: tokio::runtime::Handle::current(),
+                };
+                http::start(cfg, settings, events, exited).map(|s| {
+                    tracing::info!(upstream = %self.key, url = %cfg.url, "connecting");
+                    (s.conn, Link::Http(s.client))
+                })
             }
         };
-        let started = match started {
+        let (conn, link) = match started {
             Ok(started) => started,
             Err(reason) => return self.stopped_with(ctx, reason),
         };
-        self.pid = Some(started.pid);
-        tracing::info!(upstream = %self.key, pid = started.pid, "started");
-        let conn = started.conn;
+        self.link = Some(link);
         self.current.store(Some(Arc::clone(&conn)));
         ctx.spawn(actix::fut::wrap_future(handshake::run(conn)).map(
             move |res, act: &mut Self, _| {
@@ -160,14 +181,17 @@ impl UpstreamActor {
                 self.up_since = Some(Instant::now());
                 self.hub.update(self.index, UpstreamState::Up, Some(slice));
                 self.hub.settle(self.index);
+                if let Some(Link::Http(client)) = &self.link {
+                    client.ready();
+                }
             }
             Err(reason) => {
                 tracing::warn!(upstream = %self.key, "handshake failed: {reason}");
-                // Ending the process makes the reader report the exit, which restarts it.
+                // Ending the connection makes its transport report the end, which restarts it.
                 if let Some(conn) = self.current.load_full() {
                     conn.close(&format!("handshake failed: {reason}"));
                 }
-                if let Some(pid) = self.pid {
+                if let Some(Link::Process(pid)) = self.link {
                     process::signal_group(pid, Signal::TERM);
                 }
             }
@@ -177,7 +201,7 @@ impl UpstreamActor {
     /// The upstream is down: publish that, fail fast, and schedule a restart.
     fn stopped_with(&mut self, ctx: &mut Context<Self>, reason: String) {
         self.current.store(None);
-        self.pid = None;
+        self.link = None;
         self.hub.update(
             self.index,
             UpstreamState::Down {
@@ -258,21 +282,24 @@ impl Handler<Shutdown> for UpstreamActor {
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
-        let Some(pid) = self.pid else {
+        let Some(link) = &self.link else {
             return Box::pin(async {});
         };
         let (tx, rx) = oneshot::channel();
         self.stopped.push(tx);
-        // Closing stdin is the polite stop the spec describes; signals follow if ignored.
+        // Closing stdin (or the HTTP session) is the polite stop the spec describes; for a
+        // process, signals follow if it is ignored.
+        if let Link::Process(pid) = *link {
+            ctx.run_later(self.grace, move |_, _| {
+                process::signal_group(pid, Signal::TERM)
+            });
+            ctx.run_later(self.grace * 2, move |_, _| {
+                process::signal_group(pid, Signal::KILL)
+            });
+        }
         if let Some(conn) = self.current.load_full() {
             conn.close("Manifold is shutting down");
         }
-        ctx.run_later(self.grace, move |_, _| {
-            process::signal_group(pid, Signal::TERM)
-        });
-        ctx.run_later(self.grace * 2, move |_, _| {
-            process::signal_group(pid, Signal::KILL)
-        });
         let limit = self.grace * 3 + Duration::from_secs(1);
         Box::pin(async move {
             let _ = tokio::time::timeout(limit, rx).await;

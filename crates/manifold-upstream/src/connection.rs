@@ -308,6 +308,14 @@ impl Connection {
         }
     }
 
+    /// Fails request `id` with `err`, if it is still in flight (a transport refused it).
+    pub(crate) fn fail_request(&self, id: u64, err: UpstreamError) {
+        let entry = self.lock().table.entries.remove(&id);
+        if let Some(entry) = entry {
+            self.fail(entry.reply, err);
+        }
+    }
+
     /// Delivers an answer read from the upstream. Unknown ids (late answers to cancelled or
     /// timed-out requests) are dropped, as the spec requires.
     fn answer(&self, id: u64, result: Option<&str>, error: Option<&str>) -> bool {

@@ -16,6 +16,7 @@ mod connection;
 mod error;
 mod handle;
 mod handshake;
+mod http;
 mod hub;
 mod pending;
 pub mod pipe;

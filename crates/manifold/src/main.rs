@@ -1,6 +1,7 @@
 //! `manifold`: many MCP servers presented to a host as one.
 //!
-//! `manifold serve --config FILE` serves the merged catalog over stdio;
+//! `manifold serve --config FILE [--listen ADDR]` serves the merged catalog over stdio, or
+//! over HTTP;
 //! `manifold check --config FILE` validates the config, starts the upstreams and prints the
 //! merged catalog, every renamed or shortened name and every collision.
 #![forbid(unsafe_code)]
@@ -26,11 +27,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the merged catalog to a host over stdio.
+    /// Serve the merged catalog: to one host over stdio, or with `--listen` to any number of
+    /// hosts over HTTP.
     Serve {
         /// Config file: `.toml` (native) or `.json` (Claude Desktop `mcpServers` format).
         #[arg(long, short)]
         config: PathBuf,
+        /// Serve over HTTP on this address (e.g. 127.0.0.1:8080) instead of stdio: Streamable
+        /// HTTP at /mcp, the HTTP+SSE transport at /sse. Overrides `server.listen`.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
     },
     /// Validate a config, start its upstreams and print the merged catalog.
     Check {
@@ -46,7 +52,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let result = match cli.command {
-        Command::Serve { config } => run::serve(&config),
+        Command::Serve { config, listen } => run::serve(&config, listen),
         Command::Check { config, no_start } => check::check(&config, no_start),
     };
     match result {

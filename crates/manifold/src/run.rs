@@ -1,5 +1,6 @@
-//! `manifold serve`: load the config, start every upstream actor, serve the host over stdio,
-//! and stop every child process when the host leaves or a signal arrives.
+//! `manifold serve`: load the config, start every upstream actor, serve hosts (one over stdio,
+//! or any number over HTTP), and stop every child process when the stdio host leaves or a
+//! signal arrives.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use manifold_catalog::UpstreamDef;
 use manifold_config::Config;
-use manifold_server::{stdio, Router, Sessions};
+use manifold_server::{http, stdio, Router, Sessions};
 use manifold_upstream::{Hub, Listener, UpstreamHandle};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -82,13 +83,27 @@ pub async fn stop_upstreams(handles: &[UpstreamHandle]) {
     futures::future::join_all(handles.iter().map(UpstreamHandle::shutdown)).await;
 }
 
-pub fn serve(path: &Path) -> anyhow::Result<ExitCode> {
-    let (config, defs) = load(path)?;
+pub fn serve(path: &Path, listen: Option<std::net::SocketAddr>) -> anyhow::Result<ExitCode> {
+    let (mut config, defs) = load(path)?;
+    if let Some(addr) = listen {
+        if let Some(problem) =
+            manifold_config::remote_refusal(addr, config.server.http.allow_remote)
+        {
+            anyhow::bail!("--listen: {problem}");
+        }
+        config.server.http.listen = Some(addr);
+    }
     // Before any thread or child exists, so that all of them inherit it.
     pin_to(&config.server.cpus)?;
     let system = actix::System::new();
     system.block_on(async move {
-        let (sessions, ending) = Sessions::new(1);
+        let http = config.server.http.listen;
+        let limit = if http.is_some() {
+            config.server.http.max_sessions
+        } else {
+            1
+        };
+        let (sessions, ending) = Sessions::new(limit);
         let (hub, handles) = start_upstreams(&config, &defs, Arc::clone(&sessions) as _);
         let runtime = tokio::runtime::Handle::current();
         let router = Router::new(
@@ -99,18 +114,55 @@ pub fn serve(path: &Path) -> anyhow::Result<ExitCode> {
             runtime,
         );
         router.run_reaper(ending);
-        let session = stdio::serve_stdio(Arc::clone(&router)).context("cannot serve stdio")?;
-        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-        let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-        tokio::select! {
-            why = session.ended() => tracing::info!("host session ended ({why}); shutting down"),
-            _ = term.recv() => tracing::info!("SIGTERM; shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT; shutting down"),
+        let served = match http {
+            Some(addr) => serve_http(&router, &config, addr).await,
+            None => serve_stdio(&router).await,
+        };
+        // Whatever hosts have not read is dropped: shutdown never waits on a host.
+        for session in router.sessions().all() {
+            router.end_session(session.id(), "Manifold is shutting down");
         }
-        // Whatever the host has not read is dropped: shutdown never waits on the host.
-        router.end_session(session.id(), "Manifold is shutting down");
         stop_upstreams(&handles).await;
-        anyhow::Ok(())
+        served
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Serves the one stdio host until it leaves or a signal arrives.
+async fn serve_stdio(router: &Arc<Router>) -> anyhow::Result<()> {
+    let session = stdio::serve_stdio(Arc::clone(router)).context("cannot serve stdio")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    tokio::select! {
+        why = session.ended() => tracing::info!("host session ended ({why}); shutting down"),
+        _ = term.recv() => tracing::info!("SIGTERM; shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT; shutting down"),
+    }
+    Ok(())
+}
+
+/// Serves hosts over HTTP until a signal arrives.
+async fn serve_http(
+    router: &Arc<Router>,
+    config: &Config,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<()> {
+    let required = config.upstreams.iter().map(|u| u.required).collect();
+    let (server, bound) = http::serve(Arc::clone(router), addr, required)
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    tracing::info!(
+        "listening on {bound}: Streamable HTTP at http://{bound}/mcp, HTTP+SSE at http://{bound}/sse"
+    );
+    let handle = server.handle();
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let server = tokio::spawn(server);
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM; shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT; shutting down"),
+    }
+    // Open streams are not waited for.
+    handle.stop(false).await;
+    let _ = server.await;
+    Ok(())
 }

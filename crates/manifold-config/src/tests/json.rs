@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{json, json_err, map, stdio};
+use super::{http, json, json_err, map, stdio};
+use crate::HttpKind;
 
 /// The shape such files have in the wild: other top-level settings, and entries carrying keys
 /// for other clients.
@@ -37,21 +38,31 @@ const WILD: &str = r#"{
 fn wild_files_work_as_is() {
     let config = json(WILD).unwrap();
     let keys: Vec<_> = config.upstreams.iter().map(|u| u.key.as_str()).collect();
-    assert_eq!(keys, ["enabled-explicitly", "time"]);
-    let s = stdio(&config, 1);
+    assert_eq!(
+        keys,
+        ["enabled-explicitly", "http", "remote", "sse", "time"]
+    );
+    let s = stdio(&config, 4);
     assert_eq!(s.command, "uvx");
     assert_eq!(s.args, vec!["mcp-server-time", "--local-timezone=/home/me"]);
     assert_eq!(s.env, map(&[("TOKEN", "tok-123")]));
     assert_eq!(s.cwd, Some(PathBuf::from("/etc/claude/srv")));
-    let http = "HTTP upstreams are not supported yet".to_owned();
+    // "type" says which transport; without one, a `url` alone means HTTP, tried both ways.
+    let h = http(&config, 1);
+    assert_eq!(
+        (h.url.as_str(), h.kind),
+        ("https://x", HttpKind::StreamableHttp)
+    );
+    let h = http(&config, 2);
+    assert_eq!(
+        (h.url.as_str(), h.kind),
+        ("https://example.com/mcp", HttpKind::Auto)
+    );
+    assert_eq!(h.headers, map(&[("Authorization", "Bearer x")]));
+    assert_eq!(http(&config, 3).kind, HttpKind::Sse);
     assert_eq!(
         config.skipped,
-        vec![
-            ("github".to_owned(), "disabled".to_owned()),
-            ("http".to_owned(), http.clone()),
-            ("remote".to_owned(), http.clone()),
-            ("sse".to_owned(), http),
-        ]
+        vec![("github".to_owned(), "disabled".to_owned())]
     );
 }
 
@@ -121,6 +132,10 @@ fn entry_errors_name_the_key() {
             "mcpServers.a.disabled",
         ),
         (r#"{"command": "x", "type": 1}"#, "mcpServers.a.type"),
+        (
+            r#"{"url": "http://x", "headers": ["a"]}"#,
+            "mcpServers.a.headers",
+        ),
     ];
     for (entry, want) in cases {
         let (key, problem) = json_err(&format!(r#"{{"mcpServers": {{"a": {entry}}}}}"#));
@@ -133,6 +148,29 @@ fn entry_errors_name_the_key() {
     assert_eq!(problem, "environment variable GH is not set");
     let (key, _) = json_err(r#"{"mcpServers": {"a b": {"command": "${X"}}}"#);
     assert_eq!(key, "mcpServers.\"a b\".command");
+}
+
+#[test]
+fn remote_entries_are_checked() {
+    let (key, problem) = json_err(r#"{"mcpServers": {"a": {"type": "http"}}}"#);
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("mcpServers.a.url", "required key is missing")
+    );
+    let (key, problem) =
+        json_err(r#"{"mcpServers": {"a": {"type": "websocket", "url": "ws://x"}}}"#);
+    assert_eq!(key, "mcpServers.a.type");
+    assert!(problem.contains("\"sse\""), "{problem}");
+    let (key, problem) = json_err(r#"{"mcpServers": {"a": {"url": "ftp://x"}}}"#);
+    assert_eq!(key, "mcpServers.a.url");
+    assert!(
+        problem.contains("not an http:// or https:// URL"),
+        "{problem}"
+    );
+    let (key, problem) =
+        json_err(r#"{"mcpServers": {"a": {"url": "http://x", "headers": {"A": "${NOPE}"}}}}"#);
+    assert_eq!(key, "mcpServers.a.headers.A");
+    assert_eq!(problem, "environment variable NOPE is not set");
 }
 
 #[test]

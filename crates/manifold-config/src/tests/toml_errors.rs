@@ -62,7 +62,10 @@ fn command_is_required_and_non_empty() {
     let (key, problem) = toml_err("[upstreams.up]\nargs = []\n");
     assert_eq!(
         (key.as_str(), problem.as_str()),
-        ("upstreams.up.command", "required key is missing")
+        (
+            "upstreams.up.command",
+            "required key is missing (or give `url` for an HTTP upstream)"
+        )
     );
     let (key, problem) = toml_err("[upstreams.up]\ncommand = \"\"\n");
     assert_eq!(
@@ -128,7 +131,7 @@ fn unknown_keys_are_named_with_their_path() {
     let (key, problem) = toml_err("[upstreams.time]\ncomand = \"x\"\n");
     assert_eq!(key, "upstreams.time.comand");
     assert!(
-        problem.starts_with("unknown key; expected one of command, args, env"),
+        problem.starts_with("unknown key; expected one of command, url, transport"),
         "{problem}"
     );
     let cases = [
@@ -144,8 +147,8 @@ fn unknown_keys_are_named_with_their_path() {
             "upstreams.t.prompts.x",
         ),
         (
-            "[upstreams.\"my s.rv\"]\ncommand = \"x\"\nurl = \"http://h\"",
-            "upstreams.\"my s.rv\".url",
+            "[upstreams.\"my s.rv\"]\ncommand = \"x\"\nurls = \"http://h\"",
+            "upstreams.\"my s.rv\".urls",
         ),
     ];
     for (text, want) in cases {
@@ -218,4 +221,105 @@ fn syntax_errors_carry_line_and_column() {
         problem.starts_with("TOML syntax error at line 1, column "),
         "{problem}"
     );
+}
+
+#[test]
+fn http_upstreams_are_checked() {
+    let cases = [
+        (
+            "command = \"x\"\nurl = \"http://h\"",
+            "upstreams.u",
+            "both `command` and `url`",
+        ),
+        (
+            "url = \"h:80\"",
+            "upstreams.u.url",
+            "not an http:// or https:// URL",
+        ),
+        (
+            "url = \"http:///mcp\"",
+            "upstreams.u.url",
+            "not an http:// or https:// URL",
+        ),
+        (
+            "url = \"http://h\"\ntransport = \"ws\"",
+            "upstreams.u.transport",
+            "\"streamable-http\" or \"sse\"",
+        ),
+        (
+            "url = \"http://h\"\nargs = [\"a\"]",
+            "upstreams.u.args",
+            "process upstreams",
+        ),
+        (
+            "command = \"x\"\ntransport = \"sse\"",
+            "upstreams.u.transport",
+            "HTTP upstreams",
+        ),
+        (
+            "command = \"x\"\nheaders = { A = \"b\" }",
+            "upstreams.u.headers",
+            "HTTP upstreams",
+        ),
+        (
+            "url = \"http://h\"\nheaders = { \"A B\" = \"b\" }",
+            "upstreams.u.headers.\"A B\"",
+            "header name",
+        ),
+        (
+            "url = \"http://h\"\nheaders = { A = \"b\\nc\" }",
+            "upstreams.u.headers.A",
+            "line break",
+        ),
+        (
+            "url = \"http://h\"\nconnect_timeout_ms = 0",
+            "upstreams.u.connect_timeout_ms",
+            "greater than 0",
+        ),
+    ];
+    for (body, want_key, says) in cases {
+        let (key, problem) = toml_err(&format!("[upstreams.u]\n{body}\n"));
+        assert_eq!(key, want_key, "{body}");
+        assert!(problem.contains(says), "{body}: {problem}");
+    }
+}
+
+#[test]
+fn http_server_settings_are_checked() {
+    let cases = [
+        ("listen = \"localhost\"", "server.listen", "IP:PORT"),
+        ("listen = \"0.0.0.0:8080\"", "server.listen", "allow_remote"),
+        ("http_workers = 0", "server.http_workers", "greater than 0"),
+        ("max_sessions = 0", "server.max_sessions", "greater than 0"),
+        (
+            "max_requests_per_session = 0",
+            "server.max_requests_per_session",
+            "greater than 0",
+        ),
+        (
+            "session_idle_timeout_ms = 0",
+            "server.session_idle_timeout_ms",
+            "greater than 0",
+        ),
+        (
+            "sse_keepalive_ms = 0",
+            "server.sse_keepalive_ms",
+            "greater than 0",
+        ),
+        (
+            "allowed_origins = [\"example.com\"]",
+            "server.allowed_origins[0]",
+            "scheme://host",
+        ),
+        (
+            "session_queue_bytes = 10",
+            "server.session_queue_bytes",
+            "at least 65536",
+        ),
+    ];
+    for (body, want_key, says) in cases {
+        let (key, problem) = toml_err(&format!("[server]\n{body}\n"));
+        assert_eq!(key, want_key, "{body}");
+        assert!(problem.contains(says), "{body}: {problem}");
+    }
 }

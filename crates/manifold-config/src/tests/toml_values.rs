@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{map, stdio, test_env, toml, toml_err};
+use super::{http, map, stdio, test_env, toml, toml_err};
 use crate::parse_str;
 
 #[test]
@@ -225,4 +225,62 @@ fn relative_cwd_resolves_against_the_config_directory() {
     assert_eq!(parse("rel/c.toml", "data"), Some(PathBuf::from("rel/data")));
     // A bare file name has no directory to join; the path stays relative to manifold's own.
     assert_eq!(parse("c.toml", "data"), Some(PathBuf::from("data")));
+}
+
+#[test]
+fn http_upstreams_and_listener_settings_are_read() {
+    let config = toml(
+        r#"
+[server]
+listen = "0.0.0.0:8080"
+allow_remote = true
+allowed_origins = ["https://app.example.com", "*"]
+http_workers = 3
+session_idle_timeout_ms = 1000
+sse_keepalive_ms = 2000
+max_sessions = 5
+max_requests_per_session = 6
+replay_events = 7
+
+[upstreams.remote]
+url = "https://example.com/${HOME}/mcp"
+transport = "sse"
+headers = { Authorization = "Bearer ${MY_TOKEN}" }
+connect_timeout_ms = 1500
+required = true
+
+[upstreams.auto]
+url = "http://127.0.0.1:9000/mcp"
+"#,
+    )
+    .unwrap();
+    let h = &config.server.http;
+    assert_eq!(h.listen, Some("0.0.0.0:8080".parse().unwrap()));
+    assert!(h.allow_remote);
+    assert_eq!(h.allowed_origins, ["https://app.example.com", "*"]);
+    assert_eq!(
+        (
+            h.workers,
+            h.max_sessions,
+            h.max_requests_per_session,
+            h.replay_events
+        ),
+        (3, 5, 6, 7)
+    );
+    assert_eq!(h.session_idle_timeout, Duration::from_millis(1000));
+    assert_eq!(h.keepalive, Duration::from_millis(2000));
+    let remote = http(&config, 1);
+    assert_eq!(remote.url, "https://example.com//home/me/mcp");
+    assert_eq!(remote.kind, crate::HttpKind::Sse);
+    assert_eq!(remote.headers, map(&[("Authorization", "Bearer tok-123")]));
+    assert_eq!(remote.connect_timeout, Duration::from_millis(1500));
+    assert!(config.upstreams[1].required);
+    let auto = http(&config, 0);
+    assert_eq!(auto.kind, crate::HttpKind::Auto);
+    assert_eq!(auto.connect_timeout, Duration::from_secs(10));
+    assert!(!config.upstreams[0].required);
+    let defaults = toml("").unwrap().server.http;
+    assert_eq!(defaults.listen, None);
+    assert_eq!(defaults.workers, 2);
+    assert_eq!(defaults.max_sessions, 4096);
 }

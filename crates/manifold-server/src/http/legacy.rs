@@ -1,0 +1,119 @@
+//! The 2024-11-05 HTTP+SSE transport, for hosts that predate Streamable HTTP: GET `/sse`
+//! opens the session and its one stream, whose first event names the URL to POST messages
+//! to (`/messages?sessionId=...`); every answer arrives on the stream. The session ends when
+//! the stream's connection does.
+
+use std::sync::Arc;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use manifold_protocol::{codes, sse};
+
+use super::streams::{EventBody, LegacyOutlet};
+use super::{check_origin, cors, new_token, read_body, rpc_error, sse_response, Shared};
+use crate::context::Origin;
+use crate::router::Handled;
+use crate::session::{Session, Transport};
+
+pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    if let Err(refusal) = check_origin(&req, &shared.settings) {
+        return refusal;
+    }
+    let token = match new_token() {
+        Ok(t) => t,
+        Err(refusal) => return refusal,
+    };
+    let sessions = shared.router.sessions();
+    let id = Session::next_id();
+    let (outlet, rx, queued) = LegacyOutlet::new(
+        id,
+        sessions.ending(),
+        shared.router.settings().session_queue_bytes,
+    );
+    let outlet = Arc::new(outlet);
+    let session = Session::with_id(id, Transport::Sse, Arc::clone(&outlet) as _);
+    if let Err(full) = sessions.add(Arc::clone(&session), Some(&token)) {
+        let mut r = rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            codes::INTERNAL_ERROR,
+            &format!("{full} (server.max_sessions); try again later"),
+        );
+        r.headers_mut().insert(
+            actix_web::http::header::RETRY_AFTER,
+            actix_web::http::header::HeaderValue::from_static("5"),
+        );
+        return cors(&req, r);
+    }
+    tracing::info!(session = id, "SSE session opened");
+    let mut endpoint = Vec::new();
+    let url = format!("/messages?sessionId={token}");
+    sse::write_event(&mut endpoint, None, Some("endpoint"), url.as_bytes());
+    outlet.raw(Bytes::from(endpoint));
+    let ending = sessions.ending();
+    let body = EventBody::new(
+        rx,
+        queued,
+        shared.settings.keepalive,
+        Some(Box::new(move || {
+            ending.end(id, "the host closed its SSE stream".into());
+        })),
+    );
+    cors(&req, sse_response(body))
+}
+
+pub(super) async fn post(
+    req: HttpRequest,
+    payload: web::Payload,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    if let Err(refusal) = check_origin(&req, &shared.settings) {
+        return refusal;
+    }
+    let response = handle(&req, payload, &shared).await;
+    cors(&req, response)
+}
+
+async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> HttpResponse {
+    let token =
+        web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+            .ok()
+            .and_then(|q| q.get("sessionId").or_else(|| q.get("session_id")).cloned());
+    let Some(token) = token else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            codes::INVALID_REQUEST,
+            "the sessionId query parameter is required",
+        );
+    };
+    let session = shared
+        .router
+        .sessions()
+        .by_token(&token)
+        .filter(|s| s.transport() == Transport::Sse);
+    let Some(session) = session else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            codes::INVALID_REQUEST,
+            "session not found (its SSE stream closed): open a new one at /sse",
+        );
+    };
+    let body = match read_body(payload, shared.router.settings().max_message_bytes).await {
+        Ok(b) => b,
+        Err(refusal) => return refusal,
+    };
+    session.touch();
+    let origin = Origin {
+        outlet: Arc::clone(session.stream()),
+        session: Some(session),
+    };
+    // Answers, including errors, go on the stream; the POST only says it was taken.
+    match shared.router.handle_line(&origin, &body) {
+        Handled::Rejected | Handled::Empty => rpc_error(
+            StatusCode::BAD_REQUEST,
+            codes::INVALID_REQUEST,
+            "invalid message (the error was also sent on the stream)",
+        ),
+        _ => HttpResponse::Accepted().body("Accepted"),
+    }
+}

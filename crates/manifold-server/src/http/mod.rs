@@ -1,0 +1,384 @@
+//! Serving hosts over HTTP with actix-web: Streamable HTTP at `/mcp` (2025-03-26 and later),
+//! the 2024-11-05 HTTP+SSE transport at `/sse` (and the `/messages` endpoint it announces) for
+//! older clients, and `/healthz`, `/readyz`.
+//!
+//! Everything transport-specific about a request stays here: headers, status codes, origins,
+//! session tokens, SSE. The router gets an [`Origin`] like any other transport's.
+
+// Checks return the refusal as the response itself: it is built once per refused request,
+// never on the forwarding path, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
+mod legacy;
+mod streamable;
+pub mod streams;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::header::{self, HeaderMap, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use bytes::Bytes;
+use futures::StreamExt;
+use manifold_catalog::UpstreamState;
+use manifold_config::HttpSettings;
+use manifold_protocol::{codes, version, write, ErrorObject};
+
+use crate::router::Router;
+use crate::session::Transport;
+
+/// `Mcp-Session-Id`.
+const SESSION_HEADER: &str = "mcp-session-id";
+/// `MCP-Protocol-Version`.
+const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// What every handler shares.
+struct Shared {
+    router: Arc<Router>,
+    settings: HttpSettings,
+    /// Which upstreams `/readyz` waits for (by index).
+    required: Vec<bool>,
+}
+
+/// Binds `addr` and returns the server, ready to be awaited (it runs on the current actix
+/// system), and the address it bound (the port, when 0 was asked for).
+pub fn serve(
+    router: Arc<Router>,
+    addr: SocketAddr,
+    required: Vec<bool>,
+) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
+    let settings = router.settings().http.clone();
+    let workers = settings.workers;
+    let shared = web::Data::new(Shared {
+        router: Arc::clone(&router),
+        settings,
+        required,
+    });
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(shared.clone())
+            .service(
+                web::resource("/mcp")
+                    .route(web::post().to(streamable::post))
+                    .route(web::get().to(streamable::get))
+                    .route(web::delete().to(streamable::delete))
+                    .route(web::method(actix_web::http::Method::OPTIONS).to(preflight))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/sse")
+                    .route(web::get().to(legacy::open))
+                    .route(web::method(actix_web::http::Method::OPTIONS).to(preflight))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/messages")
+                    .route(web::post().to(legacy::post))
+                    .route(web::method(actix_web::http::Method::OPTIONS).to(preflight))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .route("/healthz", web::get().to(healthz))
+            .route("/readyz", web::get().to(readyz))
+    })
+    .workers(workers)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .bind(addr)?;
+    let bound = server.addrs().first().copied().unwrap_or(addr);
+    spawn_sweeper(&router);
+    Ok((server.run(), bound))
+}
+
+/// Ends HTTP sessions that went idle: no request for `session_idle_timeout`, no request in
+/// progress, and no stream being read.
+fn spawn_sweeper(router: &Arc<Router>) {
+    let idle = router.settings().http.session_idle_timeout;
+    let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    let weak = Arc::downgrade(router);
+    router.runtime().spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let Some(router) = weak.upgrade() else { return };
+            for session in router.sessions().all() {
+                if session.transport() != Transport::StreamableHttp || session.idle_for() < idle {
+                    continue;
+                }
+                let busy = session
+                    .transport_state::<streams::Streams>()
+                    .is_some_and(|s| {
+                        s.listening()
+                            || s.in_progress.load(std::sync::atomic::Ordering::Relaxed) > 0
+                    });
+                if !busy {
+                    let why = format!("idle for more than {}s", idle.as_secs_f64());
+                    router.end_session(session.id(), &why);
+                }
+            }
+        }
+    });
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+/// 200 when every upstream marked `required` is up, else 503; the body lists every upstream.
+async fn readyz(shared: web::Data<Shared>) -> HttpResponse {
+    let catalog = shared.router.hub().catalog();
+    let mut ready = true;
+    let mut upstreams = serde_json::Map::new();
+    for (i, def) in catalog.defs().iter().enumerate() {
+        let state = match catalog.state(i) {
+            UpstreamState::Up => "up".to_owned(),
+            UpstreamState::Starting => "starting".to_owned(),
+            UpstreamState::Down { reason } => format!("down: {reason}"),
+        };
+        let required = shared.required.get(i).copied().unwrap_or(false);
+        if required && *catalog.state(i) != UpstreamState::Up {
+            ready = false;
+        }
+        upstreams.insert(
+            def.key.clone(),
+            serde_json::json!({ "state": state, "required": required }),
+        );
+    }
+    let body = serde_json::json!({ "ready": ready, "upstreams": upstreams });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    HttpResponse::build(status).json(body)
+}
+
+async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    let allow = match req.path() {
+        "/mcp" => "GET, POST, DELETE",
+        "/sse" => "GET",
+        _ => "POST",
+    };
+    let mut r = rpc_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        codes::INVALID_REQUEST,
+        &format!("{} is not allowed on {}", req.method(), req.path()),
+    );
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+/// CORS preflight for the browser origins that are allowed.
+async fn preflight(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    if let Err(refusal) = check_origin(&req, &shared.settings) {
+        return refusal;
+    }
+    let mut r = HttpResponse::NoContent().finish();
+    let h = r.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(
+            "content-type, accept, authorization, mcp-session-id, mcp-protocol-version, last-event-id",
+        ),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
+    cors(&req, r)
+}
+
+/// Adds the CORS headers a browser needs to read the response, when the request came from
+/// a browser origin (it was already checked).
+fn cors(req: &HttpRequest, mut r: HttpResponse) -> HttpResponse {
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let h = r.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("mcp-session-id, mcp-protocol-version"),
+        );
+        h.insert(header::VARY, HeaderValue::from_static("origin"));
+    }
+    r
+}
+
+/// A browser may only reach Manifold from a loopback page or an allowed origin: this stops a
+/// web page the user visits from driving their local upstreams (DNS rebinding). Requests
+/// without `Origin` (not from a browser) pass.
+fn check_origin(req: &HttpRequest, settings: &HttpSettings) -> Result<(), HttpResponse> {
+    let Some(origin) = req.headers().get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let text = origin.to_str().unwrap_or_default();
+    let allowed = is_loopback_origin(text)
+        || settings
+            .allowed_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(text));
+    if allowed {
+        Ok(())
+    } else {
+        tracing::warn!(
+            origin = text,
+            "request from an origin that is not allowed refused"
+        );
+        Err(rpc_error(
+            StatusCode::FORBIDDEN,
+            codes::INVALID_REQUEST,
+            &format!("origin {text:?} is not allowed (server.allowed_origins)"),
+        ))
+    }
+}
+
+fn is_loopback_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        v6.split(']').next().unwrap_or_default()
+    } else {
+        rest.split(':').next().unwrap_or_default()
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `MCP-Protocol-Version`, when present, must be a revision Manifold speaks; without it the
+/// host is taken to speak 2025-03-26 (the spec's rule for older clients).
+fn check_version(headers: &HeaderMap) -> Result<&'static str, HttpResponse> {
+    let Some(value) = headers.get(VERSION_HEADER) else {
+        return Ok("2025-03-26");
+    };
+    let text = value.to_str().unwrap_or_default();
+    version::SUPPORTED
+        .iter()
+        .copied()
+        .find(|v| *v == text)
+        .ok_or_else(|| {
+            rpc_error(
+                StatusCode::BAD_REQUEST,
+                codes::INVALID_REQUEST,
+                &format!(
+                    "unsupported MCP-Protocol-Version {text:?}; supported: {}",
+                    version::SUPPORTED.join(", ")
+                ),
+            )
+        })
+}
+
+/// Reads a request body of at most `max` bytes.
+async fn read_body(mut payload: web::Payload, max: usize) -> Result<Bytes, HttpResponse> {
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| {
+            rpc_error(
+                StatusCode::BAD_REQUEST,
+                codes::PARSE_ERROR,
+                &format!("reading the body failed: {e}"),
+            )
+        })?;
+        if body.len() + chunk.len() > max {
+            return Err(rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                codes::INVALID_REQUEST,
+                &format!("the body is over the limit of {max} bytes (server.max_message_bytes)"),
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// An HTTP error whose body is a JSON-RPC error without id, as the spec suggests.
+fn rpc_error(status: StatusCode, code: i64, message: &str) -> HttpResponse {
+    let mut body = Vec::new();
+    write::error_response(&mut body, None, &ErrorObject::new(code, message));
+    if body.last() == Some(&b'\n') {
+        body.pop();
+    }
+    HttpResponse::build(status)
+        .content_type("application/json")
+        .body(body)
+}
+
+/// An SSE response around `body`.
+fn sse_response(body: streams::EventBody) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("x-accel-buffering", "no"))
+        .streaming(body)
+}
+
+/// A fresh session token: 128 bits from the operating system's cryptographic random source,
+/// as hex. `Err` if that source fails (a token from anything weaker would be guessable).
+fn new_token() -> Result<String, HttpResponse> {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                tracing::error!("no random source for session ids: {e}");
+                return Err(rpc_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    codes::INTERNAL_ERROR,
+                    "no random source for a session id",
+                ));
+            }
+        }
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_origins() {
+        for ok in [
+            "http://localhost",
+            "http://localhost:6274",
+            "https://127.0.0.1:8080",
+            "http://[::1]:3000",
+            "http://LOCALHOST:1",
+        ] {
+            assert!(is_loopback_origin(ok), "{ok}");
+        }
+        for bad in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.evil.example:80",
+            "null",
+            "file://",
+            "http://10.0.0.1",
+        ] {
+            assert!(!is_loopback_origin(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_differ() {
+        let (Ok(a), Ok(b)) = (new_token(), new_token()) else {
+            panic!("no random source");
+        };
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,280 @@
+//! Streamable HTTP at `/mcp`: POST carries one message (or a batch, for hosts on 2025-03-26)
+//! and gets 202, a JSON answer, or an SSE stream ending with the answer; GET opens (or, with
+//! `Last-Event-ID`, resumes) a stream; DELETE ends the session.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use manifold_protocol::{codes, Envelope, Kind};
+
+use super::streams::{First, PostOutlet, Replay, Streams};
+use super::{
+    check_origin, check_version, cors, new_token, read_body, rpc_error, sse_response, Shared,
+    SESSION_HEADER,
+};
+use crate::context::Origin;
+use crate::router::Handled;
+use crate::session::{Session, Transport};
+
+pub(super) async fn post(
+    req: HttpRequest,
+    payload: web::Payload,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    if let Err(refusal) = check_origin(&req, &shared.settings) {
+        return refusal;
+    }
+    let response = match check_version(req.headers()) {
+        Err(refusal) => refusal,
+        Ok(_) => match read_body(payload, shared.router.settings().max_message_bytes).await {
+            Err(refusal) => refusal,
+            Ok(body) => handle_post(&req, &shared, &body).await,
+        },
+    };
+    cors(&req, response)
+}
+
+async fn handle_post(req: &HttpRequest, shared: &Shared, body: &Bytes) -> HttpResponse {
+    let (session, created) = match session_for_post(req, shared, body) {
+        Ok(found) => found,
+        Err(refusal) => return refusal,
+    };
+    session.touch();
+    let Some(streams) = session.transport_state::<Streams>() else {
+        return not_found();
+    };
+    let limit = shared.settings.max_requests_per_session;
+    if streams.in_progress.load(Ordering::Relaxed) >= limit {
+        let mut r = rpc_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            codes::TOO_MANY_REQUESTS,
+            &format!(
+                "this session already has {limit} requests in progress (server.max_requests_per_session)"
+            ),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    }
+    let (outlet, first) = PostOutlet::new(Arc::clone(&streams));
+    let origin = Origin {
+        session: Some(Arc::clone(&session)),
+        outlet: Arc::new(outlet),
+    };
+    let handled = shared.router.handle_line(&origin, body);
+    drop(origin);
+    let response = match handled {
+        Handled::Notification | Handled::Response | Handled::Batch(0) => {
+            return HttpResponse::Accepted().finish()
+        }
+        Handled::Empty => {
+            return rpc_error(StatusCode::BAD_REQUEST, codes::PARSE_ERROR, "empty body")
+        }
+        Handled::Rejected => match first.await {
+            Ok(First::Answer(error)) => HttpResponse::BadRequest()
+                .content_type("application/json")
+                .body(error),
+            _ => rpc_error(
+                StatusCode::BAD_REQUEST,
+                codes::INVALID_REQUEST,
+                "invalid message",
+            ),
+        },
+        Handled::Request | Handled::Batch(_) => match first.await {
+            Ok(First::Answer(answer)) => {
+                if created && is_error(&answer) {
+                    // A refused initialize leaves no session behind.
+                    shared
+                        .router
+                        .end_session(session.id(), "initialize was refused");
+                    return HttpResponse::Ok()
+                        .content_type("application/json")
+                        .body(answer);
+                }
+                HttpResponse::Ok()
+                    .content_type("application/json")
+                    .body(answer)
+            }
+            Ok(First::Stream(id)) => {
+                match streams.attach(id, Replay::All, shared.settings.keepalive) {
+                    Some(events) => sse_response(events),
+                    None => HttpResponse::Accepted().finish(),
+                }
+            }
+            // Cancelled by the host: nothing to answer.
+            Ok(First::Unanswered) | Err(_) => HttpResponse::Accepted().finish(),
+        },
+    };
+    with_session_header(response, created.then_some(&session))
+}
+
+/// The session a POST belongs to: the one its `Mcp-Session-Id` names, or a new one for an
+/// `initialize` without it. Returns whether the session is new.
+fn session_for_post(
+    req: &HttpRequest,
+    shared: &Shared,
+    body: &[u8],
+) -> Result<(Arc<Session>, bool), HttpResponse> {
+    if let Some(token) = req.headers().get(SESSION_HEADER) {
+        let token = token.to_str().unwrap_or_default();
+        return find(shared, token)
+            .map(|s| (s, false))
+            .ok_or_else(not_found);
+    }
+    if !is_initialize(body) {
+        return Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            codes::INVALID_REQUEST,
+            "the Mcp-Session-Id header is required (send initialize first to get one)",
+        ));
+    }
+    let token = new_token()?;
+    let sessions = shared.router.sessions();
+    let id = Session::next_id();
+    let streams = Arc::new(Streams::new(
+        id,
+        sessions.ending(),
+        shared.router.settings().session_queue_bytes,
+        shared.settings.replay_events,
+    ));
+    let session = Session::with_state(
+        id,
+        Transport::StreamableHttp,
+        Arc::clone(&streams) as _,
+        Some(streams as _),
+    );
+    match sessions.add(Arc::clone(&session), Some(&token)) {
+        Ok(()) => {
+            tracing::info!(session = id, "HTTP session opened");
+            Ok((session, true))
+        }
+        Err(full) => {
+            let mut r = rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::INTERNAL_ERROR,
+                &format!("{full} (server.max_sessions); try again later"),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            Err(r)
+        }
+    }
+}
+
+pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    if let Err(refusal) = check_origin(&req, &shared.settings) {
+        return refusal;
+    }
+    if let Err(refusal) = check_version(req.headers()) {
+        return cors(&req, refusal);
+    }
+    let accepts = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
+    if !accepts {
+        return cors(
+            &req,
+            rpc_error(
+                StatusCode::NOT_ACCEPTABLE,
+                codes::INVALID_REQUEST,
+                "GET opens an event stream: Accept must include text/event-stream",
+            ),
+        );
+    }
+    let session = match session_from_header(&req, &shared) {
+        Ok(s) => s,
+        Err(refusal) => return cors(&req, refusal),
+    };
+    session.touch();
+    let Some(streams) = session.transport_state::<Streams>() else {
+        return cors(&req, not_found());
+    };
+    let resume = req
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(Streams::parse_event_id);
+    let keepalive = shared.settings.keepalive;
+    let events = match resume {
+        Some((stream, seq)) => streams
+            .attach(stream, Replay::After(seq), keepalive)
+            // A stream too old to be kept: start afresh on the session's own.
+            .or_else(|| streams.attach(0, Replay::Nothing, keepalive)),
+        None => streams.attach(0, Replay::Nothing, keepalive),
+    };
+    match events {
+        Some(events) => cors(&req, sse_response(events)),
+        None => cors(&req, not_found()),
+    }
+}
+
+pub(super) async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    if let Err(refusal) = check_origin(&req, &shared.settings) {
+        return refusal;
+    }
+    let response = match session_from_header(&req, &shared) {
+        Ok(session) => {
+            shared
+                .router
+                .end_session(session.id(), "the host ended the session (DELETE)");
+            HttpResponse::Ok().finish()
+        }
+        Err(refusal) => refusal,
+    };
+    cors(&req, response)
+}
+
+fn session_from_header(req: &HttpRequest, shared: &Shared) -> Result<Arc<Session>, HttpResponse> {
+    let Some(token) = req.headers().get(SESSION_HEADER) else {
+        return Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            codes::INVALID_REQUEST,
+            "the Mcp-Session-Id header is required",
+        ));
+    };
+    find(shared, token.to_str().unwrap_or_default()).ok_or_else(not_found)
+}
+
+/// A live Streamable HTTP session by token.
+fn find(shared: &Shared, token: &str) -> Option<Arc<Session>> {
+    shared
+        .router
+        .sessions()
+        .by_token(token)
+        .filter(|s| s.transport() == Transport::StreamableHttp)
+}
+
+fn not_found() -> HttpResponse {
+    rpc_error(
+        StatusCode::NOT_FOUND,
+        codes::INVALID_REQUEST,
+        "session not found (it ended or expired): initialize a new one",
+    )
+}
+
+fn with_session_header(mut response: HttpResponse, session: Option<&Arc<Session>>) -> HttpResponse {
+    let token = session.and_then(|s| s.token());
+    if let Some(value) = token.and_then(|t| HeaderValue::from_str(t).ok()) {
+        response
+            .headers_mut()
+            .insert(header::HeaderName::from_static(SESSION_HEADER), value);
+    }
+    response
+}
+
+fn is_initialize(body: &[u8]) -> bool {
+    memchr::memmem::find(body, b"initialize").is_some()
+        && Envelope::decode_host(body).is_ok_and(|env| {
+            env.method.as_deref() == Some("initialize") && env.kind() == Ok(Kind::Request)
+        })
+}
+
+fn is_error(answer: &[u8]) -> bool {
+    Envelope::decode(answer).is_ok_and(|env| env.error.is_some())
+}

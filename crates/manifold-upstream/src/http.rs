@@ -1,0 +1,591 @@
+//! The HTTP transports to an upstream: Streamable HTTP (2025-03-26 and later) and the
+//! 2024-11-05 HTTP+SSE transport, with the fallback between them that the spec describes (an
+//! `initialize` POST refused with 400, 404 or 405 means: try a GET for an SSE stream).
+//!
+//! Each message to the upstream is one POST, sent from a task on the async runtime so that
+//! callers never wait. Whatever the upstream sends back (a JSON body, events of a POST's SSE
+//! stream, events of the session's GET stream) goes to [`Connection::receive`], the same path
+//! stdio output takes. A transport failure (unreachable server, lost session, ended stream)
+//! closes the connection once; the actor then restarts it with backoff, as for a crashed child.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use manifold_config::{HttpConfig, HttpKind};
+use manifold_protocol::sse::{Event, Parser};
+use manifold_protocol::{Envelope, Kind, RawObject};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::{StatusCode, Url};
+use tokio::sync::watch;
+
+use crate::connection::{Connection, Events, Wire};
+use crate::error::UpstreamError;
+use crate::pipe::WriteError;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const LAST_EVENT_HEADER: &str = "last-event-id";
+/// Consecutive failed attempts to (re)open the GET stream before the upstream counts as
+/// unreachable.
+const STREAM_ATTEMPTS: u32 = 3;
+
+/// What the actor is told, once, when the connection ends.
+type OnExit = Box<dyn FnOnce(String) + Send>;
+
+/// What starting an HTTP upstream needs besides its config.
+pub(crate) struct Settings {
+    pub key: Arc<str>,
+    pub timeout: Duration,
+    pub max_message_bytes: usize,
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// One connection's HTTP side. The actor holds it to open the session's stream once the
+/// handshake is done.
+pub(crate) struct Client {
+    key: Arc<str>,
+    http: reqwest::Client,
+    url: Url,
+    headers: HeaderMap,
+    kind: HttpKind,
+    runtime: tokio::runtime::Handle,
+    max: usize,
+    /// Locked only to read or change the mode and session fields, never across an await.
+    state: Mutex<State>,
+    conn: OnceLock<Weak<Connection>>,
+    /// Told once, with the reason, when the transport fails or is closed.
+    exited: Mutex<Option<OnExit>>,
+    /// Becomes true when the connection closes; every task watches it and stops.
+    closed: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct State {
+    mode: Mode,
+    /// `Mcp-Session-Id` the upstream gave in its initialize answer.
+    session: Option<HeaderValue>,
+    /// The negotiated protocol version, sent as `MCP-Protocol-Version` once known.
+    version: Option<HeaderValue>,
+}
+
+#[derive(Default, Clone)]
+enum Mode {
+    /// Nothing answered yet (with `HttpKind::Auto` the first POST decides).
+    #[default]
+    Unknown,
+    Streamable,
+    /// The 2024-11-05 transport: messages are POSTed to `post`, answers come on the stream.
+    Sse {
+        post: Url,
+    },
+}
+
+/// The connection's wire: every message is a POST.
+struct HttpWire(Arc<Client>);
+
+impl Wire for HttpWire {
+    fn send(&self, line: &[u8]) -> Result<(), WriteError> {
+        if *self.0.closed.borrow() {
+            return Err(WriteError::Closed);
+        }
+        let body = Bytes::copy_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
+        let client = Arc::clone(&self.0);
+        self.0.runtime.spawn(async move { client.post(body).await });
+        Ok(())
+    }
+
+    fn close(&self) {
+        self.0.close("the connection was closed");
+    }
+}
+
+/// A started HTTP upstream.
+pub(crate) struct Started {
+    pub conn: Arc<Connection>,
+    pub client: Arc<Client>,
+}
+
+/// Sets up the client; nothing is sent until the handshake's first request.
+pub(crate) fn start(
+    cfg: &HttpConfig,
+    settings: Settings,
+    events: Box<dyn Events>,
+    exited: impl FnOnce(String) + Send + 'static,
+) -> Result<Started, String> {
+    let url = Url::parse(&cfg.url).map_err(|e| format!("its url {:?} is invalid: {e}", cfg.url))?;
+    let mut headers = HeaderMap::new();
+    for (name, value) in &cfg.headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("header {name:?} is not a valid header name"))?;
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| format!("the value of header {name} is not a valid header value"))?;
+        // Never printed, by us or by the HTTP client's debug output.
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    let http = reqwest::Client::builder()
+        .connect_timeout(cfg.connect_timeout)
+        .read_timeout(settings.timeout.max(Duration::from_secs(60)))
+        .build()
+        .map_err(|e| format!("cannot set up its HTTP client: {e}"))?;
+    let client = Arc::new(Client {
+        key: Arc::clone(&settings.key),
+        http,
+        url,
+        headers,
+        kind: cfg.kind,
+        runtime: settings.runtime,
+        max: settings.max_message_bytes,
+        state: Mutex::new(State::default()),
+        conn: OnceLock::new(),
+        exited: Mutex::new(Some(Box::new(exited))),
+        closed: watch::channel(false).0,
+    });
+    let conn = Arc::new(Connection::new(
+        &settings.key,
+        Box::new(HttpWire(Arc::clone(&client))),
+        events,
+        settings.timeout,
+    ));
+    let _ = client.conn.set(Arc::downgrade(&conn));
+    Ok(Started { conn, client })
+}
+
+impl Client {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn conn(&self) -> Option<Arc<Connection>> {
+        self.conn.get().and_then(Weak::upgrade)
+    }
+
+    /// Once the handshake is done: listen for what the upstream sends outside of answers.
+    pub(crate) fn ready(self: &Arc<Self>) {
+        if matches!(self.state().mode, Mode::Streamable) {
+            let client = Arc::clone(self);
+            self.runtime.spawn(async move { client.listen().await });
+        }
+    }
+
+    /// Ends the connection: the upstream is told (DELETE of its session) unless the
+    /// connection was lost, every task stops, and the actor hears why.
+    fn close(&self, reason: &str) {
+        if self.closed.send_replace(true) {
+            return;
+        }
+        let (session, mode) = {
+            let st = self.state();
+            (st.session.clone(), st.mode.clone())
+        };
+        if let (Some(session), Mode::Streamable) = (session, mode) {
+            let request = self
+                .http
+                .delete(self.url.clone())
+                .headers(self.headers.clone())
+                .header(SESSION_HEADER, session)
+                .timeout(Duration::from_secs(2));
+            self.runtime.spawn(async move {
+                let _ = request.send().await;
+            });
+        }
+        self.exit(reason);
+    }
+
+    /// The transport failed: the connection closes (failing every request in flight) and the
+    /// actor restarts it.
+    fn fail(&self, reason: &str) {
+        if self.closed.send_replace(true) {
+            return;
+        }
+        tracing::warn!(upstream = %self.key, "{reason}");
+        if let Some(conn) = self.conn() {
+            conn.close(reason);
+        }
+        self.exit(reason);
+    }
+
+    fn exit(&self, reason: &str) {
+        let exited = self
+            .exited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(exited) = exited {
+            exited(reason.to_owned());
+        }
+    }
+
+    /// Sends one message.
+    async fn post(self: Arc<Self>, body: Bytes) {
+        let mode = self.state().mode.clone();
+        match mode {
+            Mode::Sse { post } => self.post_legacy(post, body).await,
+            Mode::Unknown | Mode::Streamable => self.post_streamable(body).await,
+        }
+    }
+
+    fn request(&self, method: reqwest::Method, url: Url) -> reqwest::RequestBuilder {
+        let st = self.state();
+        let mut request = self.http.request(method, url).headers(self.headers.clone());
+        if let Some(session) = &st.session {
+            request = request.header(SESSION_HEADER, session.clone());
+        }
+        if let Some(version) = &st.version {
+            request = request.header(VERSION_HEADER, version.clone());
+        }
+        request
+    }
+
+    async fn post_streamable(self: Arc<Self>, body: Bytes) {
+        let initialize = is_initialize(&body);
+        let had_session = self.state().session.is_some();
+        let sent = self
+            .request(reqwest::Method::POST, self.url.clone())
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_connect() || e.is_timeout() => {
+                return self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
+            }
+            Err(e) => return self.refuse(&body, &format!("POST failed: {}", error_chain(&e))),
+        };
+        let status = response.status();
+        if initialize && matches!(status.as_u16(), 400 | 404 | 405) && self.kind == HttpKind::Auto {
+            tracing::info!(upstream = %self.key, %status, "Streamable HTTP refused; trying the HTTP+SSE transport");
+            return self.fall_back(body).await;
+        }
+        if status == StatusCode::NOT_FOUND && had_session {
+            return self.fail("the upstream lost its session (404); starting a new one");
+        }
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            return self.refuse(&body, &format!("HTTP {status}: {}", preview(&text)));
+        }
+        if initialize {
+            let mut st = self.state();
+            st.mode = Mode::Streamable;
+            if let Some(session) = response.headers().get(SESSION_HEADER) {
+                st.session = Some(session.clone());
+            }
+        }
+        if status == StatusCode::ACCEPTED {
+            return;
+        }
+        let is_sse = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if is_sse {
+            self.read_stream(response, initialize).await;
+        } else {
+            self.read_json(response, initialize).await;
+        }
+    }
+
+    /// A JSON answer, read up to the size limit.
+    async fn read_json(&self, mut response: reqwest::Response, initialize: bool) {
+        let mut body = Vec::new();
+        let mut len = 0usize;
+        let mut tail = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    len += chunk.len();
+                    if len <= self.max {
+                        body.extend_from_slice(&chunk);
+                    } else {
+                        body.truncate(256);
+                        tail.extend_from_slice(&chunk);
+                        let keep = tail.len().saturating_sub(256);
+                        tail.drain(..keep);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return self.fail(&format!("reading an answer failed: {}", error_chain(&e)))
+                }
+            }
+        }
+        let Some(conn) = self.conn() else { return };
+        if len > self.max {
+            return conn.oversize(len, self.max, &body, &tail);
+        }
+        if initialize {
+            self.learn_version(&body);
+        }
+        // A JSON-RPC batch is answered with an array; each element is a message.
+        let messages = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'[') => std::str::from_utf8(&body)
+                .ok()
+                .and_then(|t| manifold_protocol::scan::elements(t).ok())
+                .map(|e| e.into_iter().map(str::as_bytes).collect())
+                .unwrap_or_default(),
+            _ => vec![&body[..]],
+        };
+        for message in messages {
+            if let Err(problem) = conn.receive(message) {
+                return self.fail(&problem);
+            }
+        }
+    }
+
+    /// An SSE stream (a POST's, or the session's GET stream): every `message` event is a
+    /// message. Returns the parser, for the last event id and the retry delay.
+    async fn read_stream(&self, mut response: reqwest::Response, initialize: bool) -> Parser {
+        let mut parser = Parser::new(self.max);
+        let mut closed = self.closed.subscribe();
+        loop {
+            let chunk = tokio::select! {
+                chunk = response.chunk() => chunk,
+                _ = closed.wait_for(|c| *c) => return parser,
+            };
+            match chunk {
+                Ok(Some(bytes)) => {
+                    let mut broken = None;
+                    parser.feed(&bytes, |event| {
+                        if broken.is_none() {
+                            broken = self.event(event, initialize).err();
+                        }
+                    });
+                    if let Some(problem) = broken {
+                        self.fail(&problem);
+                        return parser;
+                    }
+                }
+                Ok(None) => return parser,
+                Err(e) => {
+                    tracing::debug!(upstream = %self.key, "stream broke: {}", error_chain(&e));
+                    return parser;
+                }
+            }
+        }
+    }
+
+    fn event(&self, event: Event, initialize: bool) -> Result<(), String> {
+        if event.kind != "message" {
+            return Ok(());
+        }
+        let Some(conn) = self.conn() else {
+            return Ok(());
+        };
+        if let Some(len) = event.oversize {
+            conn.oversize(len, self.max, event.data.as_bytes(), event.tail.as_bytes());
+            return Ok(());
+        }
+        if initialize {
+            self.learn_version(event.data.as_bytes());
+        }
+        conn.receive(event.data.as_bytes())
+    }
+
+    /// Notes the protocol version of an initialize answer, for the header every later
+    /// request carries.
+    fn learn_version(&self, message: &[u8]) {
+        let version = Envelope::decode(message)
+            .ok()
+            .and_then(|env| env.result.and_then(|r| RawObject::parse(r).ok()))
+            .and_then(|r| r.get_str("protocolVersion").map(|v| v.into_owned()));
+        if let Some(v) = version.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            self.state().version = Some(v);
+        }
+    }
+
+    /// The session's GET stream, reopened (with `Last-Event-ID`) whenever it ends, until the
+    /// connection closes. A server that offers none answers 405.
+    async fn listen(self: Arc<Self>) {
+        let mut last_id: Option<String> = None;
+        let mut failures = 0u32;
+        let mut closed = self.closed.subscribe();
+        loop {
+            if *closed.borrow() {
+                return;
+            }
+            let mut request = self
+                .request(reqwest::Method::GET, self.url.clone())
+                .header(ACCEPT, "text/event-stream");
+            if let Some(id) = &last_id {
+                request = request.header(LAST_EVENT_HEADER, id.as_str());
+            }
+            let mut delay = Duration::from_secs(1) * 2u32.saturating_pow(failures.min(5));
+            match request.send().await {
+                Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return,
+                Ok(r) if r.status() == StatusCode::NOT_FOUND => {
+                    return self.fail("the upstream lost its session (404); starting a new one")
+                }
+                Ok(r) if r.status().is_success() => {
+                    failures = 0;
+                    let parser = self.read_stream(r, false).await;
+                    if let Some(id) = parser.last_id() {
+                        last_id = Some(id.to_owned());
+                    }
+                    delay = parser
+                        .retry_ms()
+                        .map_or(Duration::from_millis(500), Duration::from_millis);
+                }
+                Ok(r) => {
+                    tracing::debug!(upstream = %self.key, status = %r.status(), "GET stream refused");
+                    failures += 1;
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures >= STREAM_ATTEMPTS {
+                        return self.fail(&format!(
+                            "cannot reach {}: {}",
+                            self.url,
+                            error_chain(&e)
+                        ));
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = closed.wait_for(|c| *c) => return,
+            }
+        }
+    }
+
+    /// The HTTP+SSE transport: a GET opens the stream, whose first event names the URL that
+    /// messages are POSTed to; then the message that asked (`initialize`) goes there.
+    async fn fall_back(self: Arc<Self>, first: Bytes) {
+        let response = match self
+            .request(reqwest::Method::GET, self.url.clone())
+            .header(ACCEPT, "text/event-stream")
+            .send()
+            .await
+        {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => {
+                return self.fail(&format!(
+                    "it refused both Streamable HTTP and the HTTP+SSE transport (GET: HTTP {})",
+                    r.status()
+                ))
+            }
+            Err(e) => return self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e))),
+        };
+        let client = Arc::clone(&self);
+        let (endpoint_tx, endpoint_rx) = tokio::sync::oneshot::channel();
+        self.runtime
+            .spawn(async move { client.legacy_stream(response, endpoint_tx).await });
+        match endpoint_rx.await {
+            Ok(post) => self.post_legacy(post, first).await,
+            Err(_) => self.fail("its SSE stream ended before naming the endpoint for messages"),
+        }
+    }
+
+    /// Reads the HTTP+SSE stream: the `endpoint` event first, then messages. The stream's end
+    /// is the connection's end.
+    async fn legacy_stream(
+        self: Arc<Self>,
+        mut response: reqwest::Response,
+        endpoint: tokio::sync::oneshot::Sender<Url>,
+    ) {
+        let mut parser = Parser::new(self.max);
+        let mut endpoint = Some(endpoint);
+        let mut closed = self.closed.subscribe();
+        loop {
+            let chunk = tokio::select! {
+                chunk = response.chunk() => chunk,
+                _ = closed.wait_for(|c| *c) => return,
+            };
+            let bytes = match chunk {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => return self.fail("its SSE stream ended"),
+                Err(e) => return self.fail(&format!("its SSE stream broke: {}", error_chain(&e))),
+            };
+            let mut broken = None;
+            parser.feed(&bytes, |event| {
+                if broken.is_some() {
+                    return;
+                }
+                if event.kind == "endpoint" {
+                    match self.url.join(event.data.trim()) {
+                        Ok(post) => {
+                            self.state().mode = Mode::Sse { post: post.clone() };
+                            if let Some(tx) = endpoint.take() {
+                                let _ = tx.send(post);
+                            }
+                        }
+                        Err(e) => broken = Some(format!("its endpoint event is not a URL: {e}")),
+                    }
+                } else {
+                    broken = self.event(event, false).err();
+                }
+            });
+            if let Some(problem) = broken {
+                return self.fail(&problem);
+            }
+        }
+    }
+
+    async fn post_legacy(self: Arc<Self>, post: Url, body: Bytes) {
+        let sent = self
+            .http
+            .post(post)
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => {}
+            Ok(r) => {
+                let status = r.status();
+                let text = r.text().await.unwrap_or_default();
+                self.refuse(&body, &format!("HTTP {status}: {}", preview(&text)));
+            }
+            Err(e) if e.is_connect() => {
+                self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
+            }
+            Err(e) => self.refuse(&body, &format!("POST failed: {}", error_chain(&e))),
+        }
+    }
+
+    /// The upstream refused one message: if it was a request, that request fails now.
+    fn refuse(&self, body: &[u8], reason: &str) {
+        let id = Envelope::decode(body)
+            .ok()
+            .filter(|env| env.kind() == Ok(Kind::Request))
+            .and_then(|env| env.id.and_then(|id| id.parse::<u64>().ok()));
+        match (id, self.conn()) {
+            (Some(id), Some(conn)) => conn.fail_request(
+                id,
+                UpstreamError::Unavailable {
+                    upstream: self.key.to_string(),
+                    reason: format!("it refused the request ({reason})"),
+                },
+            ),
+            _ => tracing::warn!(upstream = %self.key, "a message was refused: {reason}"),
+        }
+    }
+}
+
+fn is_initialize(body: &[u8]) -> bool {
+    memchr::memmem::find(body, b"\"initialize\"").is_some()
+        && Envelope::decode(body).is_ok_and(|env| env.method.as_deref() == Some("initialize"))
+}
+
+/// An error with its causes, which is where reqwest says what actually went wrong.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn preview(text: &str) -> String {
+    let cut = text.char_indices().nth(200).map_or(text.len(), |(i, _)| i);
+    text[..cut].trim().to_owned()
+}
