@@ -105,12 +105,17 @@ fn claude_desktop_json_works_as_is() {
         "globalShortcut": "Ctrl+Space",
         "mcpServers": {
             "my notes": {"command": fixture_bin(), "args": ["--name", "notes"], "env": {"X": "1"}},
-            "remote": {"url": "https://example.invalid/mcp"}
+            // An HTTP server nobody listens for: check names it; serving goes on without it.
+            "remote": {"type": "http", "url": "http://127.0.0.1:9/mcp"}
         }
     });
     let path = dir.write("claude_desktop_config.json", &json.to_string());
     let (code, out, err) = check(&path);
-    assert_eq!(code, 0, "{out}{err}");
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("remote") && err.contains("cannot reach http://127.0.0.1:9/mcp"),
+        "{err}"
+    );
     assert!(
         out.contains("my_notes__echo -> my notes:echo  [sanitized]")
             || out.contains("my_notes__echo"),

@@ -21,8 +21,8 @@ pub(crate) trait Wire: Send + Sync {
     /// Sends one message, a complete line ending in `\n` (transports without newline framing
     /// drop it). Never blocks on the upstream.
     fn send(&self, line: &[u8]) -> Result<(), WriteError>;
-    /// Stops sending; what was not sent yet is dropped.
-    fn close(&self);
+    /// Stops sending, because of `reason`; what was not sent yet is dropped.
+    fn close(&self, reason: &str);
 }
 
 /// What a connection reports about messages that are neither answers nor progress.
@@ -394,7 +394,7 @@ impl Connection {
             }
             st.table.entries.drain().map(|(_, e)| e).collect()
         };
-        self.wire.close();
+        self.wire.close(reason);
         for entry in drained {
             self.fail(entry.reply, self.closed_error(reason));
         }

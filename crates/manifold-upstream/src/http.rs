@@ -95,8 +95,8 @@ impl Wire for HttpWire {
         Ok(())
     }
 
-    fn close(&self) {
-        self.0.close("the connection was closed");
+    fn close(&self, reason: &str) {
+        self.0.close(reason);
     }
 }
 
@@ -224,6 +224,8 @@ impl Client {
         let mode = self.state().mode.clone();
         match mode {
             Mode::Sse { post } => self.post_legacy(post, body).await,
+            // Configured for the HTTP+SSE transport: the first message opens its stream.
+            Mode::Unknown if self.kind == HttpKind::Sse => self.fall_back(body).await,
             Mode::Unknown | Mode::Streamable => self.post_streamable(body).await,
         }
     }

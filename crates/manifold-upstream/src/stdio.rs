@@ -26,7 +26,7 @@ impl Wire for PipeWire {
         self.0.write_line(line)
     }
 
-    fn close(&self) {
+    fn close(&self, _reason: &str) {
         self.0.close();
     }
 }
