@@ -74,7 +74,12 @@ pub(crate) fn start(
     let spawned = std::thread::Builder::new()
         .name(format!("upstream-{}", settings.key))
         .spawn(move || {
-            let reason = read_loop(&reader_conn, stdout, settings.max_message_bytes);
+            // A bug on this thread must not leave the upstream half-alive: the connection
+            // closes and the actor restarts it, as after a crash.
+            let reason = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                read_loop(&reader_conn, stdout, settings.max_message_bytes)
+            }))
+            .unwrap_or_else(|_| "Manifold's reader of its output failed (a bug)".to_owned());
             reader_conn.close(&reason);
             let status = process::reap(&mut child, settings.grace);
             exited(format!("{reason}; exit: {status}"));

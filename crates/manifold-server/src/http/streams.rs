@@ -111,7 +111,7 @@ impl Streams {
 
     /// Adds a message (JSON text) to a stream; `last` ends the stream after it.
     pub fn push(&self, stream: u64, message: &[u8], last: bool) {
-        let mut sent = 0;
+        let mut queued = 0;
         {
             let mut inner = self.lock();
             let Some(s) = inner.streams.get_mut(&stream) else {
@@ -131,10 +131,15 @@ impl Streams {
                 s.buffer.pop_front();
             }
             if let Some((_, tx)) = &s.live {
+                // Counted before it is handed over, so the reader never subtracts first.
                 let len = event.len();
-                if tx.send(event).is_ok() {
-                    sent = len;
-                } else {
+                queued = self
+                    .queued
+                    .fetch_add(len, Ordering::Relaxed)
+                    .wrapping_add(len);
+                if tx.send(event).is_err() {
+                    self.queued.fetch_sub(len, Ordering::Relaxed);
+                    queued = 0;
                     s.live = None;
                 }
             }
@@ -149,7 +154,6 @@ impl Streams {
                 }
             }
         }
-        let queued = self.queued.fetch_add(sent, Ordering::Relaxed) + sent;
         if queued > self.limit {
             self.ending.end(
                 self.session,
@@ -176,7 +180,6 @@ impl Streams {
         keepalive: Duration,
     ) -> Option<EventBody> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut queued = 0;
         let attach = {
             let mut inner = self.lock();
             let s = inner.streams.get_mut(&stream)?;
@@ -186,8 +189,10 @@ impl Streams {
                     Replay::After(after) => *seq > after,
                     Replay::Nothing => false,
                 };
-                if wanted && tx.send(event.clone()).is_ok() {
-                    queued += event.len();
+                if wanted {
+                    // The receiver is alive here: the body that owns it is made below.
+                    self.queued.fetch_add(event.len(), Ordering::Relaxed);
+                    let _ = tx.send(event.clone());
                 }
             }
             s.attaches += 1;
@@ -196,7 +201,6 @@ impl Streams {
             }
             s.attaches
         };
-        self.queued.fetch_add(queued, Ordering::Relaxed);
         let streams = Arc::downgrade(self);
         Some(EventBody::new(
             rx,
@@ -423,8 +427,9 @@ impl LegacyOutlet {
     /// Sends one event as it is (the `endpoint` event).
     pub fn raw(&self, event: Bytes) {
         let len = event.len();
-        if self.tx.send(event).is_ok() {
-            self.queued.fetch_add(len, Ordering::Relaxed);
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        if self.tx.send(event).is_err() {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
         }
     }
 }
@@ -434,10 +439,15 @@ impl Outlet for LegacyOutlet {
         let mut event = Vec::new();
         sse::write_event(&mut event, None, Some("message"), &message(parts));
         let len = event.len();
+        // Counted before it is handed over, so the reader never subtracts first.
+        let queued = self
+            .queued
+            .fetch_add(len, Ordering::Relaxed)
+            .wrapping_add(len);
         if self.tx.send(Bytes::from(event)).is_err() {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
             return;
         }
-        let queued = self.queued.fetch_add(len, Ordering::Relaxed) + len;
         if queued > self.limit {
             self.ending.end(
                 self.session,

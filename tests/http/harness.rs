@@ -1,0 +1,314 @@
+//! Runs the real `manifold` binary serving HTTP on a loopback port it picks, and speaks
+//! Streamable HTTP and the HTTP+SSE transport to it the way a host does. Every wait is
+//! bounded, so a broken build fails instead of hanging.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// A running `manifold serve --listen 127.0.0.1:0`.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+    pub stderr: Arc<Mutex<String>>,
+    pub dir: TempDir,
+}
+
+impl Server {
+    /// Starts Manifold on `config` (TOML text) with an HTTP listener on a free loopback port.
+    pub fn start(config: &str) -> Server {
+        let dir = TempDir::new("http");
+        let path = dir.write("manifold.toml", config);
+        let mut child = Command::new(manifold_bin())
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0"])
+            .env("MANIFOLD_LOG", "info,manifold_upstream=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("manifold starts");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = Arc::clone(&stderr);
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { return };
+                if let Some(port) = listening_port(&line) {
+                    let _ = tx.send(port);
+                }
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let port = rx.recv_timeout(WAIT).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!(
+                "manifold did not listen; stderr:\n{}",
+                stderr.lock().unwrap()
+            )
+        });
+        Server {
+            child,
+            port,
+            stderr,
+            dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// A host: a client with its own connection pool, not yet in a session.
+    pub fn host(&self) -> Host {
+        Host {
+            client: client(),
+            url: self.url("/mcp"),
+            session: None,
+            next_id: 1,
+        }
+    }
+
+    /// A host that completed the handshake.
+    pub fn ready_host(&self) -> Host {
+        let mut host = self.host();
+        let init = host.initialize("2025-06-18");
+        assert_eq!(init.status(), StatusCode::OK, "{}", self.stderr());
+        host
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SIGTERM: the shutdown a supervisor gives.
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until && self.child.try_wait().ok().flatten().is_none() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn listening_port(line: &str) -> Option<u16> {
+    let rest = line.split("listening on 127.0.0.1:").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+pub fn client() -> Client {
+    Client::builder()
+        .timeout(WAIT)
+        .build()
+        .expect("an HTTP client")
+}
+
+/// One host speaking Streamable HTTP.
+pub struct Host {
+    pub client: Client,
+    pub url: String,
+    pub session: Option<String>,
+    pub next_id: u64,
+}
+
+impl Host {
+    /// A POST carrying `body` with the headers a host sends.
+    pub fn post_raw(&self, body: impl Into<reqwest::blocking::Body>) -> RequestBuilder {
+        let mut r = self
+            .client
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(s) = &self.session {
+            r = r
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        r
+    }
+
+    pub fn initialize(&mut self, version: &str) -> Response {
+        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}});
+        let r = self.post_raw(body.to_string()).send().unwrap();
+        if let Some(s) = r.headers().get("mcp-session-id") {
+            self.session = Some(s.to_str().unwrap().to_owned());
+            let n = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+            let ack = self.post_raw(n.to_string()).send().unwrap();
+            assert_eq!(ack.status(), StatusCode::ACCEPTED);
+        }
+        r
+    }
+
+    /// Sends a request; returns the response without reading it.
+    pub fn send(&mut self, method: &str, params: Value) -> (u64, Response) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        (id, self.post_raw(body.to_string()).send().unwrap())
+    }
+
+    /// Sends a request and returns its answer, from a JSON body or the end of an SSE stream.
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let (id, r) = self.send(method, params);
+        assert_eq!(r.status(), StatusCode::OK, "{method}");
+        let messages = messages_of(r);
+        messages
+            .into_iter()
+            .find(|m| m["id"] == json!(id))
+            .unwrap_or_else(|| panic!("no answer to {method}"))
+    }
+
+    pub fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": args}))
+    }
+
+    /// Opens the session's GET stream.
+    pub fn listen(&self, last_event_id: Option<&str>) -> Response {
+        let mut r = self
+            .client
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header(
+                "mcp-session-id",
+                self.session.as_deref().unwrap_or_default(),
+            )
+            .timeout(WAIT);
+        if let Some(id) = last_event_id {
+            r = r.header("last-event-id", id);
+        }
+        r.send().unwrap()
+    }
+
+    pub fn delete(&self) -> Response {
+        self.client
+            .delete(&self.url)
+            .header(
+                "mcp-session-id",
+                self.session.as_deref().unwrap_or_default(),
+            )
+            .send()
+            .unwrap()
+    }
+}
+
+/// Every message of a response: its JSON body, or the data of each SSE event.
+pub fn messages_of(r: Response) -> Vec<Value> {
+    let sse = content_type(&r).starts_with("text/event-stream");
+    if !sse {
+        let text = r.text().unwrap();
+        return vec![serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))];
+    }
+    let mut events = Events::new(r);
+    let mut out = Vec::new();
+    while let Some(e) = events.next_event() {
+        out.push(serde_json::from_str(&e.data).unwrap());
+    }
+    out
+}
+
+pub fn content_type(r: &Response) -> String {
+    r.headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// One SSE event as read (comments are kept, for keep-alive checks).
+#[derive(Debug, Default, Clone)]
+pub struct Event {
+    pub id: Option<String>,
+    pub kind: Option<String>,
+    pub data: String,
+    pub comment: bool,
+}
+
+/// Reads SSE events from a response as they arrive.
+pub struct Events {
+    reader: BufReader<Response>,
+}
+
+impl Events {
+    pub fn new(r: Response) -> Self {
+        Self {
+            reader: BufReader::new(r),
+        }
+    }
+
+    /// The next event or comment; `None` at the end of the stream.
+    pub fn next_event(&mut self) -> Option<Event> {
+        let mut event = Event::default();
+        let mut any = false;
+        loop {
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return any.then_some(event),
+                Ok(_) => {}
+            }
+            let line = line.trim_end_matches(['\r', '\n']);
+            if line.is_empty() {
+                if any {
+                    return Some(event);
+                }
+                continue;
+            }
+            any = true;
+            if line.starts_with(':') {
+                event.comment = true;
+            } else if let Some(v) = line.strip_prefix("id: ") {
+                event.id = Some(v.to_owned());
+            } else if let Some(v) = line.strip_prefix("event: ") {
+                event.kind = Some(v.to_owned());
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                event.data.push_str(v);
+            }
+        }
+    }
+
+    /// The next event that is not a comment.
+    pub fn next_message(&mut self) -> Option<(Option<String>, Value)> {
+        loop {
+            let e = self.next_event()?;
+            if !e.comment || !e.data.is_empty() {
+                return Some((e.id, serde_json::from_str(&e.data).unwrap()));
+            }
+        }
+    }
+
+    /// Drops the rest of the stream (the connection closes).
+    pub fn close(self) {
+        drop(self.reader.into_inner());
+    }
+
+    /// Reads raw bytes (for tests that look at the wire).
+    pub fn read_some(&mut self, buf: &mut [u8]) -> usize {
+        self.reader.read(buf).unwrap_or(0)
+    }
+}
+
+/// The JSON-RPC error code of an answer.
+pub fn code(v: &Value) -> i64 {
+    v["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an error: {v}"))
+}

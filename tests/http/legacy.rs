@@ -1,0 +1,71 @@
+//! The 2024-11-05 HTTP+SSE transport at `/sse`.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::*;
+use crate::harness::*;
+
+#[test]
+fn the_stream_names_the_endpoint_and_carries_the_answers() {
+    let server = Server::start(&two_fixtures());
+    let c = client();
+    let r = c
+        .get(server.url("/sse"))
+        .header("accept", "text/event-stream")
+        .timeout(Duration::from_secs(3600))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(content_type(&r), "text/event-stream");
+    let mut events = Events::new(r);
+    let endpoint = events.next_event().unwrap();
+    assert_eq!(endpoint.kind.as_deref(), Some("endpoint"));
+    assert!(
+        endpoint.data.starts_with("/messages?sessionId="),
+        "{endpoint:?}"
+    );
+    let post_url = server.url(&endpoint.data);
+    let post = |body: Value| {
+        c.post(&post_url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .unwrap()
+    };
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"old","version":"1"}}});
+    assert_eq!(post(init).status(), StatusCode::ACCEPTED);
+    let (_, answer) = events.next_message().unwrap();
+    assert_eq!(answer["id"], 1);
+    assert_eq!(answer["result"]["protocolVersion"], "2024-11-05");
+    post(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"beta__echo","arguments":{"text":"old school"}}});
+    assert_eq!(post(call).status(), StatusCode::ACCEPTED);
+    let (_, answer) = events.next_message().unwrap();
+    assert_eq!(text_of(&answer), "old school");
+    // Errors go on the stream too.
+    post(json!({"jsonrpc":"2.0","id":3,"method":"nope"}));
+    let (_, answer) = events.next_message().unwrap();
+    assert_eq!(code(&answer), -32601);
+    // Closing the stream ends the session.
+    events.close();
+    eventually("the session ends with its stream", || {
+        post(json!({"jsonrpc":"2.0","id":4,"method":"ping"})).status() == StatusCode::NOT_FOUND
+    });
+}
+
+#[test]
+fn unknown_sessions_are_refused() {
+    let server = Server::start(&two_fixtures());
+    let c = client();
+    let r = c
+        .post(server.url("/messages?sessionId=nope"))
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = c.post(server.url("/messages")).body("{}").send().unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+}

@@ -1,0 +1,14 @@
+//! Integration tests: the real `manifold` binary serving hosts over HTTP (Streamable HTTP and
+//! the 2024-11-05 HTTP+SSE transport) in front of fixture upstreams.
+
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod harness;
+mod health;
+mod legacy;
+mod sessions;
+mod streamable;
