@@ -365,3 +365,83 @@ async fn default_rmcp_client_negotiates_a_session_era_version() {
     })
     .await;
 }
+
+/// Starts `manifold serve --listen 127.0.0.1:0` on the two-fixture config; returns the process
+/// and the URL of its Streamable HTTP endpoint.
+async fn serve_http(scratch: &Scratch) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let config = write_config(&scratch.0);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_manifold"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn manifold");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    while let Some(line) = lines.next_line().await.expect("read stderr") {
+        if let Some(rest) = line.split("listening on 127.0.0.1:").nth(1) {
+            let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            // Keep draining stderr so Manifold never blocks on it.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return (child, format!("http://127.0.0.1:{port}/mcp"));
+        }
+    }
+    panic!("manifold exited before listening");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_streamable_http_client_through_manifold() {
+    use rmcp::transport::StreamableHttpClientTransport;
+    let scratch = Scratch::new("http");
+    within("rmcp over Streamable HTTP", async {
+        let (_manifold, url) = serve_http(&scratch).await;
+        let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+        let client = handshake_client()
+            .serve(transport)
+            .await
+            .unwrap_or_else(|e| panic!("rmcp could not initialize over HTTP: {e}"));
+        let info = client.peer_info().expect("peer info");
+        assert_eq!(
+            info.server_info.as_ref().map(|s| s.name.as_str()),
+            Some("manifold")
+        );
+        let tools = client.list_all_tools().await.expect("tools/list");
+        assert!(tools.iter().any(|t| t.name == "beta__echo"), "{tools:?}");
+        let result = client
+            .call_tool(
+                CallToolRequestParams::new("beta__echo")
+                    .with_arguments(args(json!({"text": "rmcp over http"}))),
+            )
+            .await
+            .expect("tools/call");
+        assert_eq!(text_of(&result), "rmcp over http");
+        // Several requests at once over the same session.
+        let calls = (0..8).map(|i| {
+            let client = client.clone();
+            async move {
+                let r = client
+                    .call_tool(
+                        CallToolRequestParams::new("alpha__add")
+                            .with_arguments(args(json!({"a": i, "b": 1}))),
+                    )
+                    .await
+                    .expect("tools/call");
+                text_of(&r)
+            }
+        });
+        let sums = futures::future::join_all(calls).await;
+        assert_eq!(sums, (1..=8).map(|n| n.to_string()).collect::<Vec<_>>());
+        let err = expect_mcp_error(
+            "unknown tool over HTTP",
+            client
+                .call_tool(CallToolRequestParams::new("alpha__nope"))
+                .await,
+        );
+        assert_eq!(err.code, ErrorCode::INVALID_PARAMS);
+        client.cancel().await.expect("close the session");
+    })
+    .await;
+}
