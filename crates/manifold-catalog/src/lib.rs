@@ -3,7 +3,7 @@
 //! serving lists. A catalog is immutable: each change to any upstream's slice builds a new one,
 //! which readers pick up by swapping an `Arc`. This crate does no I/O.
 //!
-//! Names follow one rule (DESIGN.md decision 4): `{prefix}{separator}{name}`, sanitized to
+//! Names follow one rule: `{prefix}{separator}{name}`, sanitized to
 //! `[A-Za-z0-9_-]` and shortened with a stable hash past the length limit, so a name depends
 //! only on its own upstream's configuration, never on which other upstreams exist or started
 //! first. URIs become `{scheme-safe prefix}+{original URI}`, which is reversible.

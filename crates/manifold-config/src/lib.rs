@@ -179,6 +179,15 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// A listen address: `IP:PORT`, or a bare port, which means 127.0.0.1 (this machine only).
+pub fn parse_listen(text: &str) -> Option<std::net::SocketAddr> {
+    let text = text.trim();
+    text.parse().ok().or_else(|| {
+        let port: u16 = text.parse().ok()?;
+        Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+    })
+}
+
 /// Why Manifold will not listen on `addr`, if it will not: without authentication, serving
 /// beyond this machine must be asked for by name (`server.allow_remote`).
 pub fn remote_refusal(addr: std::net::SocketAddr, allow_remote: bool) -> Option<String> {

@@ -144,10 +144,12 @@ fn http_settings(ctx: &Ctx<'_>, raw: &RawServer) -> Result<HttpSettings, ConfigE
 }
 
 fn listen_addr(ctx: &Ctx<'_>, text: &str) -> Result<std::net::SocketAddr, ConfigError> {
-    text.parse().map_err(|_| {
+    crate::parse_listen(text).ok_or_else(|| {
         ctx.err(
             "server.listen",
-            format!("{text:?} is not an address; write it as IP:PORT, e.g. \"127.0.0.1:8080\""),
+            format!(
+                "{text:?} is not an address; write it as IP:PORT (e.g. \"127.0.0.1:8080\") or a port"
+            ),
         )
     })
 }

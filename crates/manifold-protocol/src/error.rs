@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-/// The codes of SPEC.md, in one place.
+/// The JSON-RPC and MCP error codes Manifold sends or maps, in one place.
 pub mod codes {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;

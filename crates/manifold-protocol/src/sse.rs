@@ -55,6 +55,14 @@ impl Parser {
         }
     }
 
+    /// A parser for a stream picked up again after event `last_id`, keeping its retry delay.
+    pub fn resumed(last_id: &str, retry_ms: Option<u64>, max: usize) -> Self {
+        let mut p = Self::new(max);
+        p.last_id = Some(last_id.to_owned());
+        p.retry_ms = retry_ms;
+        p
+    }
+
     /// The id of the last event, for `Last-Event-ID` when reconnecting.
     pub fn last_id(&self) -> Option<&str> {
         self.last_id.as_deref()

@@ -308,6 +308,11 @@ impl Connection {
         }
     }
 
+    /// Whether request `id` is still waiting for its answer.
+    pub(crate) fn is_pending(&self, id: u64) -> bool {
+        self.lock().table.entries.contains_key(&id)
+    }
+
     /// Fails request `id` with `err`, if it is still in flight (a transport refused it).
     pub(crate) fn fail_request(&self, id: u64, err: UpstreamError) {
         let entry = self.lock().table.entries.remove(&id);

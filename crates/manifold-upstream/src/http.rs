@@ -287,9 +287,69 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if is_sse {
-            self.read_stream(response, initialize).await;
+            let parser = self.read_stream(response, initialize).await;
+            self.resume(&body, parser).await;
         } else {
             self.read_json(response, initialize).await;
+        }
+    }
+
+    /// A POST's stream ended while its request still waits for the answer: the server either
+    /// closed it on purpose (it may, after giving an event id and a `retry` delay) or lost the
+    /// connection. Either way a GET with `Last-Event-ID` picks the stream up where it was; a
+    /// stream without event ids cannot be resumed, and the request fails at once.
+    async fn resume(&self, body: &[u8], mut parser: Parser) {
+        let Some(id) = request_id(body) else { return };
+        // Attempts in a row that brought nothing new; the request's own timeout bounds the rest.
+        let mut fruitless = 0;
+        while fruitless < STREAM_ATTEMPTS {
+            fruitless += 1;
+            let Some(conn) = self.conn() else { return };
+            if !conn.is_pending(id) || *self.closed.borrow() {
+                return;
+            }
+            let Some(last) = parser.last_id().map(str::to_owned) else {
+                break;
+            };
+            let delay = parser
+                .retry_ms()
+                .map_or(Duration::from_millis(100), Duration::from_millis);
+            tokio::time::sleep(delay.min(Duration::from_secs(30))).await;
+            let resumed = self
+                .request(reqwest::Method::GET, self.url.clone())
+                .header(ACCEPT, "text/event-stream")
+                .header(LAST_EVENT_HEADER, last.as_str())
+                .send()
+                .await;
+            match resumed {
+                Ok(r) if r.status().is_success() => {
+                    let retry = parser.retry_ms();
+                    parser = self.read_stream(r, false).await;
+                    match parser.last_id() {
+                        Some(now) if now != last => fruitless = 0,
+                        Some(_) => {}
+                        // Nothing new came: keep the place we had.
+                        None => parser = Parser::resumed(&last, retry, self.max),
+                    }
+                }
+                Ok(r) => {
+                    tracing::debug!(upstream = %self.key, status = %r.status(), "resuming a stream refused");
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(upstream = %self.key, "resuming a stream failed: {}", error_chain(&e))
+                }
+            }
+        }
+        if let Some(conn) = self.conn() {
+            conn.fail_request(
+                id,
+                UpstreamError::Closed {
+                    upstream: self.key.to_string(),
+                    reason: "its event stream ended before the answer and could not be resumed"
+                        .into(),
+                },
+            );
         }
     }
 
@@ -553,11 +613,7 @@ impl Client {
 
     /// The upstream refused one message: if it was a request, that request fails now.
     fn refuse(&self, body: &[u8], reason: &str) {
-        let id = Envelope::decode(body)
-            .ok()
-            .filter(|env| env.kind() == Ok(Kind::Request))
-            .and_then(|env| env.id.and_then(|id| id.parse::<u64>().ok()));
-        match (id, self.conn()) {
+        match (request_id(body), self.conn()) {
             (Some(id), Some(conn)) => conn.fail_request(
                 id,
                 UpstreamError::Unavailable {
@@ -568,6 +624,14 @@ impl Client {
             _ => tracing::warn!(upstream = %self.key, "a message was refused: {reason}"),
         }
     }
+}
+
+/// The id of the request in `body`, if it is one of Manifold's (numeric) requests.
+fn request_id(body: &[u8]) -> Option<u64> {
+    Envelope::decode(body)
+        .ok()
+        .filter(|env| env.kind() == Ok(Kind::Request))
+        .and_then(|env| env.id.and_then(|id| id.parse().ok()))
 }
 
 fn is_initialize(body: &[u8]) -> bool {

@@ -33,9 +33,10 @@ enum Command {
         /// Config file: `.toml` (native) or `.json` (Claude Desktop `mcpServers` format).
         #[arg(long, short)]
         config: PathBuf,
-        /// Serve over HTTP on this address (e.g. 127.0.0.1:8080) instead of stdio: Streamable
-        /// HTTP at /mcp, the HTTP+SSE transport at /sse. Overrides `server.listen`.
-        #[arg(long)]
+        /// Serve over HTTP on this address instead of stdio: IP:PORT, or a port alone for
+        /// 127.0.0.1. Streamable HTTP at /mcp, the HTTP+SSE transport at /sse. Overrides
+        /// `server.listen`.
+        #[arg(long, value_parser = listen_addr)]
         listen: Option<std::net::SocketAddr>,
     },
     /// Validate a config, start its upstreams and print the merged catalog.
@@ -46,6 +47,10 @@ enum Command {
         #[arg(long)]
         no_start: bool,
     },
+}
+
+fn listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    manifold_config::parse_listen(text).ok_or_else(|| format!("{text:?} is not IP:PORT or a port"))
 }
 
 fn main() -> ExitCode {

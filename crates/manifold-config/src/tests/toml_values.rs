@@ -279,6 +279,8 @@ url = "http://127.0.0.1:9000/mcp"
     assert_eq!(auto.kind, crate::HttpKind::Auto);
     assert_eq!(auto.connect_timeout, Duration::from_secs(10));
     assert!(!config.upstreams[0].required);
+    let port_only = toml("[server]\nlisten = \"8080\"\n").unwrap().server.http;
+    assert_eq!(port_only.listen, Some("127.0.0.1:8080".parse().unwrap()));
     let defaults = toml("").unwrap().server.http;
     assert_eq!(defaults.listen, None);
     assert_eq!(defaults.workers, 2);
