@@ -2,7 +2,7 @@
 //! Streamable HTTP and the HTTP+SSE transport to it the way a host does. Every wait is
 //! bounded, so a broken build fails instead of hanging.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,7 +18,8 @@ pub struct Server {
     pub child: Child,
     pub port: u16,
     pub stderr: Arc<Mutex<String>>,
-    pub dir: TempDir,
+    /// Holds the config; removed when the server is dropped.
+    _dir: TempDir,
 }
 
 impl Server {
@@ -61,7 +62,7 @@ impl Server {
             child,
             port,
             stderr,
-            dir,
+            _dir: dir,
         }
     }
 
@@ -300,10 +301,6 @@ impl Events {
         drop(self.reader.into_inner());
     }
 
-    /// Reads raw bytes (for tests that look at the wire).
-    pub fn read_some(&mut self, buf: &mut [u8]) -> usize {
-        self.reader.read(buf).unwrap_or(0)
-    }
 }
 
 /// The JSON-RPC error code of an answer.

@@ -182,7 +182,7 @@ fn every_refusal_has_its_status_code() {
 #[test]
 fn delete_ends_the_session_and_cancels_what_it_has_in_flight() {
     let server = Server::start(&config());
-    let mut host = server.ready_host();
+    let host = server.ready_host();
     let slow = host.post_raw(
         json!({"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"alpha__sleep","arguments":{"ms":20000}}}).to_string(),
     );
