@@ -22,7 +22,7 @@ pub fn set_ref_member(params: &str, key: &'static str, value: &str) -> Option<St
 /// nothing needed rewriting, so the caller forwards the original bytes.
 pub fn result_uris(method: &str, result: &str, uri_prefix: &str) -> Option<String> {
     // Most results hold no URI at all: skip parsing them.
-    memchr::memmem::find(result.as_bytes(), b"\"uri\"")?;
+    manifold_protocol::needle::URI_MEMBER.find(result.as_bytes())?;
     match method {
         "resources/read" => map_member(result, "contents", |list| {
             map_array(list, |c| expose_member(c, "uri", uri_prefix))
@@ -47,7 +47,7 @@ pub fn error_data(
     uri_prefix: &str,
     exposed: impl Fn(&str) -> Option<String>,
 ) -> Option<String> {
-    memchr::memmem::find(error.as_bytes(), b"\"data\"")?;
+    manifold_protocol::needle::DATA_MEMBER.find(error.as_bytes())?;
     map_member(error, "data", |data| {
         let mut o = RawObject::parse(data).ok()?;
         let mut changed = false;

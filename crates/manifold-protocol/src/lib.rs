@@ -8,6 +8,7 @@
 pub mod envelope;
 pub mod error;
 pub mod framing;
+pub mod needle;
 pub mod object;
 pub mod scan;
 pub mod sse;

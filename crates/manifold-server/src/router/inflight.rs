@@ -35,7 +35,8 @@ impl Exchange for Inflight {
         match outcome {
             Outcome::Result(result) => {
                 // Most results name no URI: only those are looked at closely.
-                let mapped = memchr::memmem::find(result.as_bytes(), b"\"uri\"")
+                let mapped = manifold_protocol::needle::URI_MEMBER
+                    .find(result.as_bytes())
                     .and_then(|_| self.map(|p| rewrite::result_uris(self.method, result, p)));
                 let result = mapped.as_deref().unwrap_or(result);
                 ctx.outlet.answer(&write::response_parts(&ctx.id, result));

@@ -142,7 +142,7 @@ fn resolve_uri<'u>(catalog: &Catalog, uri: &'u str) -> Result<(usize, &'u str), 
 /// that upstream, so progress from a shared upstream maps back to the right request. Returns
 /// the new params and the host's token (JSON text).
 pub(super) fn map_progress_token(params: &str, upstream_id: u64) -> Option<(String, Box<str>)> {
-    memchr::memmem::find(params.as_bytes(), b"progressToken")?;
+    manifold_protocol::needle::PROGRESS_TOKEN.find(params.as_bytes())?;
     let mut obj = RawObject::parse(params).ok()?;
     let mut meta = RawObject::parse(obj.get("_meta")?).ok()?;
     let token = Box::from(meta.get("progressToken")?);

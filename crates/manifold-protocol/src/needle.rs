@@ -1,0 +1,30 @@
+//! Substring searches prebuilt for the few needles the forwarding path looks for in every
+//! message (is there a progress token to map, a URI to expose?): building a searcher costs
+//! more than searching a small message with one.
+
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
+/// `"uri"`: a member named `uri`, as results that name resources have.
+pub static URI_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"uri\""));
+
+/// `progressToken`, in a request's `_meta`.
+pub static PROGRESS_TOKEN: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"progressToken"));
+
+/// `"data"`: an error's `data` member.
+pub static DATA_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"data\""));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_what_it_names() {
+        assert!(URI_MEMBER.find(br#"{"x":{"uri":"a"}}"#).is_some());
+        assert!(URI_MEMBER.find(br#"{"uris":1}"#).is_none());
+        assert!(PROGRESS_TOKEN.find(br#"{"_meta":{"progressToken":1}}"#).is_some());
+        assert!(DATA_MEMBER.find(br#"{"code":1,"data":{}}"#).is_some());
+    }
+}
