@@ -300,7 +300,6 @@ impl Events {
     pub fn close(self) {
         drop(self.reader.into_inner());
     }
-
 }
 
 /// The JSON-RPC error code of an answer.
@@ -308,4 +307,93 @@ pub fn code(v: &Value) -> i64 {
     v["error"]["code"]
         .as_i64()
         .unwrap_or_else(|| panic!("not an error: {v}"))
+}
+
+/// The fixture server in its HTTP mode, as an HTTP upstream.
+pub struct FixtureHttp {
+    pub child: Child,
+    pub port: u16,
+    pub stderr: Arc<Mutex<String>>,
+    args: Vec<String>,
+}
+
+impl FixtureHttp {
+    /// Starts `manifold-fixture --http 127.0.0.1:PORT ARGS` (port 0: a free one).
+    pub fn start(port: u16, args: &[&str]) -> FixtureHttp {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let mut child = Command::new(fixture_bin())
+            .arg("--http")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the fixture starts");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = Arc::clone(&stderr);
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { return };
+                if let Some(port) = listening_port(&line) {
+                    let _ = tx.send(port);
+                }
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let port = rx.recv_timeout(WAIT).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("the fixture did not listen:\n{}", stderr.lock().unwrap())
+        });
+        FixtureHttp {
+            child,
+            port,
+            stderr,
+            args,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Kills the server (an upstream that becomes unreachable).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// A new server on the same port, which knows none of the old one's sessions.
+    pub fn restart(&mut self) {
+        self.kill();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let until = Instant::now() + WAIT;
+        loop {
+            // The port may take a moment to be free again.
+            let attempt = std::panic::catch_unwind(|| FixtureHttp::start(self.port, &args));
+            match attempt {
+                Ok(new) => {
+                    *self = new;
+                    return;
+                }
+                Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => std::panic::resume_unwind(e),
+            }
+        }
+    }
+}
+
+impl Drop for FixtureHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -12,3 +12,4 @@ mod health;
 mod legacy;
 mod sessions;
 mod streamable;
+mod upstreams;

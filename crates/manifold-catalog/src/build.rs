@@ -24,15 +24,16 @@ pub struct UpstreamDef {
 impl UpstreamDef {
     pub fn from_config(cfg: &UpstreamConfig) -> Self {
         let prefix = naming::sanitize(&cfg.prefix);
-        let uri_source = if cfg.prefix.is_empty() {
-            &cfg.key
-        } else {
-            &cfg.prefix
+        let uri_prefix = match cfg.uri_prefix.as_deref() {
+            Some("") => String::new(),
+            Some(p) => uri::uri_prefix(p),
+            None if cfg.prefix.is_empty() => uri::uri_prefix(&cfg.key),
+            None => uri::uri_prefix(&cfg.prefix),
         };
         Self {
             key: cfg.key.clone(),
             prefix,
-            uri_prefix: uri::uri_prefix(uri_source),
+            uri_prefix,
             tools: cfg.tools.clone(),
             prompts: cfg.prompts.clone(),
         }
@@ -50,9 +51,14 @@ impl UpstreamDef {
                         a.key, b.key, a.prefix
                     ));
                 }
-                if a.uri_prefix == b.uri_prefix {
+                if a.uri_prefix == b.uri_prefix && a.uri_prefix.is_empty() {
                     problems.push(format!(
-                        "upstreams {:?} and {:?} both map to the resource URI prefix {:?}; set `prefix` on one",
+                        "upstreams {:?} and {:?} both expose their resource URIs unchanged (uri_prefix = \"\"); only one may",
+                        a.key, b.key
+                    ));
+                } else if a.uri_prefix == b.uri_prefix {
+                    problems.push(format!(
+                        "upstreams {:?} and {:?} both map to the resource URI prefix {:?}; set `prefix` or `uri_prefix` on one",
                         a.key, b.key, a.uri_prefix
                     ));
                 }
@@ -136,6 +142,8 @@ pub struct Catalog {
     slices: Vec<Option<Arc<UpstreamSlice>>>,
     lists: [Listing; 4],
     uri_prefixes: HashMap<String, usize>,
+    /// The upstream whose URIs are exposed unchanged, if any.
+    unprefixed: Option<usize>,
     collisions: Vec<Collision>,
     /// Entries an upstream listed without their name or URI; reported by `check`.
     malformed: Vec<String>,
@@ -161,8 +169,10 @@ impl Catalog {
         let uri_prefixes = defs
             .iter()
             .enumerate()
+            .filter(|(_, d)| !d.uri_prefix.is_empty())
             .map(|(i, d)| (d.uri_prefix.clone(), i))
             .collect();
+        let unprefixed = defs.iter().position(|d| d.uri_prefix.is_empty());
         Self {
             generation,
             defs,
@@ -170,6 +180,7 @@ impl Catalog {
             slices,
             lists,
             uri_prefixes,
+            unprefixed,
             collisions,
             malformed,
         }
@@ -248,10 +259,12 @@ impl Catalog {
             .map(|i| i.exposed.as_str())
     }
 
-    /// The upstream and original URI behind an exposed URI (or URI template).
+    /// The upstream and original URI behind an exposed URI (or URI template): by its
+    /// prefix, or, without a known one, the upstream whose URIs are exposed unchanged.
     pub fn resolve_uri<'u>(&self, exposed: &'u str) -> Option<(usize, &'u str)> {
-        let (prefix, original) = uri::split(exposed)?;
-        self.uri_prefixes.get(prefix).map(|&i| (i, original))
+        let prefixed = uri::split(exposed)
+            .and_then(|(prefix, original)| self.uri_prefixes.get(prefix).map(|&i| (i, original)));
+        prefixed.or_else(|| self.unprefixed.map(|i| (i, exposed)))
     }
 }
 
@@ -267,6 +280,13 @@ fn merge_kind(
         let Some(slice) = slice else { continue };
         for raw in slice.items(kind) {
             match expose_item(kind, def, names, raw) {
+                Ok(Some((exposed, original, ..))) if shadowed(defs, def, &exposed) => {
+                    malformed.push(format!(
+                        "{}: its resource URI {original:?} starts with another upstream's URI \
+                         prefix and would be routed there; give it a uri_prefix",
+                        def.key
+                    ));
+                }
                 Ok(Some((exposed, original, origin, raw))) => {
                     items.push(Item {
                         exposed,
@@ -282,6 +302,14 @@ fn merge_kind(
         }
     }
     items
+}
+
+/// Whether a URI exposed unchanged (the upstream has no URI prefix) would be taken for one
+/// of another upstream's.
+fn shadowed(defs: &[UpstreamDef], def: &UpstreamDef, exposed: &str) -> bool {
+    def.uri_prefix.is_empty()
+        && uri::split(exposed)
+            .is_some_and(|(prefix, _)| defs.iter().any(|d| d.uri_prefix == prefix))
 }
 
 type Exposed = (String, String, NameOrigin, Box<str>);

@@ -21,6 +21,9 @@ pub fn set_ref_member(params: &str, key: &'static str, value: &str) -> Option<St
 /// Rewrites the URIs an upstream put in a result of `method` to exposed URIs. `None` when
 /// nothing needed rewriting, so the caller forwards the original bytes.
 pub fn result_uris(method: &str, result: &str, uri_prefix: &str) -> Option<String> {
+    if uri_prefix.is_empty() {
+        return None;
+    }
     // Most results hold no URI at all: skip parsing them.
     manifold_protocol::needle::URI_MEMBER.find(result.as_bytes())?;
     match method {
@@ -51,7 +54,8 @@ pub fn error_data(
     map_member(error, "data", |data| {
         let mut o = RawObject::parse(data).ok()?;
         let mut changed = false;
-        if let Some(original) = o.get_str("uri").map(|u| u.into_owned()) {
+        let uri = o.get_str("uri").filter(|_| !uri_prefix.is_empty());
+        if let Some(original) = uri.map(|u| u.into_owned()) {
             o.set_str("uri", &uri::expose(uri_prefix, &original));
             changed = true;
         }
@@ -65,6 +69,9 @@ pub fn error_data(
 
 /// The string member `key` of an object, namespaced with `uri_prefix`.
 pub fn expose_member(obj: &str, key: &'static str, uri_prefix: &str) -> Option<String> {
+    if uri_prefix.is_empty() {
+        return None;
+    }
     let mut o = RawObject::parse(obj).ok()?;
     let original = o.get_str(key)?.into_owned();
     o.set_str(key, &uri::expose(uri_prefix, &original));

@@ -3,7 +3,9 @@
 //! The URI prefix is the upstream's prefix made into a valid URI scheme start (lowercase
 //! letters, digits, `-`, `.`; first character a letter), and never contains `+`, so the first
 //! `+` of an exposed URI always ends it. Templates are namespaced the same way, so an exposed
-//! URI that matches an exposed template routes by its prefix alone.
+//! URI that matches an exposed template routes by its prefix alone. One upstream may have an
+//! empty URI prefix: its URIs are exposed unchanged, and every URI without a known prefix is
+//! routed to it.
 
 /// Makes a URI prefix from an upstream's prefix (or key, when the prefix is empty).
 pub fn uri_prefix(prefix_or_key: &str) -> String {
@@ -21,8 +23,11 @@ pub fn uri_prefix(prefix_or_key: &str) -> String {
     out
 }
 
-/// `{prefix}+{original}`.
+/// `{prefix}+{original}`; the original itself when the prefix is empty.
 pub fn expose(uri_prefix: &str, original: &str) -> String {
+    if uri_prefix.is_empty() {
+        return original.to_owned();
+    }
     let mut s = String::with_capacity(uri_prefix.len() + 1 + original.len());
     s.push_str(uri_prefix);
     s.push('+');

@@ -102,6 +102,9 @@ pub struct UpstreamConfig {
     pub key: String,
     /// Raw prefix (defaults to the key; may be empty = no prefix). Sanitized by the catalog.
     pub prefix: String,
+    /// Raw resource URI prefix (`None`: made from `prefix`, or the key when that is empty;
+    /// empty: URIs are exposed unchanged). Sanitized by the catalog.
+    pub uri_prefix: Option<String>,
     pub transport: Transport,
     pub tools: NameFilter,
     pub prompts: NameFilter,

@@ -51,6 +51,7 @@ pub(crate) struct RawUpstream {
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) cwd: Option<String>,
     pub(crate) prefix: Option<String>,
+    pub(crate) uri_prefix: Option<String>,
     pub(crate) enabled: Option<bool>,
     pub(crate) request_timeout_ms: Option<u64>,
     pub(crate) max_message_bytes: Option<u64>,

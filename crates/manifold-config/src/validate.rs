@@ -219,6 +219,7 @@ pub(crate) fn upstream(
     Ok(UpstreamConfig {
         key: key.to_owned(),
         prefix: raw.prefix.clone().unwrap_or_else(|| key.to_owned()),
+        uri_prefix: raw.uri_prefix.clone(),
         restart: restart(ctx, path, &raw)?,
         request_timeout: raw.request_timeout_ms.map(Duration::from_millis),
         max_message_bytes: to_usize(ctx, &child(path, "max_message_bytes"), max_message_bytes)?,

@@ -5,25 +5,28 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::rpc::RpcError;
+use crate::exchange::{log_params, Call};
+use crate::rpc::{self, RpcError};
 use crate::state::{CancelToken, State};
-use crate::tools;
+use crate::{conformance, tools};
 
 /// Largest `big` answer; protects the test machine from a typo such as 1e12.
 const MAX_BIG_BYTES: u64 = 256 * 1024 * 1024;
 
-/// Answers a tools/call. Fast calls run inline on the reader thread (no spawn cost on the
-/// benchmarked path); `sleep`, and every call when --delay-us is set, run on their own thread
-/// so they never hold up other requests.
-pub fn call(state: &Arc<State>, id: Value, params: Value) {
-    let is_sleep = params.get("name").and_then(Value::as_str) == Some("sleep");
-    if !is_sleep && state.args.delay_us == 0 {
-        if let Some(reply) = run(state, &params, None) {
-            state.out.reply(&id, reply);
+/// Answers a tools/call. Fast calls run inline on the thread that read the request (no
+/// spawn cost on the benchmarked path); slow ones (`sleep`, the conformance tools that wait
+/// or ask the client something), and every call when --delay-us is set, run on their own
+/// thread so they never hold up other requests, nor the reading of the client's answers.
+pub fn call(state: &Arc<State>, call: Call, params: Value) {
+    let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+    if !is_slow(state, name) && state.args.delay_us == 0 {
+        if let Some(reply) = run(state, &call, &params, None) {
+            call.reply(reply);
         }
         return;
     }
-    let token = state.register(&id);
+    let key = call.key();
+    let token = state.register(&key);
     let shared = Arc::clone(state);
     let spawned = std::thread::Builder::new()
         .name("fixture-call".into())
@@ -31,25 +34,30 @@ pub fn call(state: &Arc<State>, id: Value, params: Value) {
             if shared.args.delay_us > 0 {
                 std::thread::sleep(Duration::from_micros(shared.args.delay_us));
             }
-            let reply = run(&shared, &params, Some(&token));
+            let reply = run(&shared, &call, &params, Some(&token));
             // A cancelled request gets no response at all, as the spec asks.
-            if shared.finish(&id, &token) {
+            if shared.finish(&key, &token) {
                 return;
             }
             if let Some(reply) = reply {
-                shared.out.reply(&id, reply);
+                call.reply(reply);
             }
         });
     if let Err(e) = spawned {
         // Without threads the fixture cannot keep its concurrency promise; stop loudly.
         eprintln!("manifold-fixture: cannot spawn call thread: {e}");
-        state.out.exit(1);
+        state.exit(1);
     }
+}
+
+fn is_slow(state: &State, name: &str) -> bool {
+    name == "sleep" || (state.args.conformance && conformance::is_slow_tool(name))
 }
 
 /// Runs one tool; None means "send no response" (garbage, crash).
 fn run(
     state: &State,
+    call: &Call,
     params: &Value,
     token: Option<&CancelToken>,
 ) -> Option<Result<Value, RpcError>> {
@@ -63,11 +71,11 @@ fn run(
         "sleep" => sleep(args, token),
         "crash" => crash(state, args),
         "garbage" => {
-            state.out.raw(b"}{ not json");
+            call.raw_answer(b"}{ not json");
             return None;
         }
         "null_id_error" => {
-            state.out.raw(
+            call.raw_answer(
                 br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error (simulated by the fixture)"}}"#,
             );
             return None;
@@ -76,11 +84,14 @@ fn run(
         "links" => links(&state.args.name),
         "fail" => tool_error("it failed"),
         "whoami" => text_result(format!("{} {}", state.args.name, state.pid)),
-        "progress" => progress(state, params, args),
+        "progress" => progress(call, params, args),
         "add_tool" => add_tool(state, args),
-        "log" => log(state, args),
+        "log" => log(state, call, args),
         "cancelled_count" => text_result(state.cancelled_count().to_string()),
         other if tools::is_extra(state, other) || is_dynamic(state, other) => echo(args),
+        other if state.args.conformance && conformance::is_tool(other) => {
+            conformance::call_tool(state, call, other, params, token)
+        }
         other => {
             return Some(Err(RpcError::invalid_params(format!(
                 "Unknown tool: {other}"
@@ -172,7 +183,7 @@ fn crash(state: &State, args: &Value) -> ! {
         "manifold-fixture {} crashing with code {code}",
         state.args.name
     );
-    state.out.exit(code)
+    state.exit(code)
 }
 
 fn big(args: &Value) -> Value {
@@ -201,7 +212,7 @@ fn links(server: &str) -> Value {
     })
 }
 
-fn progress(state: &State, params: &Value, args: &Value) -> Value {
+fn progress(call: &Call, params: &Value, args: &Value) -> Value {
     let steps = match arg_u64(args, "steps") {
         Ok(steps) => steps,
         Err(e) => return tool_error(e),
@@ -209,7 +220,7 @@ fn progress(state: &State, params: &Value, args: &Value) -> Value {
     if let Some(token) = params.get("_meta").and_then(|m| m.get("progressToken")) {
         for i in 1..=steps {
             let note = json!({ "progressToken": token, "progress": i, "total": steps });
-            state.out.notify("notifications/progress", &note);
+            call.notify("notifications/progress", &note);
         }
     }
     text_result(format!("progressed {steps}"))
@@ -220,7 +231,7 @@ fn add_tool(state: &State, args: &Value) -> Value {
         Ok(name) => name,
         Err(e) => return tool_error(e),
     };
-    if tools::is_builtin(name) || tools::is_extra(state, name) {
+    if tools::is_static(state, name) {
         return tool_error(format!("tool {name} already exists"));
     }
     let description = format!(
@@ -230,20 +241,20 @@ fn add_tool(state: &State, args: &Value) -> Value {
     if !state.add_dynamic(name, tools::echo_descriptor(name, description)) {
         return tool_error(format!("tool {name} already exists"));
     }
-    state
-        .out
-        .notify("notifications/tools/list_changed", &json!({}));
+    // Not about this call: every client's own stream (the standalone one over HTTP).
+    let changed = rpc::notification("notifications/tools/list_changed", &json!({}));
+    state.transport.broadcast(&changed);
     text_result(format!("added {name}"))
 }
 
-fn log(state: &State, args: &Value) -> Value {
+fn log(state: &State, call: &Call, args: &Value) -> Value {
     let level = args.get("level").and_then(Value::as_str).unwrap_or("info");
     let message = match arg_str(args, "message") {
         Ok(message) => message,
         Err(e) => return tool_error(e),
     };
-    let note = json!({ "level": level, "logger": state.args.name, "data": message });
-    state.out.notify("notifications/message", &note);
+    let note = log_params(level, &state.args.name, message);
+    call.notify("notifications/message", &note);
     text_result("logged")
 }
 

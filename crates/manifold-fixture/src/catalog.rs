@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use crate::calls::data_json;
 use crate::rpc::RpcError;
 use crate::state::State;
-use crate::Args;
+use crate::{conformance, Args};
 
 const GREET_NAMES: [&str; 3] = ["alice", "bob", "carol"];
 const ITEM_IDS: [&str; 3] = ["1", "2", "3"];
@@ -30,11 +30,15 @@ pub fn prompts(args: &Args) -> Vec<Value> {
             "arguments": [{ "name": "topic", "description": "Optional topic", "required": false }],
         })
     }));
+    if args.conformance {
+        prompts.extend(conformance::prompts());
+    }
     prompts
 }
 
-pub fn resources(server: &str) -> Vec<Value> {
-    vec![
+pub fn resources(args: &Args) -> Vec<Value> {
+    let server = &args.name;
+    let mut resources = vec![
         json!({
             "uri": format!("fixture://{server}/readme"),
             "name": "readme",
@@ -47,16 +51,25 @@ pub fn resources(server: &str) -> Vec<Value> {
             "description": format!("JSON data of fixture server {server}."),
             "mimeType": "application/json",
         }),
-    ]
+    ];
+    if args.conformance {
+        resources.extend(conformance::resources());
+    }
+    resources
 }
 
-pub fn templates(server: &str) -> Vec<Value> {
-    vec![json!({
+pub fn templates(args: &Args) -> Vec<Value> {
+    let server = &args.name;
+    let mut templates = vec![json!({
         "uriTemplate": item_template(server),
         "name": "item",
         "description": format!("Items of fixture server {server}."),
         "mimeType": "text/plain",
-    })]
+    })];
+    if args.conformance {
+        templates.extend(conformance::templates());
+    }
+    templates
 }
 
 fn item_template(server: &str) -> String {
@@ -92,6 +105,9 @@ pub fn get_prompt(state: &State, params: &Value) -> Result<Value, RpcError> {
                 json!({ "type": "resource", "resource": resource }),
             )
         }
+        other if state.args.conformance && conformance::is_prompt(other) => {
+            return conformance::get_prompt(other, arguments)
+        }
         other if is_extra_prompt(state, other) => {
             let topic = arguments
                 .get("topic")
@@ -109,6 +125,17 @@ pub fn get_prompt(state: &State, params: &Value) -> Result<Value, RpcError> {
 
 fn is_extra_prompt(state: &State, name: &str) -> bool {
     crate::tools::numbered(name, "prompt_").is_some_and(|i| i < state.args.extra_prompts)
+}
+
+/// resources/read: the conformance resources (--conformance), then the fixture's own.
+pub fn read(state: &State, params: &Value) -> Result<Value, RpcError> {
+    let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+    if state.args.conformance {
+        if let Some(contents) = conformance::read_resource(uri) {
+            return Ok(json!({ "contents": [contents] }));
+        }
+    }
+    read_resource(&state.args.name, params)
 }
 
 pub fn read_resource(server: &str, params: &Value) -> Result<Value, RpcError> {
@@ -145,34 +172,38 @@ pub fn complete(state: &State, params: &Value) -> Result<Value, RpcError> {
     let argument = params.get("argument").unwrap_or(&Value::Null);
     let arg_name = argument.get("name").and_then(Value::as_str).unwrap_or("");
     let prefix = argument.get("value").and_then(Value::as_str).unwrap_or("");
-    let kind = reference.get("type").and_then(Value::as_str);
-    let (candidates, expected_arg): (&[&str], &str) = match kind {
-        Some("ref/prompt")
-            if state.prompts_enabled()
-                && reference.get("name").and_then(Value::as_str) == Some("greet") =>
-        {
-            (&GREET_NAMES, "name")
-        }
-        Some("ref/resource")
-            if state.resources_enabled()
-                && reference.get("uri").and_then(Value::as_str)
-                    == Some(item_template(&state.args.name).as_str()) =>
-        {
-            (&ITEM_IDS, "id")
-        }
-        _ => {
-            return Err(RpcError::invalid_params(format!(
-                "Unknown reference: {reference}"
-            )))
-        }
-    };
-    // Only the argument the reference actually has gets suggestions.
-    let values = if arg_name == expected_arg {
+    let (candidates, arguments) = completion_source(state, reference)
+        .ok_or_else(|| RpcError::invalid_params(format!("Unknown reference: {reference}")))?;
+    // Only the arguments the reference actually has get suggestions.
+    let values = if arguments.contains(&arg_name) {
         complete_values(candidates, prefix)
     } else {
         Vec::new()
     };
     Ok(json!({ "completion": { "total": values.len(), "values": values, "hasMore": false } }))
+}
+
+/// The candidates a reference completes from, and the arguments they are for.
+fn completion_source(
+    state: &State,
+    reference: &Value,
+) -> Option<(&'static [&'static str], &'static [&'static str])> {
+    let kind = reference.get("type").and_then(Value::as_str);
+    let name = reference.get("name").and_then(Value::as_str);
+    let uri = reference.get("uri").and_then(Value::as_str);
+    match kind {
+        Some("ref/prompt") if state.prompts_enabled() && name == Some("greet") => {
+            Some((&GREET_NAMES, &["name"]))
+        }
+        Some("ref/resource")
+            if state.resources_enabled()
+                && uri == Some(item_template(&state.args.name).as_str()) =>
+        {
+            Some((&ITEM_IDS, &["id"]))
+        }
+        _ if state.args.conformance => conformance::completion_source(kind?, name.or(uri)?),
+        _ => None,
+    }
 }
 
 pub fn complete_values<'a>(candidates: &[&'a str], prefix: &str) -> Vec<&'a str> {

@@ -1,14 +1,21 @@
-//! `manifold-fixture`: a fast, deterministic MCP server over stdio used by the integration
-//! tests, the demo config and the benchmarks.
+//! `manifold-fixture`: a fast, deterministic MCP server used by the integration tests, the
+//! demo config, the benchmarks and the conformance harness.
 //!
-//! It speaks newline-delimited JSON-RPC 2.0 on stdin/stdout with plain std threads: fast
-//! requests are answered inline on the reader thread (benchmarks compare calls through the
-//! aggregator with calls straight to this fixture, so the direct path must stay lean), slow
-//! tool calls get their own thread so they never delay other requests.
+//! By default it speaks newline-delimited JSON-RPC 2.0 on stdin/stdout with plain std
+//! threads: fast requests are answered inline on the reader thread (benchmarks compare calls
+//! through the aggregator with calls straight to this fixture, so the direct path must stay
+//! lean), slow tool calls get their own thread so they never delay other requests.
+//!
+//! With `--http ADDR` it serves the same behaviour over Streamable HTTP at `/mcp` and the
+//! 2024-11-05 HTTP+SSE transport at `/sse` (see `http`). `--conformance` adds what the
+//! official conformance suite's server scenarios call (see `conformance`).
 #![forbid(unsafe_code)]
 
 mod calls;
 mod catalog;
+mod conformance;
+mod exchange;
+mod http;
 mod methods;
 mod paging;
 mod rpc;
@@ -16,14 +23,15 @@ mod state;
 mod tools;
 
 use std::io::{BufRead, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
-use serde::Deserialize;
 use serde_json::Value;
 
-use crate::rpc::RpcError;
+use crate::exchange::{Sink, Transport};
+use crate::rpc::{Incoming, Output};
 use crate::state::State;
 
 /// Command-line flags; every behaviour a test needs to provoke is switched on here.
@@ -31,7 +39,7 @@ use crate::state::State;
 #[command(
     name = "manifold-fixture",
     version,
-    about = "Deterministic fixture MCP server (stdio)"
+    about = "Deterministic fixture MCP server (stdio, or HTTP with --http)"
 )]
 pub struct Args {
     /// Server name: used in serverInfo.name, descriptions and resource URIs.
@@ -55,7 +63,8 @@ pub struct Args {
     /// Exit immediately with this code before reading anything ("fails to start").
     #[arg(long, allow_negative_numbers = true)]
     pub exit_on_start: Option<i32>,
-    /// Write `this is not json` to stdout before anything else.
+    /// Write `this is not json` to stdout before anything else (over HTTP: the first POST
+    /// is answered with that body, or with that event on its HTTP+SSE stream).
     #[arg(long)]
     pub garbage_on_start: bool,
     /// Omit the prompts capability and answer -32601 to prompts/*.
@@ -70,18 +79,14 @@ pub struct Args {
     /// Instructions returned by initialize.
     #[arg(long)]
     pub instructions: Option<String>,
-}
-
-/// One incoming line. Unknown members (`jsonrpc`, `result`, ...) are ignored on purpose:
-/// the fixture is lenient about what it accepts and strict about what it sends.
-#[derive(Deserialize)]
-struct Incoming {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    params: Value,
+    /// Serve MCP over HTTP on this address (Streamable HTTP at /mcp, HTTP+SSE at /sse)
+    /// instead of stdio; port 0 picks a free port, printed once bound.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// Add the tools, prompts, resources and methods the official MCP conformance suite's
+    /// server scenarios call (test_simple_text, test://static-text, ...).
+    #[arg(long)]
+    pub conformance: bool,
 }
 
 fn main() {
@@ -100,11 +105,23 @@ fn main() {
         std::process::exit(code);
     }
     eprintln!("manifold-fixture {} started pid={pid}", args.name);
-    let state = Arc::new(State::new(args, pid));
-    if state.args.garbage_on_start {
-        state.out.raw(b"this is not json");
+    if let Some(addr) = args.http {
+        if let Err(e) = http::serve(args, pid, addr) {
+            eprintln!("manifold-fixture: cannot serve HTTP on {addr}: {e}");
+            std::process::exit(1);
+        }
+        return;
     }
-    read_loop(&state);
+    let out = Arc::new(Output::new());
+    let state = Arc::new(State::new(
+        args,
+        pid,
+        Arc::clone(&out) as Arc<dyn Transport>,
+    ));
+    if state.args.garbage_on_start {
+        out.raw(b"this is not json");
+    }
+    read_loop(&state, &out);
 }
 
 fn append_pid(path: &std::path::Path, pid: u32) {
@@ -126,45 +143,26 @@ fn append_pid(path: &std::path::Path, pid: u32) {
 
 /// Reads until EOF, then exits 0 at once (in-flight slow calls are abandoned: a closed
 /// stdin is how an MCP client shuts a stdio server down).
-fn read_loop(state: &Arc<State>) {
+fn read_loop(state: &Arc<State>, out: &Arc<Output>) {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut line = Vec::with_capacity(4096);
     loop {
         line.clear();
         match input.read_until(b'\n', &mut line) {
-            Ok(0) => state.out.exit(0),
+            Ok(0) => out.exit(0),
             Ok(_) => {}
             Err(e) => {
                 eprintln!("manifold-fixture: stdin read failed: {e}");
-                state.out.exit(1);
+                out.exit(1);
             }
         }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        handle_line(state, &line);
-    }
-}
-
-fn handle_line(state: &Arc<State>, line: &[u8]) {
-    let msg: Incoming = match serde_json::from_slice(line) {
-        Ok(m) => m,
-        Err(e) => {
-            // Valid JSON of the wrong shape is an invalid request; anything else is a parse error.
-            let err = if e.is_data() {
-                RpcError::new(-32600, format!("Invalid request: {e}"))
-            } else {
-                RpcError::new(-32700, format!("Parse error: {e}"))
-            };
-            state.out.error(&Value::Null, &err);
-            return;
+        match Incoming::parse(&line) {
+            Ok(msg) => methods::dispatch(state, msg, Arc::clone(out) as Arc<dyn Sink>),
+            Err(err) => out.raw(&rpc::response(&Value::Null, &Err(err))),
         }
-    };
-    match (msg.method, msg.id) {
-        (Some(method), Some(id)) => methods::request(state, &method, id, msg.params),
-        (Some(method), None) => methods::notification(state, &method, &msg.params),
-        // A response: the fixture never sends requests, so there is nothing to match it to.
-        (None, _) => {}
     }
 }

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use crate::exchange::{log_params, request_key, Call, Sink};
 use crate::paging::paged;
-use crate::rpc::RpcError;
+use crate::rpc::{Incoming, RpcError};
 use crate::state::State;
 use crate::{calls, catalog, tools};
 
@@ -22,10 +23,22 @@ const LOG_LEVELS: [&str; 8] = [
     "emergency",
 ];
 
-pub fn request(state: &Arc<State>, method: &str, id: Value, params: Value) {
+/// Handles one message from a client whose messages about it go to `sink`.
+pub fn dispatch(state: &Arc<State>, mut msg: Incoming, sink: Arc<dyn Sink>) {
+    let Some(method) = msg.method.take() else {
+        // A response: the fixture's only requests are its own questions to the client.
+        return response(state, msg);
+    };
+    match msg.id.take() {
+        Some(id) => request(state, Call::new(id, sink), &method, msg.params),
+        None => notification(state, sink.client(), &method, &msg.params),
+    }
+}
+
+fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
     // tools/call first: it is the benchmarked path and may answer from another thread.
     if method == "tools/call" {
-        return calls::call(state, id, params);
+        return calls::call(state, call, params);
     }
     let page_size = state.args.page_size;
     let reply = match method {
@@ -54,23 +67,36 @@ pub fn request(state: &Arc<State>, method: &str, id: Value, params: Value) {
             &params,
             page_size,
         ),
-        "resources/read" if state.resources_enabled() => {
-            catalog::read_resource(&state.args.name, &params)
+        "resources/read" if state.resources_enabled() => catalog::read(state, &params),
+        "resources/subscribe" | "resources/unsubscribe" if state.subscriptions_enabled() => {
+            return subscription(&call, method, &params)
         }
         "completion/complete" => catalog::complete(state, &params),
-        "logging/setLevel" => return set_level(state, &id, &params),
+        "logging/setLevel" => return set_level(state, &call, &params),
         other => Err(RpcError::method_not_found(other)),
     };
-    state.out.reply(&id, reply);
+    call.reply(reply);
 }
 
-pub fn notification(state: &State, method: &str, params: &Value) {
+fn notification(state: &State, client: &str, method: &str, params: &Value) {
     // Everything else (initialized, roots/list_changed, ...) needs no action from a fixture.
     if method == "notifications/cancelled" {
         if let Some(request_id) = params.get("requestId") {
-            state.cancel(request_id);
+            state.cancel(&request_key(client, request_id));
         }
     }
+}
+
+/// A client's answer to one of the fixture's requests (sampling, elicitation): handed to
+/// the call waiting for it. An answer nobody waits for is dropped, as for any late answer.
+fn response(state: &State, msg: Incoming) {
+    let Some(id) = msg.id else { return };
+    let answer = match (msg.result, msg.error) {
+        (Some(result), _) => Ok(result),
+        (None, Some(error)) => Err(error),
+        (None, None) => Err(json!({ "code": -32603, "message": "answer without result or error" })),
+    };
+    state.resolve(&id, answer);
 }
 
 /// The version to answer: the forced one, else the client's if supported, else the latest.
@@ -95,7 +121,7 @@ fn initialize(state: &State, params: &Value) -> Value {
     if state.resources_enabled() {
         capabilities.insert(
             "resources".into(),
-            json!({ "listChanged": true, "subscribe": false }),
+            json!({ "listChanged": true, "subscribe": state.subscriptions_enabled() }),
         );
     }
     capabilities.insert("completions".into(), json!({}));
@@ -111,20 +137,33 @@ fn initialize(state: &State, params: &Value) -> Value {
     result
 }
 
-fn set_level(state: &State, id: &Value, params: &Value) {
+fn set_level(state: &State, call: &Call, params: &Value) {
     let level = match params.get("level").and_then(Value::as_str) {
         Some(level) if LOG_LEVELS.contains(&level) => level,
         _ => {
-            return state.out.error(
-                id,
-                &RpcError::invalid_params(format!("Invalid log level: {params}")),
-            )
+            return call.error(RpcError::invalid_params(format!(
+                "Invalid log level: {params}"
+            )))
         }
     };
-    state.out.result(id, &json!({}));
-    // Sent after the response so tests can rely on the order.
-    let note = json!({ "level": level, "logger": state.args.name, "data": format!("level set to {level}") });
-    state.out.notify("notifications/message", &note);
+    call.result(json!({}));
+    // Sent after the response so tests can rely on the order (over HTTP it goes to the
+    // session's own stream, as the POST's ended with the response).
+    let note = log_params(level, &state.args.name, format!("level set to {level}"));
+    call.notify("notifications/message", &note);
+}
+
+/// resources/subscribe and unsubscribe (--conformance). The fixture's resources never
+/// change, so a subscription is confirmed with one `notifications/resources/updated` right
+/// after the answer, letting tests see where such notifications go.
+fn subscription(call: &Call, method: &str, params: &Value) {
+    let Some(uri) = params.get("uri").and_then(Value::as_str) else {
+        return call.error(RpcError::invalid_params("Missing uri"));
+    };
+    call.result(json!({}));
+    if method == "resources/subscribe" {
+        call.notify("notifications/resources/updated", &json!({ "uri": uri }));
+    }
 }
 
 #[cfg(test)]

@@ -1,19 +1,26 @@
-//! Shared server state: configuration, prebuilt catalogs, dynamic tools and in-flight calls.
+//! Shared server state: configuration, prebuilt catalogs, dynamic tools, in-flight calls and
+//! the fixture's own requests waiting for their client's answer. All of it is process-wide,
+//! shared by every client (there is only one over stdio).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::rpc::Output;
+use crate::exchange::Transport;
 use crate::{catalog, tools, Args};
+
+/// A client's answer to one of the fixture's requests: its `result`, or its `error`.
+pub type Answer = Result<Value, Value>;
 
 pub struct State {
     pub args: Args,
     pub pid: u32,
-    pub out: Output,
+    /// Messages that belong to no request (list_changed), and exiting.
+    pub transport: Arc<dyn Transport>,
     /// Static tools (built once at start so tools/list only clones).
     pub tools: Vec<Value>,
     pub prompts: Vec<Value>,
@@ -24,22 +31,31 @@ pub struct State {
     /// Threaded calls that a `notifications/cancelled` can still stop, keyed by id JSON text.
     inflight: Mutex<HashMap<String, Arc<CancelToken>>>,
     cancelled: AtomicU64,
+    /// The fixture's requests to clients awaiting an answer, keyed by id JSON text.
+    asking: Mutex<HashMap<String, Sender<Answer>>>,
+    next_ask: AtomicU64,
 }
 
 impl State {
-    pub fn new(args: Args, pid: u32) -> Self {
+    pub fn new(args: Args, pid: u32, transport: Arc<dyn Transport>) -> Self {
         Self {
             tools: tools::static_tools(&args),
             prompts: catalog::prompts(&args),
-            resources: catalog::resources(&args.name),
-            templates: catalog::templates(&args.name),
+            resources: catalog::resources(&args),
+            templates: catalog::templates(&args),
             args,
             pid,
-            out: Output::new(),
+            transport,
             dynamic: RwLock::new(Vec::new()),
             inflight: Mutex::new(HashMap::new()),
             cancelled: AtomicU64::new(0),
+            asking: Mutex::new(HashMap::new()),
+            next_ask: AtomicU64::new(1),
         }
+    }
+
+    pub fn exit(&self, code: i32) -> ! {
+        self.transport.exit(code)
     }
 
     pub fn prompts_enabled(&self) -> bool {
@@ -48,6 +64,12 @@ impl State {
 
     pub fn resources_enabled(&self) -> bool {
         !self.args.no_resources
+    }
+
+    /// resources/subscribe exists only for the conformance suite, so that without
+    /// --conformance the fixture stays exactly what the other tests expect.
+    pub fn subscriptions_enabled(&self) -> bool {
+        self.args.conformance && self.resources_enabled()
     }
 
     /// Runs `f` over the dynamic tools under the read lock.
@@ -66,16 +88,17 @@ impl State {
         true
     }
 
-    pub fn register(&self, id: &Value) -> Arc<CancelToken> {
+    /// Registers an in-flight call under its key (`exchange::request_key`).
+    pub fn register(&self, key: &str) -> Arc<CancelToken> {
         let token = Arc::new(CancelToken::default());
         self.lock_inflight()
-            .insert(id.to_string(), Arc::clone(&token));
+            .insert(key.to_owned(), Arc::clone(&token));
         token
     }
 
     /// Ends an in-flight call; true (and counted) if it was cancelled, so no response is sent.
-    pub fn finish(&self, id: &Value, token: &CancelToken) -> bool {
-        self.lock_inflight().remove(&id.to_string());
+    pub fn finish(&self, key: &str, token: &CancelToken) -> bool {
+        self.lock_inflight().remove(key);
         let cancelled = token.is_cancelled();
         if cancelled {
             self.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -83,14 +106,37 @@ impl State {
         cancelled
     }
 
-    pub fn cancel(&self, request_id: &Value) {
-        if let Some(token) = self.lock_inflight().get(&request_id.to_string()) {
+    pub fn cancel(&self, key: &str) {
+        if let Some(token) = self.lock_inflight().get(key) {
             token.cancel();
         }
     }
 
     pub fn cancelled_count(&self) -> u64 {
         self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// A fresh id for a request to a client, and where its answer will arrive.
+    pub fn expect_answer(&self) -> (Value, Receiver<Answer>) {
+        let id = Value::from(self.next_ask.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = mpsc::channel();
+        self.lock_asking().insert(id.to_string(), tx);
+        (id, rx)
+    }
+
+    pub fn forget_answer(&self, id: &Value) {
+        self.lock_asking().remove(&id.to_string());
+    }
+
+    /// Hands a client's answer to the request waiting for it; false if none is (an unknown
+    /// id, or one that timed out).
+    pub fn resolve(&self, id: &Value, answer: Answer) -> bool {
+        let waiting = self.lock_asking().remove(&id.to_string());
+        waiting.is_some_and(|tx| tx.send(answer).is_ok())
+    }
+
+    fn lock_asking(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sender<Answer>>> {
+        self.asking.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lock_inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<CancelToken>>> {

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use crate::paging::paged;
 use crate::rpc::RpcError;
 use crate::state::State;
-use crate::Args;
+use crate::{conformance, Args};
 
 /// (name, what it does, JSON of the schema's properties, required) of every built-in tool.
 type Spec = (
@@ -44,6 +44,13 @@ pub fn is_builtin(name: &str) -> bool {
     SPECS.iter().any(|(n, ..)| *n == name)
 }
 
+/// True for every tool that exists from the start (built-in, extra, conformance).
+pub fn is_static(state: &State, name: &str) -> bool {
+    is_builtin(name)
+        || is_extra(state, name)
+        || (state.args.conformance && conformance::is_tool(name))
+}
+
 pub fn descriptor(name: &str, description: String, properties: Value, required: &[&str]) -> Value {
     json!({
         "name": name,
@@ -59,7 +66,8 @@ pub fn echo_descriptor(name: &str, description: String) -> Value {
     descriptor(name, description, properties, &["text"])
 }
 
-/// Built-in tools followed by `tool_0..tool_{N-1}`.
+/// Built-in tools followed by `tool_0..tool_{N-1}`, then (--conformance) the tools the
+/// conformance suite calls.
 pub fn static_tools(args: &Args) -> Vec<Value> {
     let server = &args.name;
     let mut tools: Vec<Value> = SPECS
@@ -73,6 +81,9 @@ pub fn static_tools(args: &Args) -> Vec<Value> {
         (0..args.extra_tools)
             .map(|i| echo_descriptor(&format!("tool_{i}"), extra_description(i, server))),
     );
+    if args.conformance {
+        tools.extend(conformance::tools());
+    }
     tools
 }
 

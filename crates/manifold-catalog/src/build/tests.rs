@@ -167,3 +167,48 @@ fn capabilities_are_read_from_the_slice() {
     assert!(s.has_capability("logging"));
     assert!(!s.has_capability("completions"));
 }
+
+#[test]
+fn one_upstream_may_expose_its_uris_unchanged() {
+    let mut plain = def("plain");
+    plain.uri_prefix = String::new();
+    let c = build(
+        vec![def("a"), plain.clone()],
+        vec![slice(&["t"]), slice(&["u"])],
+    );
+    let uris = exposed(&c, Kind::Resources);
+    assert_eq!(uris, ["a+file:///a.txt", "file:///a.txt"]);
+    assert_eq!(
+        exposed(&c, Kind::ResourceTemplates),
+        ["a+file:///{path}", "file:///{path}"]
+    );
+    // A known prefix routes to its upstream; anything else to the one without a prefix.
+    assert_eq!(c.resolve_uri("a+file:///a.txt"), Some((0, "file:///a.txt")));
+    assert_eq!(c.resolve_uri("file:///a.txt"), Some((1, "file:///a.txt")));
+    assert_eq!(c.resolve_uri("zz+x://y"), Some((1, "zz+x://y")));
+    // Without such an upstream, an unknown prefix is unknown.
+    let c = build(vec![def("a")], vec![slice(&["t"])]);
+    assert_eq!(c.resolve_uri("file:///a.txt"), None);
+    // Two upstreams without a URI prefix cannot both be.
+    let mut other = def("other");
+    other.uri_prefix = String::new();
+    let problems = UpstreamDef::validate_all(&[plain, other]).unwrap_err();
+    assert!(problems[0].contains("uri_prefix"), "{problems:?}");
+}
+
+#[test]
+fn an_unchanged_uri_that_looks_prefixed_is_withheld() {
+    let mut plain = def("plain");
+    plain.uri_prefix = String::new();
+    let tricky = Some(Arc::new(UpstreamSlice {
+        resources: vec![raw(r#"{"uri":"a+file:///x","name":"x"}"#)],
+        ..UpstreamSlice::default()
+    }));
+    let c = build(vec![def("a"), plain], vec![None, tricky]);
+    assert!(exposed(&c, Kind::Resources).is_empty());
+    assert!(
+        c.malformed()[0].contains("uri_prefix"),
+        "{:?}",
+        c.malformed()
+    );
+}

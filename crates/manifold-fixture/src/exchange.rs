@@ -1,0 +1,148 @@
+//! Where messages go. Every request is handled through a [`Call`], which carries the
+//! request's id and the [`Sink`] of the transport it came in on: over stdio that is stdout;
+//! over Streamable HTTP it is the POST that carried the request (its JSON answer, or its SSE
+//! stream when something comes before the answer). Messages that belong to no request go
+//! through the [`Transport`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::rpc::{self, RpcError};
+use crate::state::State;
+
+/// How long the fixture waits for the client to answer one of its requests.
+const CLIENT_ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The way back to the client for one request.
+pub trait Sink: Send + Sync {
+    /// A message about the request sent before its answer: progress, logging, a request to
+    /// the client. After the answer, a message goes to the client's own stream instead.
+    fn send(&self, line: Vec<u8>);
+    /// The request's answer: the last message about it.
+    fn answer(&self, line: Vec<u8>);
+    /// Ends the request's stream before the answer, as a server does to make its client
+    /// reconnect and resume (SEP-1699). Only Streamable HTTP has such streams.
+    fn close_stream(&self) {}
+    /// Names the client (empty over stdio), so that request ids of different HTTP sessions
+    /// never clash in the fixture's process-wide tables.
+    fn client(&self) -> &str;
+}
+
+/// Messages that belong to no request, and leaving.
+pub trait Transport: Send + Sync {
+    /// Sends a notification to every client: stdout, or every HTTP session's own stream.
+    fn broadcast(&self, line: &[u8]);
+    /// Exits the process without cutting a message in half.
+    fn exit(&self, code: i32) -> !;
+}
+
+/// One request being handled.
+pub struct Call {
+    pub id: Value,
+    sink: Arc<dyn Sink>,
+}
+
+impl Call {
+    pub fn new(id: Value, sink: Arc<dyn Sink>) -> Self {
+        Self { id, sink }
+    }
+
+    /// This request's key in the fixture's process-wide tables.
+    pub fn key(&self) -> String {
+        request_key(self.sink.client(), &self.id)
+    }
+
+    pub fn reply(&self, reply: Result<Value, RpcError>) {
+        self.sink.answer(rpc::response(&self.id, &reply));
+    }
+
+    pub fn result(&self, result: Value) {
+        self.reply(Ok(result));
+    }
+
+    pub fn error(&self, error: RpcError) {
+        self.reply(Err(error));
+    }
+
+    /// Answers with bytes as they are (the deliberate garbage of some tools).
+    pub fn raw_answer(&self, bytes: &[u8]) {
+        self.sink.answer(bytes.to_vec());
+    }
+
+    pub fn notify(&self, method: &str, params: &Value) {
+        self.sink.send(rpc::notification(method, params));
+    }
+
+    pub fn close_stream(&self) {
+        self.sink.close_stream();
+    }
+
+    /// Sends a request to the client and waits (bounded) for its answer: the `result`, or
+    /// the client's `error` as an [`RpcError`]. Blocks, so only call threads may use it.
+    pub fn ask(&self, state: &State, method: &str, params: &Value) -> Result<Value, RpcError> {
+        let (id, answer) = state.expect_answer();
+        self.sink.send(rpc::request(&id, method, params));
+        let reply = answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
+        state.forget_answer(&id);
+        match reply {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(error)) => Err(client_error(&error)),
+            Err(_) => Err(RpcError::new(
+                -32001,
+                format!("the client did not answer {method} within {CLIENT_ANSWER_TIMEOUT:?}"),
+            )),
+        }
+    }
+}
+
+/// Key of request `id` of `client` in the in-flight tables (the id's JSON text over stdio).
+pub fn request_key(client: &str, id: &Value) -> String {
+    if client.is_empty() {
+        id.to_string()
+    } else {
+        format!("{client} {id}")
+    }
+}
+
+/// A client's JSON-RPC error object as an [`RpcError`], whatever shape it came in.
+fn client_error(error: &Value) -> RpcError {
+    let code = error.get("code").and_then(Value::as_i64).unwrap_or(-32603);
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| error.to_string(), str::to_owned);
+    RpcError {
+        code,
+        message,
+        data: error.get("data").cloned(),
+    }
+}
+
+/// Notification params for one log message of `logger`.
+pub fn log_params(level: &str, logger: &str, data: impl Into<Value>) -> Value {
+    json!({ "level": level, "logger": logger, "data": data.into() })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_separate_clients() {
+        assert_eq!(request_key("", &json!(1)), "1");
+        assert_eq!(request_key("", &json!("1")), "\"1\"");
+        assert_ne!(request_key("a", &json!(1)), request_key("b", &json!(1)));
+    }
+
+    #[test]
+    fn client_errors_keep_code_and_message() {
+        let e = client_error(&json!({ "code": -32601, "message": "no sampling" }));
+        assert_eq!((e.code, e.message.as_str()), (-32601, "no sampling"));
+        let odd = client_error(&json!("broken"));
+        assert_eq!(odd.code, -32603);
+        assert_eq!(odd.message, "\"broken\"");
+    }
+}

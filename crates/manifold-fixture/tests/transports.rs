@@ -1,0 +1,400 @@
+//! The fixture binary driven over its transports: Streamable HTTP and HTTP+SSE (`--http`),
+//! and stdio for the conformance tools that ask the client something. Every wait is bounded.
+
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use manifold_protocol::sse::{Event, Parser};
+use reqwest::{Client, Response, StatusCode};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(10);
+const FIXTURE: &str = env!("CARGO_BIN_EXE_manifold-fixture");
+
+/// A fixture serving HTTP on a free loopback port; killed when dropped.
+struct HttpFixture {
+    child: Child,
+    base: String,
+    client: Client,
+}
+
+impl HttpFixture {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(FIXTURE)
+            .args(["--http", "127.0.0.1:0", "--name", "web"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the fixture");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(WAIT)
+            .expect("the fixture says where it listens");
+        assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+        let client = Client::builder().no_proxy().build().expect("client");
+        Self {
+            child,
+            base: format!("http://{addr}"),
+            client,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn post(&self, session: Option<&str>, body: &Value) -> Response {
+        let mut request = self
+            .client
+            .post(self.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        bounded(request.send()).await.expect("POST")
+    }
+
+    /// Initializes a Streamable HTTP session; returns its id.
+    async fn initialize(&self) -> String {
+        let response = self.post(None, &initialize()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let id = response.headers()["mcp-session-id"]
+            .to_str()
+            .expect("ascii session id")
+            .to_owned();
+        let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+        let status = self.post(Some(&id), &initialized).await.status();
+        assert_eq!(status, StatusCode::ACCEPTED);
+        id
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn initialize() -> Value {
+    json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": { "sampling": {} },
+        "clientInfo": { "name": "test", "version": "1" } } })
+}
+
+fn call(id: u64, name: &str, arguments: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": name, "arguments": arguments } })
+}
+
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, f).await.expect("timed out")
+}
+
+/// Reads SSE events from a response.
+struct Events {
+    response: Response,
+    parser: Parser,
+    ready: std::collections::VecDeque<Event>,
+}
+
+impl Events {
+    fn new(response: Response) -> Self {
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream",
+            "an SSE response"
+        );
+        Self {
+            response,
+            parser: Parser::new(1 << 20),
+            ready: Default::default(),
+        }
+    }
+
+    /// The next event, or None when the stream ends.
+    async fn next(&mut self) -> Option<Event> {
+        while self.ready.is_empty() {
+            let chunk = bounded(self.response.chunk()).await.expect("read")?;
+            let ready = &mut self.ready;
+            self.parser.feed(&chunk, |e| ready.push_back(e));
+        }
+        self.ready.pop_front()
+    }
+
+    /// The next event's data as JSON, skipping priming events.
+    async fn next_message(&mut self) -> Option<Value> {
+        loop {
+            let event = self.next().await?;
+            if !event.data.is_empty() {
+                return Some(serde_json::from_str(&event.data).expect("JSON data"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn streamable_sessions_are_required_and_end_on_delete() {
+    let server = HttpFixture::start(&[]);
+    let ping = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" });
+    assert_eq!(server.post(None, &ping).await.status(), 400);
+    assert_eq!(server.post(Some("nope"), &ping).await.status(), 404);
+    let session = server.initialize().await;
+    let answer = server
+        .post(Some(&session), &ping)
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer, json!({ "jsonrpc": "2.0", "id": 1, "result": {} }));
+    let delete = server.client.delete(server.url("/mcp"));
+    let deleted = bounded(delete.header("mcp-session-id", &session).send()).await;
+    assert_eq!(deleted.unwrap().status(), StatusCode::OK);
+    assert_eq!(server.post(Some(&session), &ping).await.status(), 404);
+}
+
+#[tokio::test]
+async fn notifications_before_the_answer_make_a_primed_sse_stream() {
+    let server = HttpFixture::start(&[]);
+    let session = server.initialize().await;
+    let mut progress = call(2, "progress", json!({ "steps": 2 }));
+    progress["params"]["_meta"] = json!({ "progressToken": "p" });
+    let mut events = Events::new(server.post(Some(&session), &progress).await);
+    let priming = events.next().await.unwrap();
+    assert_eq!(
+        (priming.data.as_str(), priming.id.as_deref()),
+        ("", Some("1-0"))
+    );
+    for step in 1..=2 {
+        let note = events.next_message().await.unwrap();
+        assert_eq!(note["method"], "notifications/progress");
+        assert_eq!(note["params"]["progress"], step);
+    }
+    let answer = events.next_message().await.unwrap();
+    assert_eq!(answer["result"]["content"][0]["text"], "progressed 2");
+    assert!(
+        events.next().await.is_none(),
+        "the stream ends with the answer"
+    );
+}
+
+#[tokio::test]
+async fn the_get_stream_carries_list_changed() {
+    let server = HttpFixture::start(&[]);
+    let session = server.initialize().await;
+    let get = server.client.get(server.url("/mcp"));
+    let get = get
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session);
+    let mut own = Events::new(bounded(get.send()).await.unwrap());
+    let added = server
+        .post(
+            Some(&session),
+            &call(3, "add_tool", json!({ "name": "extra" })),
+        )
+        .await;
+    assert_eq!(added.headers()["content-type"], "application/json");
+    let note = own.next_message().await.unwrap();
+    assert_eq!(note["method"], "notifications/tools/list_changed");
+}
+
+#[tokio::test]
+async fn sampling_goes_out_on_the_call_stream_and_the_answer_comes_back() {
+    let server = HttpFixture::start(&["--conformance"]);
+    let session = server.initialize().await;
+    let sampling = call(4, "test_sampling", json!({ "prompt": "hello" }));
+    let mut events = Events::new(server.post(Some(&session), &sampling).await);
+    let request = events.next_message().await.unwrap();
+    assert_eq!(request["method"], "sampling/createMessage");
+    assert_eq!(request["params"]["messages"][0]["content"]["text"], "hello");
+    let reply = json!({ "jsonrpc": "2.0", "id": request["id"], "result": {
+        "role": "assistant", "content": { "type": "text", "text": "hi there" }, "model": "m" } });
+    assert_eq!(server.post(Some(&session), &reply).await.status(), 202);
+    let answer = events.next_message().await.unwrap();
+    assert_eq!(answer["id"], 4);
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        "LLM response: hi there"
+    );
+}
+
+#[tokio::test]
+async fn a_closed_stream_resumes_with_last_event_id() {
+    let server = HttpFixture::start(&["--conformance"]);
+    let session = server.initialize().await;
+    let reconnect = call(5, "test_reconnection", json!({}));
+    let mut events = Events::new(server.post(Some(&session), &reconnect).await);
+    let priming = events.next().await.unwrap();
+    assert!(events.next().await.is_none(), "closed before the answer");
+    let get = server.client.get(server.url("/mcp"));
+    let get = get
+        .header("mcp-session-id", &session)
+        .header("last-event-id", priming.id.unwrap());
+    let mut resumed = Events::new(bounded(get.send()).await.unwrap());
+    let answer = resumed.next_message().await.unwrap();
+    assert_eq!(answer["id"], 5);
+    assert!(answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Reconnection test completed"));
+}
+
+#[tokio::test]
+async fn the_http_sse_transport_answers_on_its_stream() {
+    let server = HttpFixture::start(&[]);
+    let open = bounded(server.client.get(server.url("/sse")).send()).await;
+    let mut stream = Events::new(open.unwrap());
+    let endpoint = stream.next().await.unwrap();
+    assert_eq!(endpoint.kind, "endpoint");
+    assert!(endpoint.data.starts_with("/messages?sessionId="));
+    let post = server
+        .client
+        .post(server.url(&endpoint.data))
+        .body(initialize().to_string());
+    assert_eq!(bounded(post.send()).await.unwrap().status(), 202);
+    let answer = stream.next_message().await.unwrap();
+    assert_eq!(answer["result"]["serverInfo"]["name"], "web");
+    let lost = server.client.post(server.url("/messages?sessionId=x"));
+    assert_eq!(
+        bounded(lost.body(initialize().to_string()).send())
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
+#[tokio::test]
+async fn foreign_hosts_and_origins_are_refused() {
+    let server = HttpFixture::start(&[]);
+    for (name, value) in [
+        ("host", "evil.example.com"),
+        ("origin", "http://evil.example.com"),
+    ] {
+        let post = server.client.post(server.url("/mcp")).header(name, value);
+        let refused = bounded(post.body(initialize().to_string()).send())
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{name}");
+    }
+    let local = server
+        .client
+        .post(server.url("/mcp"))
+        .header("origin", "http://localhost:1");
+    let accepted = bounded(local.body(initialize().to_string()).send())
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), StatusCode::OK);
+}
+
+/// The fixture over stdio; killed when dropped.
+struct StdioFixture {
+    child: Child,
+    input: ChildStdin,
+    output: std::sync::mpsc::Receiver<Value>,
+}
+
+impl StdioFixture {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(FIXTURE)
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the fixture");
+        let input = child.stdin.take().expect("stdin");
+        let stdout: ChildStdout = child.stdout.take().expect("stdout");
+        let (tx, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str(&line).expect("JSON line"));
+            }
+        });
+        Self {
+            child,
+            input,
+            output,
+        }
+    }
+
+    fn send(&mut self, msg: &Value) {
+        writeln!(self.input, "{msg}").expect("write");
+    }
+
+    fn receive(&self) -> Value {
+        self.output.recv_timeout(WAIT).expect("a message")
+    }
+}
+
+impl Drop for StdioFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn elicitation_over_stdio_reads_the_answer_from_stdin() {
+    let mut fixture = StdioFixture::start(&["--conformance"]);
+    fixture.send(&initialize());
+    assert_eq!(fixture.receive()["id"], 0);
+    fixture.send(&call(1, "test_elicitation", json!({ "message": "who?" })));
+    let request = fixture.receive();
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "who?");
+    // Other requests are still served while the call waits for the answer.
+    fixture.send(&json!({ "jsonrpc": "2.0", "id": 2, "method": "ping" }));
+    assert_eq!(fixture.receive()["id"], 2);
+    fixture.send(&json!({ "jsonrpc": "2.0", "id": request["id"],
+                          "result": { "action": "accept", "content": { "username": "u" } } }));
+    let answer = fixture.receive();
+    assert_eq!(answer["id"], 1);
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        text,
+        r#"User response: action=accept, content={"username":"u"}"#
+    );
+}
+
+#[test]
+fn without_conformance_the_catalog_and_methods_stay_as_they_were() {
+    let mut fixture = StdioFixture::start(&[]);
+    fixture.send(&initialize());
+    let init = fixture.receive();
+    assert_eq!(
+        init["result"]["capabilities"]["resources"]["subscribe"],
+        false
+    );
+    fixture.send(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }));
+    let tools = fixture.receive();
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 14);
+    assert!(!names.iter().any(|n| n.starts_with("test_")));
+    let subscribe = json!({ "jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                            "params": { "uri": "fixture://fixture/readme" } });
+    fixture.send(&subscribe);
+    assert_eq!(fixture.receive()["error"]["code"], -32601);
+}

@@ -1,0 +1,123 @@
+//! HTTP upstreams: Manifold reaching the fixture server over Streamable HTTP and over the
+//! HTTP+SSE transport, for hosts on stdio; and an HTTP upstream that goes away, loses its
+//! session, or comes back.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::*;
+use crate::harness::*;
+
+fn http_upstream(key: &str, url: &str, transport: Option<&str>) -> String {
+    let mut s = format!("[upstreams.{key}]\nurl = {url:?}\n");
+    if let Some(t) = transport {
+        s.push_str(&format!("transport = {t:?}\n"));
+    }
+    s.push_str("restart_initial_backoff_ms = 100\nrestart_max_backoff_ms = 400\n");
+    s
+}
+
+#[test]
+fn a_stdio_host_reaches_http_upstreams_of_both_transports() {
+    let up = FixtureHttp::start(0, &["--name", "remote"]);
+    let config = format!(
+        "{}\n{}\n{}",
+        http_upstream("streamable", &up.url("/mcp"), Some("streamable-http")),
+        http_upstream("legacy", &up.url("/sse"), Some("sse")),
+        // No transport named: Streamable HTTP is tried first, and the fallback finds SSE.
+        http_upstream("auto", &up.url("/sse"), None),
+    );
+    let mut m = Manifold::ready(&config);
+    for key in ["streamable", "legacy", "auto"] {
+        let text = format!("over {key}");
+        let r = m.call(&format!("{key}__echo"), json!({"text": text}));
+        assert_eq!(text_of(&r), text, "{r}");
+    }
+    // Progress comes back with the host's token, over the POST's event stream.
+    let id = m.send_request(
+        "tools/call",
+        json!({"name": "streamable__progress", "arguments": {"steps": 2}, "_meta": {"progressToken": "host-token"}}),
+    );
+    let p = m.wait_for(|v| v["method"] == "notifications/progress");
+    assert_eq!(p["params"]["progressToken"], "host-token", "{p}");
+    assert_eq!(text_of(&m.response(&json!(id))), "progressed 2");
+    // Resources keep their exposed URIs across HTTP.
+    let r = m.request(
+        "resources/read",
+        json!({"uri": "legacy+fixture://remote/readme"}),
+    );
+    assert_eq!(
+        r["result"]["contents"][0]["uri"], "legacy+fixture://remote/readme",
+        "{r}"
+    );
+    // A notification on the session's GET stream (list_changed) refreshes the catalog.
+    m.call("streamable__add_tool", json!({"name": "late"}));
+    m.wait_for(|v| v["method"] == "notifications/tools/list_changed");
+    eventually("the new tool is listed", || {
+        m.names("tools/list", "tools", "name")
+            .contains(&"streamable__late".to_owned())
+    });
+    assert_eq!(m.close(), Some(0));
+    // Shutting down ends the upstream sessions (DELETE) rather than leaving them behind.
+    eventually("the upstream saw its session deleted", || {
+        up.stderr().contains("deleted")
+    });
+}
+
+#[test]
+fn an_unreachable_http_upstream_fails_fast_and_comes_back() {
+    let mut up = FixtureHttp::start(0, &["--name", "remote"]);
+    let config = format!(
+        "{}\n{}",
+        http_upstream("remote", &up.url("/mcp"), None),
+        fixture_upstream("local", &["--name", "local"]),
+    );
+    let mut m = Manifold::ready(&config);
+    assert_eq!(text_of(&m.call("remote__echo", json!({"text": "a"}))), "a");
+    up.kill();
+    // Calls to it fail at once, naming it; its names stay listed; the others serve on.
+    eventually("calls to the dead upstream fail", || {
+        let r = m.call("remote__echo", json!({"text": "b"}));
+        r.get("error").is_some()
+    });
+    let r = m.call("remote__echo", json!({"text": "c"}));
+    assert_eq!(error_code(&r), -32010, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("remote"),
+        "{r}"
+    );
+    assert!(m
+        .names("tools/list", "tools", "name")
+        .contains(&"remote__echo".to_owned()));
+    assert_eq!(
+        text_of(&m.call("local__echo", json!({"text": "fine"}))),
+        "fine"
+    );
+    up.restart();
+    eventually("the upstream is back", || {
+        let r = m.call("remote__echo", json!({"text": "back"}));
+        r.get("result").is_some()
+    });
+    assert!(m.stderr().contains("cannot reach"), "{}", m.stderr());
+}
+
+#[test]
+fn an_upstream_that_lost_the_session_is_initialized_again() {
+    let mut up = FixtureHttp::start(0, &["--name", "remote"]);
+    let config = http_upstream("remote", &up.url("/mcp"), Some("streamable-http"));
+    let mut m = Manifold::ready(&config);
+    assert_eq!(text_of(&m.call("remote__echo", json!({"text": "a"}))), "a");
+    // A new server on the same address knows nothing of the old session.
+    up.restart();
+    eventually("calls work again on a new session", || {
+        let r = m.call("remote__echo", json!({"text": "again"}));
+        r.get("result").is_some()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let log = m.stderr();
+    assert!(
+        log.contains("lost its session") || log.contains("cannot reach"),
+        "{log}"
+    );
+}
