@@ -24,7 +24,9 @@ mod tests {
     fn finds_what_it_names() {
         assert!(URI_MEMBER.find(br#"{"x":{"uri":"a"}}"#).is_some());
         assert!(URI_MEMBER.find(br#"{"uris":1}"#).is_none());
-        assert!(PROGRESS_TOKEN.find(br#"{"_meta":{"progressToken":1}}"#).is_some());
+        assert!(PROGRESS_TOKEN
+            .find(br#"{"_meta":{"progressToken":1}}"#)
+            .is_some());
         assert!(DATA_MEMBER.find(br#"{"code":1,"data":{}}"#).is_some());
     }
 }
