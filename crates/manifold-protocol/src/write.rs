@@ -69,6 +69,20 @@ pub fn request(out: &mut Vec<u8>, id: u64, method: &str, params: Option<&str>) {
     out.extend_from_slice(b"}\n");
 }
 
+/// A request whose id is given as JSON text (a string id, for requests to hosts).
+pub fn request_with_id(out: &mut Vec<u8>, id: &str, method: &str, params: Option<&str>) {
+    out.reserve(id.len() + method.len() + params.map_or(0, str::len) + 60);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b",\"method\":");
+    write_json_str(out, method);
+    if let Some(params) = params {
+        out.extend_from_slice(b",\"params\":");
+        out.extend_from_slice(params.as_bytes());
+    }
+    out.extend_from_slice(b"}\n");
+}
+
 /// A notification; `params` is JSON text.
 pub fn notification(out: &mut Vec<u8>, method: &str, params: Option<&str>) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");

@@ -145,6 +145,7 @@ impl Router {
             return;
         };
         session.mark_ended(reason);
+        session.abandon_outbound(&format!("the host session ended: {reason}"));
         let cancelled: usize = self
             .upstreams
             .iter()
@@ -209,10 +210,27 @@ impl Router {
                 Handled::Notification
             }
             Kind::Response => {
-                // Manifold sends hosts no requests yet, so no answer can match one.
-                tracing::debug!(id = env.id, "answer from the host matches no request");
+                self.host_answer(origin, env);
                 Handled::Response
             }
+        }
+    }
+
+    /// The host answered one of the requests Manifold sent it for an upstream: the answer
+    /// goes back to that upstream, under the upstream's own id.
+    fn host_answer(&self, origin: &Origin, env: &Envelope<'_>) {
+        let reply = origin
+            .session
+            .as_ref()
+            .zip(env.id)
+            .and_then(|(s, id)| s.answered(&canonical_id(id)));
+        let Some(reply) = reply else {
+            tracing::debug!(id = env.id, "answer from the host matches no request");
+            return;
+        };
+        match (env.result, env.error) {
+            (_, Some(error)) => reply.raw_error(error),
+            (result, None) => reply.result(result.unwrap_or("null")),
         }
     }
 
@@ -441,7 +459,13 @@ impl Router {
                     "host cancelled a request"
                 );
             }
-            "notifications/initialized" | "notifications/roots/list_changed" => {}
+            // Upstreams that asked for roots ask again, of whichever host they then serve.
+            "notifications/roots/list_changed" => {
+                for conn in self.upstreams.iter().filter_map(UpstreamHandle::connection) {
+                    let _ = conn.notify("notifications/roots/list_changed", None);
+                }
+            }
+            "notifications/initialized" => {}
             other => tracing::debug!(method = other, "host notification ignored"),
         }
     }

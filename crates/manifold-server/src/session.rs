@@ -2,10 +2,12 @@
 //! session as a whole go. The transport that carries it is only a label here.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
+use manifold_upstream::ServerReply;
 use tokio::sync::watch;
 
 use crate::outlet::Outlet;
@@ -38,6 +40,16 @@ pub struct Client {
     pub info: Option<Box<str>>,
 }
 
+impl Client {
+    /// Whether the host declared capability `name` (`sampling`, `elicitation`, `roots`).
+    pub fn declares(&self, name: &str) -> bool {
+        manifold_protocol::RawObject::parse(&self.capabilities)
+            .ok()
+            .and_then(|c| c.get(name).map(|v| v != "null"))
+            .unwrap_or(false)
+    }
+}
+
 const NEW: u8 = 0;
 const INITIALIZING: u8 = 1;
 const READY: u8 = 2;
@@ -62,7 +74,20 @@ pub struct Session {
     transport_state: Option<Arc<dyn Any + Send + Sync>>,
     /// The token hosts present to name the session (HTTP), once registered.
     token: OnceLock<Box<str>>,
+    /// Requests Manifold sent this session's host on an upstream's behalf, by the id the host
+    /// saw. Locked to add or take one.
+    outbound: Mutex<Outbound>,
 }
+
+/// Requests sent to the host and not yet answered.
+#[derive(Default)]
+struct Outbound {
+    next: u64,
+    waiting: HashMap<String, ServerReply>,
+}
+
+/// Requests to one host waiting for its answer, at most; past it the oldest is refused.
+const OUTBOUND_LIMIT: usize = 1024;
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
@@ -101,7 +126,50 @@ impl Session {
             ended: watch::channel(None).0,
             transport_state: state,
             token: OnceLock::new(),
+            outbound: Mutex::new(Outbound::default()),
         })
+    }
+
+    fn outbound(&self) -> MutexGuard<'_, Outbound> {
+        self.outbound
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps `reply` until the host answers; returns the id (JSON text) to send the request
+    /// under. Ids are Manifold's own (`"mf-N"`), so they never clash with the host's.
+    pub fn expect_answer(&self, reply: ServerReply) -> String {
+        let mut out = self.outbound();
+        out.next += 1;
+        let id = format!("\"mf-{}\"", out.next);
+        if out.waiting.len() >= OUTBOUND_LIMIT {
+            let oldest = out
+                .waiting
+                .keys()
+                .min_by_key(|k| (k.len(), (*k).clone()))
+                .cloned();
+            if let Some(reply) = oldest.and_then(|k| out.waiting.remove(&k)) {
+                reply.error(
+                    manifold_protocol::codes::INTERNAL_ERROR,
+                    "the host has too many requests to answer; this one was given up",
+                );
+            }
+        }
+        out.waiting.insert(id.clone(), reply);
+        id
+    }
+
+    /// The request the host answered with `id` (canonical JSON text), if it is one.
+    pub fn answered(&self, id: &str) -> Option<ServerReply> {
+        self.outbound().waiting.remove(id)
+    }
+
+    /// Refuses every request still waiting for the host (the session is ending).
+    pub(crate) fn abandon_outbound(&self, reason: &str) {
+        let waiting: Vec<ServerReply> = self.outbound().waiting.drain().map(|(_, r)| r).collect();
+        for reply in waiting {
+            reply.error(manifold_protocol::codes::INTERNAL_ERROR, reason);
+        }
     }
 
     /// The token hosts present to name this session (HTTP).

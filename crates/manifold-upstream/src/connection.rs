@@ -5,7 +5,7 @@
 //! process or one HTTP session: a restart makes a new one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use manifold_protocol::envelope::id_of_fragments;
@@ -13,7 +13,9 @@ use manifold_protocol::{codes, write, Envelope, ErrorObject, Kind, RawObject};
 use tokio::sync::oneshot;
 
 use crate::error::UpstreamError;
-use crate::pending::{Answer, Entry, Forward, Outcome, Pending, Reply};
+use crate::pending::{
+    Answer, Entry, Exchange, Forward, Outcome, Pending, Reply, ServerReply, ServerRequest,
+};
 use crate::pipe::WriteError;
 
 /// How a connection's messages reach the upstream.
@@ -208,28 +210,120 @@ impl Connection {
         let _ = self.notify("notifications/cancelled", Some(&params));
     }
 
-    /// Handles one message read from the upstream. An error means the upstream broke the
-    /// protocol (the text says how); the caller ends the connection.
-    pub(crate) fn receive(&self, line: &[u8]) -> Result<(), String> {
+    /// Handles one message read from the upstream. `via` is the upstream id of the request
+    /// whose answer stream carried it, when the transport knows (HTTP). An error means the
+    /// upstream broke the protocol (the text says how); the caller ends the connection.
+    pub(crate) fn receive(self: &Arc<Self>, line: &[u8], via: Option<u64>) -> Result<(), String> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
         let env = Envelope::decode(line).map_err(|e| garbage(line, &e.to_string()))?;
         match env.kind().map_err(|e| garbage(line, &e.to_string()))? {
             Kind::Response => self.response(&env, line),
-            Kind::Request => self.answer_server_request(&env),
+            Kind::Request => self.server_request(&env, via),
             Kind::Notification => {
                 let method = env.method.as_deref().unwrap_or_default();
-                if method == "notifications/progress" {
-                    if let Some(params) = env.params {
-                        self.progress(params);
+                match method {
+                    "notifications/progress" => {
+                        if let Some(params) = env.params {
+                            self.progress(params);
+                        }
                     }
-                } else {
-                    self.events.notification(method, env.params);
+                    "notifications/elicitation/complete" => self.related(line, via),
+                    _ => self.events.notification(method, env.params),
                 }
             }
         }
         Ok(())
+    }
+
+    /// Writes a complete line to the upstream (answers to its own requests).
+    pub(crate) fn send_line(&self, line: &[u8]) {
+        if let Err(e) = self.wire.send(line) {
+            tracing::debug!(upstream = %self.name, "answer to the upstream not sent: {e}");
+        }
+    }
+
+    /// Calls `f` with the exchange a message from the upstream belongs to: the request whose
+    /// stream carried it (`via`), or else the only host session with requests in flight here
+    /// (its latest one). `Err` says why none could be chosen.
+    fn with_owner<R>(
+        &self,
+        via: Option<u64>,
+        f: impl FnOnce(&dyn Exchange) -> R,
+    ) -> Result<R, &'static str> {
+        let st = self.lock();
+        fn forwarded(e: &Entry) -> Option<&dyn Exchange> {
+            match &e.reply {
+                Reply::Forward(fwd) => Some(&*fwd.exchange),
+                Reply::Channel(_) => None,
+            }
+        }
+        if let Some(id) = via {
+            if let Some(exchange) = st.table.entries.get(&id).and_then(forwarded) {
+                return Ok(f(exchange));
+            }
+        }
+        let mut owner: Option<(u64, &dyn Exchange)> = None;
+        for (id, entry) in &st.table.entries {
+            let Some(exchange) = forwarded(entry) else {
+                continue;
+            };
+            match owner {
+                Some((_, o)) if o.session() != exchange.session() => {
+                    return Err("several host sessions have requests in flight to this upstream, so Manifold cannot tell which host it is for; set isolation = \"session\" on the upstream to give each host its own connection")
+                }
+                Some((latest, _)) if latest > *id => {}
+                _ => owner = Some((*id, exchange)),
+            }
+        }
+        match owner {
+            Some((_, exchange)) => Ok(f(exchange)),
+            None => {
+                Err("no host request is in flight to this upstream, so there is no host to ask")
+            }
+        }
+    }
+
+    /// A request from the upstream to its client: `ping` is answered here; the rest go to the
+    /// host that owns the request in flight (see [`Connection::with_owner`]).
+    fn server_request(self: &Arc<Self>, env: &Envelope<'_>, via: Option<u64>) {
+        let Some(id) = env.id else { return };
+        let method = env.method.as_deref().unwrap_or_default();
+        let reply = ServerReply {
+            conn: Arc::downgrade(self),
+            id: id.into(),
+            upstream: self.name.clone(),
+        };
+        if method == "ping" {
+            return reply.result("{}");
+        }
+        let request = ServerRequest {
+            method: method.to_owned(),
+            params: env.params.map(str::to_owned),
+            reply,
+        };
+        // The request moves into the closure; on failure it comes back to be refused.
+        let mut request = Some(request);
+        let routed = self.with_owner(via, |exchange| {
+            if let Some(r) = request.take() {
+                exchange.server_request(r);
+            }
+        });
+        if let (Err(why), Some(request)) = (routed, request) {
+            tracing::warn!(upstream = %self.name, method, "request from the upstream refused: {why}");
+            request.reply.error(
+                codes::INTERNAL_ERROR,
+                &format!("Manifold cannot forward {method}: {why}"),
+            );
+        }
+    }
+
+    /// A notification that belongs with a request in flight goes to that request's host.
+    fn related(&self, line: &[u8], via: Option<u64>) {
+        if let Err(why) = self.with_owner(via, |exchange| exchange.related(line)) {
+            tracing::debug!(upstream = %self.name, "notification dropped: {why}");
+        }
     }
 
     fn response(&self, env: &Envelope<'_>, line: &[u8]) {
@@ -403,25 +497,6 @@ impl Connection {
         for entry in drained {
             self.fail(entry.reply, self.closed_error(reason));
         }
-    }
-
-    /// Requests from an upstream to its client. Only `ping` is answered: with one process
-    /// shared by every session there is no single host to forward sampling, roots or
-    /// elicitation to, and Manifold did not declare those capabilities.
-    fn answer_server_request(&self, env: &Envelope<'_>) {
-        let Some(id) = env.id else { return };
-        let method = env.method.as_deref().unwrap_or_default();
-        let mut out = Vec::new();
-        if method == "ping" {
-            write::response(&mut out, id, "{}");
-        } else {
-            let err = ErrorObject::new(
-                codes::METHOD_NOT_FOUND,
-                format!("Manifold does not forward {method} from a shared upstream"),
-            );
-            write::error_response(&mut out, Some(id), &err);
-        }
-        let _ = self.wire.send(&out);
     }
 
     fn fail(&self, reply: Reply, err: UpstreamError) {

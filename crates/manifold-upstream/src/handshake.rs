@@ -16,8 +16,10 @@ const MAX_PAGES: usize = 10_000;
 /// Runs `initialize` / `notifications/initialized`, then fetches every list the upstream
 /// declared a capability for.
 pub(crate) async fn run(conn: Arc<Connection>) -> Result<UpstreamSlice, String> {
+    // Manifold forwards these requests to the host that owns the request in flight, which
+    // answers them if it can (a host that cannot gets the request refused on its behalf).
     let params = format!(
-        r#"{{"protocolVersion":"{}","capabilities":{{}},"clientInfo":{{"name":"manifold","version":"{}"}}}}"#,
+        r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{"form":{{}},"url":{{}}}}}},"clientInfo":{{"name":"manifold","version":"{}"}}}}"#,
         version::LATEST,
         env!("CARGO_PKG_VERSION")
     );

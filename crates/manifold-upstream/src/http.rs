@@ -286,11 +286,12 @@ impl Client {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        let via = request_id(&body);
         if is_sse {
-            let parser = self.read_stream(response, initialize).await;
+            let parser = self.read_stream(response, initialize, via).await;
             self.resume(&body, parser).await;
         } else {
-            self.read_json(response, initialize).await;
+            self.read_json(response, initialize, via).await;
         }
     }
 
@@ -324,7 +325,7 @@ impl Client {
             match resumed {
                 Ok(r) if r.status().is_success() => {
                     let retry = parser.retry_ms();
-                    parser = self.read_stream(r, false).await;
+                    parser = self.read_stream(r, false, Some(id)).await;
                     match parser.last_id() {
                         Some(now) if now != last => fruitless = 0,
                         Some(_) => {}
@@ -354,7 +355,7 @@ impl Client {
     }
 
     /// A JSON answer, read up to the size limit.
-    async fn read_json(&self, mut response: reqwest::Response, initialize: bool) {
+    async fn read_json(&self, mut response: reqwest::Response, initialize: bool, via: Option<u64>) {
         let mut body = Vec::new();
         let mut len = 0usize;
         let mut tail = Vec::new();
@@ -394,7 +395,7 @@ impl Client {
             _ => vec![&body[..]],
         };
         for message in messages {
-            if let Err(problem) = conn.receive(message) {
+            if let Err(problem) = conn.receive(message, via) {
                 return self.fail(&problem);
             }
         }
@@ -402,7 +403,12 @@ impl Client {
 
     /// An SSE stream (a POST's, or the session's GET stream): every `message` event is a
     /// message. Returns the parser, for the last event id and the retry delay.
-    async fn read_stream(&self, mut response: reqwest::Response, initialize: bool) -> Parser {
+    async fn read_stream(
+        &self,
+        mut response: reqwest::Response,
+        initialize: bool,
+        via: Option<u64>,
+    ) -> Parser {
         let mut parser = Parser::new(self.max);
         let mut closed = self.closed.subscribe();
         loop {
@@ -415,7 +421,7 @@ impl Client {
                     let mut broken = None;
                     parser.feed(&bytes, |event| {
                         if broken.is_none() {
-                            broken = self.event(event, initialize).err();
+                            broken = self.event(event, initialize, via).err();
                         }
                     });
                     if let Some(problem) = broken {
@@ -432,7 +438,7 @@ impl Client {
         }
     }
 
-    fn event(&self, event: Event, initialize: bool) -> Result<(), String> {
+    fn event(&self, event: Event, initialize: bool, via: Option<u64>) -> Result<(), String> {
         if event.kind != "message" {
             return Ok(());
         }
@@ -446,7 +452,7 @@ impl Client {
         if initialize {
             self.learn_version(event.data.as_bytes());
         }
-        conn.receive(event.data.as_bytes())
+        conn.receive(event.data.as_bytes(), via)
     }
 
     /// Notes the protocol version of an initialize answer, for the header every later
@@ -485,7 +491,7 @@ impl Client {
                 }
                 Ok(r) if r.status().is_success() => {
                     failures = 0;
-                    let parser = self.read_stream(r, false).await;
+                    let parser = self.read_stream(r, false, None).await;
                     if let Some(id) = parser.last_id() {
                         last_id = Some(id.to_owned());
                     }
@@ -579,7 +585,7 @@ impl Client {
                         Err(e) => broken = Some(format!("its endpoint event is not a URL: {e}")),
                     }
                 } else {
-                    broken = self.event(event, false).err();
+                    broken = self.event(event, false, None).err();
                 }
             });
             if let Some(problem) = broken {

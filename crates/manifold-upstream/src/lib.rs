@@ -27,4 +27,4 @@ pub use connection::{error_object, Connection};
 pub use error::UpstreamError;
 pub use handle::UpstreamHandle;
 pub use hub::{Deaf, Hub, Listener};
-pub use pending::{Answer, Exchange, Forward, Outcome};
+pub use pending::{Answer, Exchange, Forward, Outcome, ServerReply, ServerRequest};

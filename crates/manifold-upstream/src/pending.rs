@@ -2,10 +2,12 @@
 //! Manifold is told about each one.
 
 use std::collections::HashMap;
+use std::sync::Weak;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::connection::Connection;
 use crate::error::UpstreamError;
 
 /// The host side of a request forwarded for a host: told of its progress and, exactly once,
@@ -24,6 +26,67 @@ pub trait Exchange: Send + Sync {
     /// Whether this is the request with id `host_id` (canonical JSON text, see
     /// `manifold_protocol::envelope::canonical_id`) of session `session`.
     fn is(&self, session: u64, host_id: &str) -> bool;
+    /// A request from the upstream to its client (sampling, elicitation, roots, ping) made
+    /// while this request was in flight, and found to belong to it. The exchange forwards it
+    /// to its host, or refuses it through `request.reply`.
+    fn server_request(&self, request: ServerRequest);
+    /// A notification from the upstream that belongs with this request (e.g.
+    /// `notifications/elicitation/complete`), as a complete line.
+    fn related(&self, line: &[u8]);
+}
+
+/// A request an upstream sent to its client.
+#[derive(Debug)]
+pub struct ServerRequest {
+    pub method: String,
+    /// JSON text of the params, if any.
+    pub params: Option<String>,
+    pub reply: ServerReply,
+}
+
+/// The way back to the upstream for one of its requests: its id and its connection. Dropping
+/// it unanswered tells the upstream nothing (the upstream's own timeout then applies).
+#[derive(Debug)]
+pub struct ServerReply {
+    pub(crate) conn: Weak<Connection>,
+    /// The upstream's id of its request, as JSON text.
+    pub(crate) id: Box<str>,
+    pub(crate) upstream: Box<str>,
+}
+
+impl ServerReply {
+    /// The upstream this request came from.
+    pub fn upstream(&self) -> &str {
+        &self.upstream
+    }
+
+    /// Answers with a result (JSON text).
+    pub fn result(self, result: &str) {
+        let mut line = Vec::with_capacity(result.len() + 48);
+        manifold_protocol::write::response(&mut line, &self.id, result);
+        self.send(&line);
+    }
+
+    /// Answers with an error object (JSON text, as a host sent it).
+    pub fn raw_error(self, error: &str) {
+        let mut line = Vec::with_capacity(error.len() + 48);
+        manifold_protocol::write::raw_error_response(&mut line, &self.id, error);
+        self.send(&line);
+    }
+
+    /// Answers with an error.
+    pub fn error(self, code: i64, message: &str) {
+        let mut line = Vec::new();
+        let err = manifold_protocol::ErrorObject::new(code, message);
+        manifold_protocol::write::error_response(&mut line, Some(&self.id), &err);
+        self.send(&line);
+    }
+
+    fn send(self, line: &[u8]) {
+        if let Some(conn) = self.conn.upgrade() {
+            conn.send_line(line);
+        }
+    }
 }
 
 /// How a forwarded request ended.

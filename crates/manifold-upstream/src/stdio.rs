@@ -95,7 +95,7 @@ pub(crate) fn start(
 /// Reads until end of input or a protocol violation; returns the reason it stopped. A
 /// message over the size limit is skipped (newline framing allows it): only the request it
 /// answered fails.
-fn read_loop(conn: &Connection, mut stdout: ChildStdout, max: usize) -> String {
+fn read_loop(conn: &Arc<Connection>, mut stdout: ChildStdout, max: usize) -> String {
     let mut buf = LineBuffer::new(max);
     let mut size = PipeSize::of(&stdout);
     loop {
@@ -121,7 +121,7 @@ fn read_loop(conn: &Connection, mut stdout: ChildStdout, max: usize) -> String {
 }
 
 fn handle(
-    conn: &Connection,
+    conn: &Arc<Connection>,
     frame: Frame<'_>,
     max: usize,
     size: &mut PipeSize,
@@ -131,7 +131,7 @@ fn handle(
         Frame::Line(line) => {
             // Large answers come in fewer pipe-fulls from now on.
             size.fit(stdout, line.len());
-            conn.receive(line)
+            conn.receive(line, None)
         }
         Frame::Oversize { len, head, tail } => {
             conn.oversize(len, max, head, tail);

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use manifold_catalog::{rewrite, Kind};
+use manifold_protocol::codes;
 use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::write;
-use manifold_upstream::{error_object, Exchange, Hub, Outcome};
+use manifold_upstream::{error_object, Exchange, Hub, Outcome, ServerRequest};
 
 use crate::context::Context;
 
@@ -68,6 +69,54 @@ impl Exchange for Inflight {
         self.ctx
             .as_ref()
             .is_some_and(|c| c.session_id() == session && canonical_id(&c.id) == host_id)
+    }
+
+    /// Sends the upstream's request to this request's host, on the same way back (over
+    /// Streamable HTTP, the POST's event stream), under an id of Manifold's; the host's
+    /// answer goes back to the upstream (see `Router::host_answer`).
+    fn server_request(&self, request: ServerRequest) {
+        let Some(ctx) = &self.ctx else {
+            return request
+                .reply
+                .error(codes::INTERNAL_ERROR, "the request it belongs to is over");
+        };
+        let method = request.method.as_str();
+        let Some(session) = &ctx.session else {
+            return request.reply.error(
+                codes::METHOD_NOT_FOUND,
+                &format!("{method}: the host request this belongs to has no session to ask"),
+            );
+        };
+        let needs = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => {
+                return request.reply.error(
+                    codes::METHOD_NOT_FOUND,
+                    &format!("Manifold does not forward {method} to hosts"),
+                )
+            }
+        };
+        if !ctx.client().is_some_and(|c| c.declares(needs)) {
+            return request.reply.error(
+                codes::METHOD_NOT_FOUND,
+                &format!("{method}: the host did not declare the {needs} capability"),
+            );
+        }
+        let _entered = self.hop.enter();
+        tracing::debug!(method, "forwarding the upstream's request to the host");
+        let params = request.params;
+        let id = session.expect_answer(request.reply);
+        let mut line = Vec::with_capacity(params.as_ref().map_or(0, String::len) + 64);
+        write::request_with_id(&mut line, &id, method, params.as_deref());
+        ctx.outlet.notify(&[&line]);
+    }
+
+    fn related(&self, line: &[u8]) {
+        if let Some(ctx) = &self.ctx {
+            ctx.outlet.notify(&[line]);
+        }
     }
 }
 
