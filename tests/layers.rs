@@ -85,7 +85,7 @@ fn a_waiting_layer_holds_only_its_own_request_and_a_refusal_never_reaches_the_up
             .map(UpstreamDef::from_config)
             .collect();
         let (sessions, ending) = Sessions::new(4);
-        let hub = Hub::new(defs, config.names.clone(), 1000, Arc::clone(&sessions) as _);
+        let hub = Hub::new(defs, config.names.clone(), 1000);
         let handle = UpstreamHandle::start(
             0,
             config.upstreams[0].clone(),

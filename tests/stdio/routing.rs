@@ -64,8 +64,10 @@ fn set_level_fans_out_to_every_upstream() {
     let r = m.request("logging/setLevel", json!({"level": "debug"}));
     assert_eq!(r["result"], json!({}), "{r}");
     for who in ["alpha", "beta"] {
+        // The logger names the upstream, then the upstream's own logger.
+        let logger = format!("{who}/{who}");
         let n = m.wait_for(|msg| {
-            msg["method"] == "notifications/message" && msg["params"]["logger"] == who
+            msg["method"] == "notifications/message" && msg["params"]["logger"] == logger
         });
         assert!(
             n["params"]["data"].as_str().unwrap().contains("debug"),

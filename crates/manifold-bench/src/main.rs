@@ -1,9 +1,12 @@
-//! `manifold-load`: end-to-end load for Manifold over stdio. Every figure through Manifold is
-//! taken beside the same fixture upstream called directly, in interleaved rounds of the same
-//! run, so results are medians, spreads, differences and ratios rather than lone absolute
-//! times. Every loop is bounded in count and in time, and every process started is ended.
+//! `manifold-load`: end-to-end load for Manifold over stdio and Streamable HTTP. Every figure
+//! through Manifold is taken beside a baseline in interleaved rounds of the same run (the
+//! same fixture upstream called directly; over HTTP also a peer gateway in front of the same
+//! fixture), so results are medians, spreads, differences and ratios rather than lone
+//! absolute times. Every loop is bounded in count and in time, and every process started is
+//! ended.
 #![forbid(unsafe_code)]
 
+mod floor;
 mod mcp;
 mod procstat;
 mod report;
@@ -32,16 +35,42 @@ enum Scenario {
     List,
     Big,
     Rss,
+    /// The three HTTP scenarios.
+    Http,
+    HttpLatency,
+    HttpThroughput,
+    HttpRss,
+}
+
+impl Scenario {
+    fn includes(self, one: Scenario) -> bool {
+        let http = matches!(
+            one,
+            Scenario::HttpLatency | Scenario::HttpThroughput | Scenario::HttpRss
+        );
+        self == Scenario::All || self == one || (self == Scenario::Http && http)
+    }
 }
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 5] = [
+const RUNS: [(Scenario, &str, Run); 8] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
     (Scenario::Big, "big", scenario::big),
     (Scenario::Rss, "rss", scenario::rss),
+    (
+        Scenario::HttpLatency,
+        "http-latency",
+        scenario::http_latency,
+    ),
+    (
+        Scenario::HttpThroughput,
+        "http-throughput",
+        scenario::http_throughput,
+    ),
+    (Scenario::HttpRss, "http-rss", scenario::http_rss),
 ];
 
 #[derive(Debug, Parser)]
@@ -69,6 +98,14 @@ struct Cli {
     /// The fixture binary (default: `manifold-fixture` next to this executable).
     #[arg(long)]
     fixture: Option<PathBuf>,
+    /// The peer gateway's binary (`mcp-proxy` 0.6), measured beside Manifold in the HTTP
+    /// scenarios; without it those rows say "not run".
+    #[arg(long)]
+    peer: Option<PathBuf>,
+    /// An earlier manifold binary, measured over stdio beside this one in `http-latency`
+    /// (is the stdio path as fast as before?).
+    #[arg(long)]
+    manifold_before: Option<PathBuf>,
     /// Rounds per target (default 7, quick 2).
     #[arg(long)]
     rounds: Option<usize>,
@@ -82,10 +119,19 @@ struct Cli {
     /// A server blocked this many seconds in one send or receive is killed.
     #[arg(long, default_value_t = 60)]
     stall_secs: u64,
+    /// Run as the HTTP floor server instead (the load generator starts it; see `floor`).
+    #[arg(long, hide = true)]
+    serve_floor: bool,
 }
 
 fn main() -> ExitCode {
-    match run(&Cli::parse()) {
+    let cli = Cli::parse();
+    let outcome = if cli.serve_floor {
+        floor::serve()
+    } else {
+        run(&cli)
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One readable chain of causes; a backtrace would bury the server's stderr.
@@ -111,10 +157,20 @@ fn run(cli: &Cli) -> Result<()> {
     };
     let mut setup = Setup::new(cli.manifold.clone(), cli.fixture.clone(), limits)?;
     setup.manifold_cpus.clone_from(&cli.manifold_cpus);
+    if let Some(peer) = &cli.peer {
+        let found = std::fs::canonicalize(peer)
+            .with_context(|| format!("peer {} not found", peer.display()))?;
+        setup.peer = Some(found);
+    }
+    if let Some(before) = &cli.manifold_before {
+        let found = std::fs::canonicalize(before)
+            .with_context(|| format!("{} not found", before.display()))?;
+        setup.manifold_before = Some(found);
+    }
     let (began, machine) = (Instant::now(), report::machine());
     let mut results = Map::new();
     for (which, name, run) in RUNS {
-        if chosen == Scenario::All || chosen == which {
+        if chosen.includes(which) {
             eprintln!("manifold-load: {name}...");
             let value = run(&setup, &plan).with_context(|| format!("scenario {name} failed"))?;
             results.insert(name.into(), value);
@@ -145,7 +201,12 @@ fn document(
         "started_unix": started,
         "quick": cli.quick,
         "machine": machine,
-        "binaries": { "manifold": setup.manifold, "fixture": setup.fixture },
+        "binaries": {
+            "manifold": setup.manifold,
+            "fixture": setup.fixture,
+            "peer": setup.peer,
+            "manifold_before": setup.manifold_before,
+        },
         "manifold_cpus": setup.manifold_cpus,
         "plan": {
             "rounds": plan.rounds,
@@ -155,6 +216,9 @@ fn document(
             "list_calls": plan.list_calls,
             "big_calls": plan.big_calls,
             "rss_rounds": plan.rss_rounds,
+            "connections": plan.connections,
+            "http_calls": plan.http_calls,
+            "idle_sessions": plan.idle_sessions,
             "round_limit_s": plan.round_limit.as_secs(),
         },
         "scenarios": results,

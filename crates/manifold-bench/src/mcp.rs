@@ -60,7 +60,7 @@ impl RequestLine {
 }
 
 /// Decimal digits of `n` without allocating: one per request, on the timed path.
-fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {

@@ -53,6 +53,15 @@ impl Usage {
     }
 }
 
+/// CPU time of the calling thread so far, to the nanosecond: what the load generator itself
+/// spends on a loop, unlike /proc's figures, which count in clock ticks.
+pub fn thread_cpu() -> std::time::Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    let secs = u64::try_from(t.tv_sec).unwrap_or(0);
+    let nanos = u32::try_from(t.tv_nsec).unwrap_or(0);
+    std::time::Duration::new(secs, nanos)
+}
+
 /// Fewer ticks than this make a per-call CPU figure mostly rounding error.
 const MIN_TICKS: f64 = 20.0;
 

@@ -1,6 +1,6 @@
 //! The machine the figures came from, the PERF.md goals checked against the figures, and the
-//! human table. Everything is read back from the JSON document, so the table and the file
-//! can never disagree.
+//! human tables (stdio against the direct call; HTTP against the peer gateway). Everything is
+//! read back from the JSON document, so the tables and the file can never disagree.
 
 use std::fmt::Write as _;
 
@@ -47,11 +47,13 @@ pub fn machine_line(m: &Value) -> String {
 
 /// Every PERF.md goal that the document has a figure for.
 pub fn goals(doc: &Value) -> Value {
-    rows(&doc["scenarios"])
-        .into_iter()
-        .filter_map(|r| {
-            r.goal
-                .map(|(goal, met)| json!({ "figure": r.figure, "goal": goal, "met": met }))
+    let s = &doc["scenarios"];
+    let stdio = rows(s).into_iter().map(|r| (r.figure, r.goal));
+    let http = http_rows(s).into_iter().map(|r| (r.figure, r.goal));
+    stdio
+        .chain(http)
+        .filter_map(|(figure, goal)| {
+            goal.map(|(goal, met)| json!({ "figure": figure, "goal": goal, "met": met }))
         })
         .collect()
 }
@@ -62,6 +64,18 @@ pub fn table(doc: &Value) -> String {
     if doc["quick"] == true {
         out.push_str("QUICK RUN: small counts, figures are not to be quoted\n");
     }
+    let stdio = rows(&doc["scenarios"]);
+    if !stdio.is_empty() {
+        stdio_table(&mut out, &stdio);
+    }
+    let http = http_rows(&doc["scenarios"]);
+    if !http.is_empty() {
+        http_table(&mut out, &http);
+    }
+    out
+}
+
+fn stdio_table(out: &mut String, rows: &[Row]) {
     let header = [
         "figure (median of rounds)",
         "direct",
@@ -76,9 +90,9 @@ pub fn table(doc: &Value) -> String {
         "{:<40} {:>10} {:>10} {:>10} {:>6} {:>17}  {}",
         header[0], header[1], header[2], header[3], header[4], header[5], header[6]
     );
-    for r in rows(&doc["scenarios"]) {
-        let goal = r.goal.map_or(String::new(), |(g, met)| {
-            format!("{g} {}", if met { "ok" } else { "MISSED" })
+    for r in rows {
+        let goal = r.goal.as_ref().map_or(String::new(), |(g, met)| {
+            format!("{g} {}", if *met { "ok" } else { "MISSED" })
         });
         let _ = writeln!(
             out,
@@ -86,7 +100,6 @@ pub fn table(doc: &Value) -> String {
             r.figure, r.direct, r.through, r.added, r.ratio, r.spread
         );
     }
-    out
 }
 
 fn rows(s: &Value) -> Vec<Row> {
@@ -111,6 +124,303 @@ fn rows(s: &Value) -> Vec<Row> {
 }
 
 const PCT: [&str; 4] = ["p50", "p90", "p99", "max"];
+
+/// A line of the HTTP table: Manifold beside the peer gateway.
+struct HttpRow {
+    figure: String,
+    manifold: String,
+    peer: String,
+    /// Manifold over the peer.
+    ratio: String,
+    /// Min..max over rounds of Manifold's figure.
+    spread: String,
+    goal: Option<(String, bool)>,
+}
+
+/// The stdio added latency recorded before HTTP was served (BENCHMARKS.md, commit 1c23b70,
+/// on another machine): serving HTTP must not make the stdio path slower. With
+/// `--manifold-before` the earlier build is measured in the same run instead.
+const STDIO_ADDED_BEFORE_US: f64 = 13.0;
+/// How much worse than the earlier build still counts as "no worse": about the run-to-run
+/// spread of the added p50 on the two-core machines used.
+const STDIO_NOISE_US: f64 = 1.0;
+/// The HTTP goals: end to end p50, calls/s at 16 connections over 10 upstreams, RSS with
+/// 1,000 idle sessions and 20 upstreams.
+const HTTP_P50_GOAL_US: f64 = 50.0;
+const HTTP_RATE_GOAL: f64 = 40_000.0;
+const HTTP_RSS_GOAL_MB: f64 = 25.0;
+
+fn http_table(out: &mut String, rows: &[HttpRow]) {
+    out.push_str(
+        "\nStreamable HTTP, Manifold beside the peer gateway (mcp-proxy) in the same run\n",
+    );
+    let _ = writeln!(
+        out,
+        "{:<52} {:>10} {:>10} {:>7} {:>17}  goal",
+        "figure (median of rounds)", "manifold", "peer", "ratio", "spread"
+    );
+    for r in rows {
+        let goal = r.goal.as_ref().map_or(String::new(), |(g, met)| {
+            format!("{g} {}", if *met { "ok" } else { "MISSED" })
+        });
+        let _ = writeln!(
+            out,
+            "{:<52} {:>10} {:>10} {:>7} {:>17}  {goal}",
+            r.figure, r.manifold, r.peer, r.ratio, r.spread
+        );
+    }
+}
+
+fn http_rows(s: &Value) -> Vec<HttpRow> {
+    let mut rows = Vec::new();
+    http_latency_rows(&mut rows, &s["http-latency"]);
+    http_throughput_rows(&mut rows, &s["http-throughput"]);
+    http_rss_rows(&mut rows, &s["http-rss"]);
+    rows
+}
+
+fn http_latency_rows(rows: &mut Vec<HttpRow>, v: &Value) {
+    if v.is_null() {
+        return;
+    }
+    let plain = |figure: String, manifold: String, spread: String, goal| HttpRow {
+        figure,
+        manifold,
+        peer: String::new(),
+        ratio: String::new(),
+        spread,
+        goal,
+    };
+    for (i, p) in PCT.iter().enumerate() {
+        let key = format!("{p}_us");
+        let (m, peer) = (num(&v["http"][&key]), num(&v["peer"][&key]));
+        let goal = (i == 0).then(|| {
+            (
+                format!("<= {}", us(HTTP_P50_GOAL_US)),
+                m <= HTTP_P50_GOAL_US,
+            )
+        });
+        rows.push(HttpRow {
+            figure: format!("small tools/call over HTTP {p}"),
+            manifold: us(m),
+            peer: us(peer),
+            ratio: ratio(m, peer),
+            spread: range(&v["http"]["spread"][&key], us),
+            goal,
+        });
+    }
+    for p in ["p50", "p99"] {
+        let key = format!("{p}_us");
+        rows.push(plain(
+            format!("  floor (canned answer, no upstream) {p}"),
+            us(num(&v["floor"][&key])),
+            range(&v["floor"]["spread"][&key], us),
+            None,
+        ));
+    }
+    for p in ["p50", "p99"] {
+        let key = format!("{p}_us");
+        rows.push(plain(
+            format!("  Manifold over the floor {p}"),
+            us(num(&v["http_vs_floor"]["added"][&key])),
+            range(&v["http_vs_floor"]["added"]["spread"][&key], us),
+            None,
+        ));
+    }
+    let before = &v["stdio_before_vs_direct"]["added"];
+    for (i, p) in PCT.iter().take(3).enumerate() {
+        let key = format!("{p}_us");
+        let added = num(&v["stdio_vs_direct"]["added"][&key]);
+        // Against the earlier build in the same run when there is one, else against the
+        // figure recorded before HTTP was served.
+        let goal = (i == 0).then(|| {
+            if before.is_null() {
+                let text = format!("<= {} (recorded before)", us(STDIO_ADDED_BEFORE_US));
+                (text, added <= STDIO_ADDED_BEFORE_US)
+            } else {
+                let was = num(&before[&key]);
+                let text = format!("<= before {} + {}", us(was), us(STDIO_NOISE_US));
+                (text, added <= was + STDIO_NOISE_US)
+            }
+        });
+        rows.push(plain(
+            format!("small tools/call over stdio, added {p}"),
+            us(added),
+            range(&v["stdio_vs_direct"]["added"]["spread"][&key], us),
+            goal,
+        ));
+        if !before.is_null() {
+            rows.push(plain(
+                format!("  the same, earlier build (--manifold-before) {p}"),
+                us(num(&before[&key])),
+                range(&before["spread"][&key], us),
+                None,
+            ));
+        }
+    }
+    for (side, what) in [
+        ("direct", "direct to the fixture"),
+        ("stdio", "through Manifold"),
+    ] {
+        rows.push(plain(
+            format!("small tools/call over stdio, {what} p50"),
+            us(num(&v[side]["p50_us"])),
+            range(&v[side]["spread"]["p50_us"], us),
+            None,
+        ));
+    }
+    let key = "client_cpu_us_per_call";
+    rows.push(HttpRow {
+        figure: "  load generator CPU/call".into(),
+        manifold: us(num(&v["http"][key])),
+        peer: us(num(&v["peer"][key])),
+        ratio: String::new(),
+        spread: format!("stdio: {}", us(num(&v["stdio"][key]))),
+        goal: None,
+    });
+    for (key, what, f) in [
+        ("cpu_us", "server CPU/call", us as fn(f64) -> String),
+        ("switches", "server switches/call", two),
+    ] {
+        let m = num(&v["http"]["server_cpu_per_call"][key]);
+        let peer = num(&v["peer"]["server_cpu_per_call"][key]);
+        rows.push(HttpRow {
+            figure: format!("  {what}"),
+            manifold: f(m),
+            peer: f(peer),
+            ratio: ratio(m, peer),
+            spread: format!("stdio: {}", f(num(&v["stdio"]["server_cpu_per_call"][key]))),
+            goal: None,
+        });
+    }
+}
+
+fn http_throughput_rows(rows: &mut Vec<HttpRow>, v: &Value) {
+    if v.is_null() {
+        return;
+    }
+    let conns = num(&v["connections"]);
+    let floor = &v["floor"]["calls_per_s"];
+    if !floor.is_null() {
+        rows.push(HttpRow {
+            figure: format!("calls/s, {conns} connections, floor (no upstream)"),
+            manifold: rate1(num(&floor["median"])),
+            peer: String::new(),
+            ratio: String::new(),
+            spread: format!(
+                "{}..{}",
+                rate1(num(&floor["min"])),
+                rate1(num(&floor["max"]))
+            ),
+            goal: None,
+        });
+    }
+    for n in ["1", "10"] {
+        let (m, p) = (&v[&format!("manifold_{n}")], &v[&format!("peer_{n}")]);
+        let rate_m = num(&m["calls_per_s"]["median"]);
+        // The goals are about 16 connections and 1,000 sessions, not a quick run's counts.
+        let goal = (n == "10" && conns == 16.0).then(|| {
+            let text = format!(">= {}/s", rate1(HTTP_RATE_GOAL));
+            (text, rate_m >= HTTP_RATE_GOAL)
+        });
+        let s = if n == "1" { "" } else { "s" };
+        rows.push(HttpRow {
+            figure: format!("calls/s, {conns} connections, {n} upstream{s}"),
+            manifold: rate1(rate_m),
+            peer: rate1(num(&p["calls_per_s"]["median"])),
+            ratio: ratio(rate_m, num(&p["calls_per_s"]["median"])),
+            spread: format!(
+                "{}..{}",
+                rate1(num(&m["calls_per_s"]["min"])),
+                rate1(num(&m["calls_per_s"]["max"]))
+            ),
+            goal,
+        });
+        for p_ in ["p50", "p99"] {
+            let key = format!("{p_}_us");
+            let (a, b) = (num(&m["latency"][&key]), num(&p["latency"][&key]));
+            rows.push(HttpRow {
+                figure: format!("  latency under that load {p_}"),
+                manifold: us(a),
+                peer: us(b),
+                ratio: ratio(a, b),
+                spread: range(&m["latency"]["spread"][&key], us),
+                goal: None,
+            });
+        }
+        let key = "client_cpu_us_per_call";
+        rows.push(HttpRow {
+            figure: "  load generator CPU/call".into(),
+            manifold: us(num(&m[key])),
+            peer: us(num(&p[key])),
+            ratio: String::new(),
+            spread: String::new(),
+            goal: None,
+        });
+        let (a, b) = (
+            num(&m["server_cpu_per_call"]["cpu_us"]),
+            num(&p["server_cpu_per_call"]["cpu_us"]),
+        );
+        rows.push(HttpRow {
+            figure: "  server CPU/call".into(),
+            manifold: us(a),
+            peer: us(b),
+            ratio: ratio(a, b),
+            spread: String::new(),
+            goal: None,
+        });
+    }
+}
+
+fn http_rss_rows(rows: &mut Vec<HttpRow>, v: &Value) {
+    if v.is_null() {
+        return;
+    }
+    let sessions = num(&v["sessions"]);
+    let ups = num(&v["upstreams"]);
+    for (case, what) in [
+        ("closed", "connections closed"),
+        ("open", "connections open"),
+    ] {
+        let (m, p) = (&v[&format!("manifold_{case}")], &v[&format!("peer_{case}")]);
+        for (field, figure, f) in [
+            (
+                "one_session_mb",
+                format!("RSS {ups} upstreams, 1 session"),
+                mb as fn(f64) -> String,
+            ),
+            (
+                "sessions_mb",
+                format!("RSS {ups} upstreams, {sessions} sessions, {what}"),
+                mb,
+            ),
+            ("per_session_kb", "  per session".to_owned(), kb),
+        ] {
+            if case == "open" && field == "one_session_mb" {
+                continue;
+            }
+            let (a, b) = (num(&m[field]["median"]), num(&p[field]["median"]));
+            let goal = (case == "closed" && field == "sessions_mb" && sessions == 1000.0)
+                .then(|| (format!("<= {HTTP_RSS_GOAL_MB} MB"), a <= HTTP_RSS_GOAL_MB));
+            rows.push(HttpRow {
+                figure,
+                manifold: f(a),
+                peer: f(b),
+                ratio: ratio(a, b),
+                spread: format!("{}..{}", f(num(&m[field]["min"])), f(num(&m[field]["max"]))),
+                goal,
+            });
+        }
+    }
+}
+
+/// Manifold over the peer, or nothing when either is missing.
+fn ratio(manifold: f64, peer: f64) -> String {
+    if manifold.is_nan() || peer.is_nan() || peer == 0.0 {
+        return String::new();
+    }
+    format!("{:.2}", manifold / peer)
+}
 
 /// Direct, through, added and ratio per percentile; `goals` are (percentile index, text,
 /// limit on the added figure).
@@ -266,6 +576,9 @@ fn size(bytes: f64) -> String {
 }
 
 fn two(x: f64) -> String {
+    if x.is_nan() {
+        return "n/a".into();
+    }
     format!("{x:.2}")
 }
 
@@ -273,6 +586,24 @@ fn rate(x: f64) -> String {
     format!("{:.0}k", x / 1000.0)
 }
 
+/// Calls per second with one decimal of thousands: HTTP rates are tens of thousands.
+fn rate1(x: f64) -> String {
+    if x.is_nan() {
+        return "n/a".into();
+    }
+    format!("{:.1}k", x / 1000.0)
+}
+
 fn mb(x: f64) -> String {
+    if x.is_nan() {
+        return "n/a".into();
+    }
     format!("{x:.1} MB")
+}
+
+fn kb(x: f64) -> String {
+    if x.is_nan() {
+        return "n/a".into();
+    }
+    format!("{x:.1} kB")
 }

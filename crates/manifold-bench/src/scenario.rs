@@ -1,18 +1,40 @@
 //! The scenarios. Each starts its own targets, warms them up, runs interleaved rounds of
-//! bounded loops, ends its processes (dropping a `Session` ends its server) and returns JSON.
+//! bounded loops, ends its processes (dropping a `Session` ends its stdio server, dropping the
+//! last handle on an `HttpServer` ends that one) and returns JSON.
 
+mod http_latency;
+mod http_rss;
+mod http_throughput;
 mod latency;
 mod list;
 mod rss;
 mod throughput;
 
+use std::sync::Arc;
+
 use anyhow::{bail, Result};
 use serde_json::Value;
 
+pub use http_latency::http_latency;
+pub use http_rss::http_rss;
+pub use http_throughput::http_throughput;
 pub use latency::{big, latency};
 pub use list::list;
 pub use rss::rss;
 pub use throughput::throughput;
+
+use crate::session::Session;
+use crate::target::{HttpServer, HttpTarget};
+
+/// A new Streamable HTTP session on `server`, on a connection of its own, initialized.
+fn http_session(server: &Arc<HttpServer>, label: &str) -> Result<Session> {
+    Session::over(Box::new(HttpTarget::connect(server, label)?))
+}
+
+/// Why a peer row is empty when no peer binary was given.
+fn peer_missing() -> String {
+    "not run: no peer binary given (--peer; bench/run.sh builds it)".into()
+}
 
 /// Checks that a `tools/call` result is one text content of `len` bytes (a wrong answer
 /// would make every timing meaningless).

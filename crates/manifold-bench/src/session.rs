@@ -1,7 +1,10 @@
-//! A target after the handshake, and the two ways of driving it: one request in flight (for
-//! latency), or many pipelined from one host (for throughput). Both loops are bounded by a
-//! count and by a deadline; a blocked read is bounded by the target's watchdog.
+//! A target after the handshake, and the ways of driving it: one request in flight (for
+//! latency), many pipelined from one host (for throughput over stdio), or one at a time from
+//! a pool of calls shared with other sessions on other threads (for throughput over HTTP,
+//! where concurrency comes from connections). Every loop is bounded by a count and by a
+//! deadline; a blocked read is bounded by the target's watchdog or socket timeout.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -41,6 +44,15 @@ impl Session {
     pub fn start(spec: &TargetSpec, limits: Limits) -> Result<Self> {
         let began = Instant::now();
         let target = spec.launch(limits)?;
+        Self::handshake(target, began)
+    }
+
+    /// Completes the MCP handshake over a target already connected (an HTTP session).
+    pub fn over(target: Box<dyn Target>) -> Result<Self> {
+        Self::handshake(target, Instant::now())
+    }
+
+    fn handshake(target: Box<dyn Target>, began: Instant) -> Result<Self> {
         let mut session = Self {
             target,
             next_id: 1,
@@ -63,6 +75,11 @@ impl Session {
         self.target.server_pid()
     }
 
+    /// Closes the connection under the session, if the transport has one (see `Target`).
+    pub fn disconnect(&mut self) {
+        self.target.disconnect();
+    }
+
     /// One request; the answer's `result`, parsed (for checks, never timed).
     pub fn result(&mut self, line: &RequestLine) -> Result<Value> {
         let id = self.take_id();
@@ -83,6 +100,7 @@ impl Session {
         limit: Duration,
     ) -> Result<Vec<u64>> {
         let mut samples = Vec::with_capacity(count);
+        self.target.ready()?;
         let deadline = Instant::now() + limit;
         for _ in 0..count {
             let id = self.take_id();
@@ -142,6 +160,46 @@ impl Session {
             calls: done,
             secs: began.elapsed().as_secs_f64(),
         })
+    }
+
+    /// Housekeeping before a timed loop that is not `timed_calls` (see `Target::ready`).
+    pub fn ready(&mut self) -> Result<()> {
+        self.target.ready()
+    }
+
+    /// One call at a time, cycling through `lines` from `offset`, while `pool` has calls left
+    /// and until `deadline`; nanoseconds each. Sessions on other threads draw from the same
+    /// pool, so all of them stay busy until the round's calls are done. Call `ready` first.
+    pub fn pooled_calls(
+        &mut self,
+        lines: &[RequestLine],
+        offset: usize,
+        pool: &AtomicU64,
+        deadline: Instant,
+    ) -> Result<Vec<u64>> {
+        let mut samples = Vec::new();
+        let mut k = offset;
+        // Bounded by the pool, which only shrinks.
+        while pool
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            let line = &lines[k % lines.len()];
+            k += 1;
+            let id = self.take_id();
+            self.out.clear();
+            line.write(id, &mut self.out);
+            let sent = Instant::now();
+            self.target.send(&self.out)?;
+            self.await_answer(id, line.min_answer)
+                .with_context(|| self.target.label().to_owned())?;
+            let done = Instant::now();
+            samples.push(u64::try_from((done - sent).as_nanos()).unwrap_or(u64::MAX));
+            if done >= deadline {
+                break;
+            }
+        }
+        Ok(samples)
     }
 
     fn take_id(&mut self) -> u64 {

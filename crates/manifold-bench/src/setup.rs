@@ -1,5 +1,6 @@
-//! Where the programs under test are, the scratch directory, the configs that put Manifold in
-//! front of fixture upstreams, and how big a run is.
+//! Where the programs under test are, the scratch directory, the configs that put Manifold
+//! (over stdio or Streamable HTTP) and the peer gateway in front of fixture upstreams, and how
+//! big a run is.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::target::{Limits, StdioSpec, TargetSpec};
+use crate::target::{Limits, ServerSpec, StdioSpec, TargetSpec};
 
 /// Counts of a run; `--quick` shrinks them for the smoke test.
 #[derive(Debug, Clone, Copy)]
@@ -19,6 +20,12 @@ pub struct Plan {
     pub list_calls: [usize; 2],
     pub big_calls: usize,
     pub rss_rounds: usize,
+    /// Concurrent HTTP connections (one session each) of the HTTP throughput scenario.
+    pub connections: usize,
+    /// Calls per round of the HTTP throughput scenario, shared by the connections.
+    pub http_calls: u64,
+    /// Idle HTTP sessions opened in the HTTP RSS scenario.
+    pub idle_sessions: usize,
     /// Upper bound on the wall time of any one measuring loop.
     pub round_limit: Duration,
 }
@@ -33,6 +40,9 @@ impl Plan {
             list_calls: [2_000, 200],
             big_calls: 200,
             rss_rounds: 3,
+            connections: 16,
+            http_calls: 40_000,
+            idle_sessions: 1_000,
             round_limit: Duration::from_secs(30),
         }
     }
@@ -46,6 +56,9 @@ impl Plan {
             list_calls: [20, 5],
             big_calls: 5,
             rss_rounds: 1,
+            connections: 16,
+            http_calls: 800,
+            idle_sessions: 50,
             round_limit: Duration::from_secs(30),
         }
     }
@@ -87,6 +100,10 @@ impl Upstream {
 pub struct Setup {
     pub manifold: PathBuf,
     pub fixture: PathBuf,
+    /// The peer gateway (`mcp-proxy`), measured beside Manifold over HTTP when given.
+    pub peer: Option<PathBuf>,
+    /// An earlier Manifold build, measured over stdio beside this one when given.
+    pub manifold_before: Option<PathBuf>,
     pub limits: Limits,
     /// `server.cpus` for every Manifold started; empty for none.
     pub manifold_cpus: Vec<usize>,
@@ -118,6 +135,8 @@ impl Setup {
         Ok(Self {
             manifold,
             fixture,
+            peer: None,
+            manifold_before: None,
             limits,
             manifold_cpus: Vec::new(),
             dir,
@@ -133,6 +152,27 @@ impl Setup {
 
     /// Manifold serving `upstreams`, all fixtures, in one page.
     pub fn through(&self, label: &str, upstreams: &[Upstream]) -> Result<TargetSpec> {
+        self.through_with(&self.manifold, label, upstreams)
+    }
+
+    /// The same with the earlier Manifold build; `None` when none was given.
+    pub fn through_before(
+        &self,
+        label: &str,
+        upstreams: &[Upstream],
+    ) -> Result<Option<TargetSpec>> {
+        self.manifold_before
+            .as_ref()
+            .map(|before| self.through_with(before, label, upstreams))
+            .transpose()
+    }
+
+    fn through_with(
+        &self,
+        manifold: &Path,
+        label: &str,
+        upstreams: &[Upstream],
+    ) -> Result<TargetSpec> {
         let path = self.dir.join(format!("{label}.toml"));
         std::fs::write(&path, config(&self.fixture, upstreams, &self.manifold_cpus))
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -141,7 +181,53 @@ impl Setup {
             "--config".into(),
             path.display().to_string(),
         ];
-        Ok(self.stdio(label, &self.manifold, args))
+        Ok(self.stdio(label, manifold, args))
+    }
+
+    /// Manifold serving `upstreams` over Streamable HTTP on a free port of 127.0.0.1, with
+    /// the default HTTP settings (2 workers, 4,096 sessions at most).
+    pub fn manifold_http(&self, label: &str, upstreams: &[Upstream]) -> Result<ServerSpec> {
+        let path = self.dir.join(format!("{label}.toml"));
+        std::fs::write(&path, config(&self.fixture, upstreams, &self.manifold_cpus))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let args = vec![
+            "serve".into(),
+            "--config".into(),
+            path.display().to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ];
+        Ok(self.server(label, &self.manifold, args, "/mcp"))
+    }
+
+    /// The peer gateway serving `upstreams` (stdio backends, the same fixture) on a free port
+    /// of 127.0.0.1; `None` when no peer binary was given.
+    pub fn peer_http(&self, label: &str, upstreams: &[Upstream]) -> Result<Option<ServerSpec>> {
+        let Some(peer) = &self.peer else {
+            return Ok(None);
+        };
+        let path = self.dir.join(format!("{label}.toml"));
+        std::fs::write(&path, peer_config(&self.fixture, upstreams))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let args = vec!["--config".into(), path.display().to_string()];
+        Ok(Some(self.server(label, peer, args, "/")))
+    }
+
+    /// The floor server (this executable with `--serve-floor`): the least any HTTP server can
+    /// cost this client on this machine.
+    pub fn floor(&self, label: &str) -> Result<ServerSpec> {
+        let me = std::env::current_exe().context("cannot find this executable")?;
+        Ok(self.server(label, &me, vec!["--serve-floor".into()], "/mcp"))
+    }
+
+    fn server(&self, label: &str, program: &Path, args: Vec<String>, path: &str) -> ServerSpec {
+        ServerSpec {
+            label: label.into(),
+            program: program.into(),
+            args,
+            path: path.into(),
+            log: self.dir.join(format!("{label}.stderr")),
+        }
     }
 
     fn stdio(&self, label: &str, program: &Path, args: Vec<String>) -> TargetSpec {
@@ -188,6 +274,33 @@ fn config(fixture: &Path, upstreams: &[Upstream], cpus: &[usize]) -> String {
     text
 }
 
+/// A config of the peer gateway (mcp-proxy 0.6) equivalent to `config`: the same fixtures as
+/// stdio backends, the same exposed names (`{key}__{tool}`, only `tool_*` when extra tools
+/// are asked for), listening on 127.0.0.1 with a port of the OS's choosing, and a short
+/// shutdown. Everything else is left at its defaults (no middleware), as a user would start
+/// it, except the log level: its documented default, "info", is only applied when the
+/// `[observability]` table is present; without it every request is logged at debug level.
+fn peer_config(fixture: &Path, upstreams: &[Upstream]) -> String {
+    let command = toml_string(&fixture.display().to_string());
+    let mut text = String::from(
+        "[proxy]\nname = \"peer\"\nseparator = \"__\"\nshutdown_timeout_seconds = 1\n\n[proxy.listen]\nhost = \"127.0.0.1\"\nport = 0\n\n[observability]\nlog_level = \"info\"\n",
+    );
+    for up in upstreams {
+        let key = &up.key;
+        let _ = write!(
+            text,
+            "\n[[backends]]\nname = \"{key}\"\ntransport = \"stdio\"\ncommand = {command}\nargs = [\"--name\", \"{key}\""
+        );
+        if up.extra_tools > 0 {
+            let _ = writeln!(text, ", \"--extra-tools\", \"{}\"]", up.extra_tools);
+            text.push_str("expose_tools = [\"tool_*\"]\n");
+        } else {
+            text.push_str("]\n");
+        }
+    }
+    text
+}
+
 /// A TOML basic string (JSON string escaping is a subset TOML accepts).
 fn toml_string(s: &str) -> String {
     serde_json::Value::from(s).to_string()
@@ -215,5 +328,25 @@ mod tests {
         assert!(!text.contains("cpus"));
         let text = config(Path::new("/f"), &[Upstream::plain("a")], &[0, 1]);
         assert!(text.contains("\ncpus = [0, 1]\n"), "{text}");
+    }
+
+    #[test]
+    fn peer_configs_listen_on_loopback_and_name_tools_alike() {
+        let text = peer_config(
+            Path::new("/x/fix"),
+            &[
+                Upstream::plain("alpha"),
+                Upstream::many("u", 1, 50).remove(0),
+            ],
+        );
+        assert!(text.contains("separator = \"__\"\n"), "{text}");
+        assert!(text.contains("[proxy.listen]\nhost = \"127.0.0.1\"\nport = 0\n"));
+        assert!(text.contains("[observability]\nlog_level = \"info\"\n"));
+        assert!(text.contains(
+            "[[backends]]\nname = \"alpha\"\ntransport = \"stdio\"\ncommand = \"/x/fix\"\nargs = [\"--name\", \"alpha\"]\n"
+        ));
+        assert!(text.contains(
+            "args = [\"--name\", \"u0\", \"--extra-tools\", \"50\"]\nexpose_tools = [\"tool_*\"]\n"
+        ));
     }
 }

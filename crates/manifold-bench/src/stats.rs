@@ -130,6 +130,22 @@ pub fn compare(direct: &[Summary], through: &[Summary]) -> Value {
     })
 }
 
+/// `a` over `b` per percentile (Manifold over the peer): the ratio of the medians, and its
+/// spread from the per-round ratios (rounds paired by index).
+pub fn ratios(a: &[Summary], b: &[Summary]) -> Value {
+    let (mut ratio, mut spread) = (Map::new(), Map::new());
+    for (i, (name, _)) in PERCENTILES.iter().enumerate() {
+        let x = Across::of(a.iter().map(|r| r.at[i]));
+        let y = Across::of(b.iter().map(|r| r.at[i]));
+        let paired = Across::of(a.iter().zip(b).map(|(x, y)| x.at[i] / y.at[i].max(1e-9)));
+        let key = name.trim_end_matches("_us");
+        ratio.insert(key.into(), json!(round2(x.median / y.median.max(1e-9))));
+        spread.insert(key.into(), json!([round2(paired.min), round2(paired.max)]));
+    }
+    ratio.insert("spread".into(), Value::Object(spread));
+    Value::Object(ratio)
+}
+
 /// One decimal: finer digits are noise on this machine.
 pub fn round(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
@@ -173,5 +189,8 @@ mod tests {
         assert_eq!(c["ratio"]["p50"], 1.5);
         assert_eq!(c["direct"]["count"], 15);
         assert_eq!(c["through"]["spread"]["p50_us"], json!([14.0, 15.0]));
+        let r = ratios(&t, &d);
+        assert_eq!(r["p50"], 1.5);
+        assert_eq!(r["spread"]["p50"], json!([1.4, 1.5]));
     }
 }

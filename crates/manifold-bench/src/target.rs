@@ -1,21 +1,29 @@
 //! What the load generator drives. A `Target` is one MCP session seen from the host's side:
 //! complete messages go in, complete messages come out. Scenarios only talk to this trait, so
-//! an HTTP client or a peer gateway slots in later as another implementation (and another
-//! `TargetSpec` variant) without touching the measuring code.
+//! the same measuring code drives a stdio server (`StdioTarget`, launched from a
+//! `TargetSpec`) and a session over Streamable HTTP (`HttpTarget`, one of many sessions a
+//! running `HttpServer`, Manifold or the peer gateway, serves).
 
+mod http;
 mod lines;
+mod server;
 mod stdio;
 mod watchdog;
+mod wire;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 
+pub use http::HttpTarget;
+pub use server::{HttpServer, ServerSpec};
 pub use stdio::StdioTarget;
+pub use wire::HttpReader;
 
-/// One host-side session with an MCP server.
-pub trait Target {
+/// One host-side session with an MCP server. `Send`, so that concurrent sessions can each
+/// run on a thread of their own.
+pub trait Target: Send {
     /// A short name for messages and reports ("direct", "through-10", ...).
     fn label(&self) -> &str;
     /// Writes one or more complete messages (each ending in `\n`) in one go.
@@ -24,6 +32,14 @@ pub trait Target {
     fn recv(&mut self) -> Result<&[u8]>;
     /// The OS process serving this session, when there is one (RSS is read from it).
     fn server_pid(&self) -> Option<u32>;
+    /// Called before a timed loop, so that housekeeping (replacing an HTTP connection that
+    /// sat idle) is not timed.
+    fn ready(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Closes the transport's connection, when it has one apart from the session (HTTP):
+    /// the session stays, and the next message opens a new connection.
+    fn disconnect(&mut self) {}
 }
 
 /// How to launch a target. Each variant knows how to start one kind of transport.

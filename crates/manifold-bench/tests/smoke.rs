@@ -1,6 +1,8 @@
-//! Runs `manifold-load latency --quick` against the debug binaries to prove the tool works
-//! end to end. It checks the shape and sanity of the JSON output, never a timing threshold:
-//! timings on a shared two-core machine are for BENCHMARKS.md, not for pass/fail.
+//! Runs `manifold-load latency --quick` and `http-latency --quick` against the debug binaries
+//! to prove the tool works end to end, over stdio and over Streamable HTTP (without the peer
+//! gateway: no network, no peer build). It checks the shape and sanity of the JSON output,
+//! never a timing threshold: timings on a shared two-core machine are for BENCHMARKS.md, not
+//! for pass/fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -16,14 +18,18 @@ fn debug_binaries() -> Option<(PathBuf, PathBuf)> {
     (manifold.exists() && fixture.exists()).then_some((manifold, fixture))
 }
 
-fn run_quick_latency() -> Option<Value> {
+/// Runs one scenario with `--quick`; checks that it printed `row` in its table.
+fn run_quick(scenario: &str, row: &str) -> Option<Value> {
     let Some((manifold, fixture)) = debug_binaries() else {
         eprintln!("SKIPPED: target/debug/manifold or manifold-fixture missing; run `cargo build --workspace` first");
         return None;
     };
-    let out = std::env::temp_dir().join(format!("manifold-load-smoke-{}.json", std::process::id()));
+    let out = std::env::temp_dir().join(format!(
+        "manifold-load-smoke-{scenario}-{}.json",
+        std::process::id()
+    ));
     let output = Command::new(env!("CARGO_BIN_EXE_manifold-load"))
-        .args(["latency", "--quick", "--stall-secs", "120", "--out"])
+        .args([scenario, "--quick", "--stall-secs", "120", "--out"])
         .arg(&out)
         .arg("--manifold")
         .arg(&manifold)
@@ -34,10 +40,7 @@ fn run_quick_latency() -> Option<Value> {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "manifold-load failed: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        stdout.contains("small tools/call p50"),
-        "no table on stdout: {stdout}"
-    );
+    assert!(stdout.contains(row), "no table on stdout: {stdout}");
     let doc = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let _ = std::fs::remove_file(&out);
     Some(doc)
@@ -49,7 +52,7 @@ fn f(v: &Value) -> f64 {
 
 #[test]
 fn quick_latency_run_writes_sane_json() {
-    let Some(doc) = run_quick_latency() else {
+    let Some(doc) = run_quick("latency", "small tools/call p50") else {
         return;
     };
     assert_eq!(doc["quick"], true);
@@ -62,19 +65,7 @@ fn quick_latency_run_writes_sane_json() {
     );
     assert_eq!((rounds, calls), (2, 300), "{lat}");
     for side in ["direct", "through"] {
-        let s = &lat[side];
-        // Every round ran to its count: the quick run is far from its time limit.
-        assert_eq!(s["count"].as_u64().unwrap(), rounds * calls, "{side}: {s}");
-        assert_eq!(s["per_round"].as_array().unwrap().len() as u64, rounds);
-        let p: Vec<f64> = ["p50_us", "p90_us", "p99_us", "max_us"]
-            .iter()
-            .map(|k| f(&s[k]))
-            .collect();
-        assert!(p[0] > 0.0, "{side}: {s}");
-        assert!(
-            p.windows(2).all(|w| w[0] <= w[1]),
-            "{side}: percentiles out of order: {p:?}"
-        );
+        check_percentiles(side, &lat[side], rounds, calls);
         assert!(f(&lat["answer_bytes"][side]) > 0.0);
         // Each call wakes the server at least once; CPU times may be null in a quick run.
         assert!(f(&lat["server_cpu_per_call"][side]["switches"]) > 0.0);
@@ -86,5 +77,78 @@ fn quick_latency_run_writes_sane_json() {
     assert!(f(&lat["ratio"]["p50"]) > 0.0);
     let goals = doc["goals"].as_array().unwrap();
     assert_eq!(goals.len(), 2, "p50 and p99 added-latency goals: {goals:?}");
+    assert!(goals.iter().all(|g| g["met"].is_boolean()));
+}
+
+/// Percentiles of one side: every call counted, positive and in order.
+fn check_percentiles(side: &str, s: &Value, rounds: u64, calls: u64) {
+    // Every round ran to its count: the quick run is far from its time limit.
+    assert_eq!(s["count"].as_u64().unwrap(), rounds * calls, "{side}: {s}");
+    assert_eq!(s["per_round"].as_array().unwrap().len() as u64, rounds);
+    let p: Vec<f64> = ["p50_us", "p90_us", "p99_us", "max_us"]
+        .iter()
+        .map(|k| f(&s[k]))
+        .collect();
+    assert!(p[0] > 0.0, "{side}: {s}");
+    assert!(
+        p.windows(2).all(|w| w[0] <= w[1]),
+        "{side}: percentiles out of order: {p:?}"
+    );
+}
+
+#[test]
+fn quick_http_latency_run_writes_sane_json() {
+    let Some(doc) = run_quick("http-latency", "small tools/call over HTTP p50") else {
+        return;
+    };
+    assert_eq!(doc["quick"], true);
+    assert!(doc["binaries"]["peer"].is_null());
+    let lat = &doc["scenarios"]["http-latency"];
+    let (rounds, calls) = (
+        lat["rounds"].as_u64().unwrap(),
+        lat["calls_per_round"].as_u64().unwrap(),
+    );
+    assert_eq!((rounds, calls), (2, 300), "{lat}");
+    for side in ["direct", "stdio", "http", "floor"] {
+        let s = &lat[side];
+        check_percentiles(side, s, rounds, calls);
+        // The same echo answer whatever the transport.
+        assert!(f(&s["answer_bytes"]) > 100.0, "{side}: {s}");
+        assert!(f(&s["client_cpu_us_per_call"]) > 0.0, "{side}: {s}");
+        assert!(
+            f(&s["server_cpu_per_call"]["switches"]) > 0.0,
+            "{side}: {s}"
+        );
+        assert!(f(&s["startup_ms"]) > 0.0, "{side}: {s}");
+    }
+    // No peer was given: its figures are absent and the report says why.
+    assert!(lat["peer"].is_null());
+    let why = lat["http_vs_peer"]["not_applicable"].as_str().unwrap();
+    assert!(why.contains("--peer"), "{why}");
+    for (pair, base, side) in [
+        ("stdio_vs_direct", "direct", "stdio"),
+        ("http_vs_direct", "direct", "http"),
+        ("http_vs_floor", "floor", "http"),
+    ] {
+        let added = f(&lat[pair]["added"]["p50_us"]);
+        let (d, t) = (f(&lat[base]["p50_us"]), f(&lat[side]["p50_us"]));
+        assert!(
+            (added - (t - d)).abs() < 0.11,
+            "{pair}: {added} vs {t} - {d}"
+        );
+    }
+    let goals = doc["goals"].as_array().unwrap();
+    let named: Vec<&str> = goals
+        .iter()
+        .map(|g| g["figure"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        named,
+        [
+            "small tools/call over HTTP p50",
+            "small tools/call over stdio, added p50"
+        ],
+        "{goals:?}"
+    );
     assert!(goals.iter().all(|g| g["met"].is_boolean()));
 }

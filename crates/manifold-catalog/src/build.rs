@@ -96,6 +96,19 @@ impl UpstreamSlice {
         }
     }
 
+    /// Whether the upstream declared `name.feature` as true (e.g. `resources.subscribe`).
+    pub fn has_feature(&self, name: &str, feature: &str) -> bool {
+        self.capabilities
+            .as_deref()
+            .and_then(|c| RawObject::parse(c.get()).ok())
+            .and_then(|c| {
+                c.get(name)
+                    .and_then(|v| RawObject::parse(v).ok())
+                    .map(|o| o.get(feature) == Some("true"))
+            })
+            .unwrap_or(false)
+    }
+
     /// Whether the upstream declared capability `name` (e.g. "completions", "logging").
     pub fn has_capability(&self, name: &str) -> bool {
         self.capabilities

@@ -16,7 +16,13 @@ pub fn result(catalog: &Catalog, version: &str) -> String {
         caps.insert("prompts".into(), json!({ "listChanged": true }));
     }
     if offers("resources") {
-        caps.insert("resources".into(), json!({ "listChanged": true }));
+        let subscribe = slices
+            .iter()
+            .any(|s| s.has_feature("resources", "subscribe"));
+        caps.insert(
+            "resources".into(),
+            json!({ "listChanged": true, "subscribe": subscribe }),
+        );
     }
     if offers("completions") {
         caps.insert("completions".into(), json!({}));

@@ -8,9 +8,10 @@
 //! fan-outs and layers that wait on I/O continue on the async runtime.
 
 mod inflight;
+mod notify;
 mod resolve;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use manifold_catalog::{Kind as ListKind, UpstreamState};
 use manifold_config::ServerSettings;
@@ -18,7 +19,7 @@ use manifold_protocol::envelope::{canonical_id, is_valid_id};
 use manifold_protocol::{
     scan, version, write, Envelope, Kind, MessageError, Params, Place, RawObject,
 };
-use manifold_upstream::{Connection, Forward, Hub, UpstreamError, UpstreamHandle};
+use manifold_upstream::{Forward, Hub, UpstreamError, UpstreamHandle};
 use tokio::sync::mpsc;
 
 use crate::context::{reply_error, Context, Origin};
@@ -72,6 +73,10 @@ pub struct Router {
     settings: ServerSettings,
     runtime: tokio::runtime::Handle,
     layers: Vec<Arc<dyn Layer>>,
+    /// What upstreams were asked on the hosts' behalf (log levels, subscriptions).
+    interest: notify::Interest,
+    /// Itself, for work that continues on the runtime.
+    this: Weak<Router>,
 }
 
 impl Router {
@@ -94,14 +99,20 @@ impl Router {
         runtime: tokio::runtime::Handle,
         layers: Vec<Arc<dyn Layer>>,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let router = Arc::new_cyclic(|this| Self {
             hub,
             upstreams,
             sessions,
             settings,
             runtime,
             layers,
-        })
+            interest: notify::Interest::default(),
+            this: this.clone(),
+        });
+        // The router decides which sessions hear what upstreams say.
+        let listener: Weak<dyn manifold_upstream::Listener> = router.this.clone();
+        router.hub.set_listener(listener);
+        router
     }
 
     pub fn hub(&self) -> &Arc<Hub> {
@@ -146,6 +157,9 @@ impl Router {
         };
         session.mark_ended(reason);
         session.abandon_outbound(&format!("the host session ended: {reason}"));
+        if let Some(router) = self.this.upgrade() {
+            router.forget_session(&session);
+        }
         let cancelled: usize = self
             .upstreams
             .iter()
@@ -287,6 +301,8 @@ impl Router {
                 };
             }
             "logging/setLevel" => return self.set_level(ctx, &params),
+            "resources/subscribe" => return self.subscribe(ctx, &params, true),
+            "resources/unsubscribe" => return self.subscribe(ctx, &params, false),
             _ => return ctx.fail(&RouteError::UnknownMethod(method.to_owned())),
         };
         match self
@@ -334,39 +350,84 @@ impl Router {
         });
     }
 
-    /// `logging/setLevel` goes to every running upstream that declared logging.
+    /// `logging/setLevel` sets this session's level; each upstream that logs is asked for the
+    /// most verbose level any session wants.
     fn set_level(self: &Arc<Self>, ctx: Context, params: &Params<'_>) {
         let Some(level) = params.level.as_deref() else {
             return ctx.fail(&RouteError::InvalidParams("missing \"level\"".into()));
         };
-        if !LOG_LEVELS.contains(&level) {
+        let Some(index) = LOG_LEVELS.iter().position(|l| *l == level) else {
             return ctx.fail(&RouteError::InvalidParams(format!(
                 "\"level\" must be one of {}",
                 LOG_LEVELS.join(", ")
             )));
+        };
+        if let Some(session) = &ctx.session {
+            session.set_log_level(u8::try_from(index).unwrap_or_default());
         }
-        let catalog = self.hub.catalog();
-        let targets: Vec<Arc<Connection>> = self
-            .upstreams
-            .iter()
-            .filter(|h| {
-                catalog
-                    .slice(h.index())
-                    .is_some_and(|s| s.has_capability("logging"))
-            })
-            .filter_map(UpstreamHandle::connection)
-            .collect();
-        let params = format!("{{\"level\":\"{level}\"}}");
+        let router = Arc::clone(self);
         self.runtime.spawn(async move {
-            let calls = targets
-                .iter()
-                .map(|c| c.request("logging/setLevel", Some(&params)));
-            for (conn, res) in targets.iter().zip(futures::future::join_all(calls).await) {
-                if let Err(e) = res {
-                    tracing::warn!(upstream = conn.name(), "logging/setLevel failed: {e}");
-                }
-            }
+            router.apply_log_levels(None).await;
             ctx.reply("{}");
+        });
+    }
+
+    /// `resources/subscribe` and `resources/unsubscribe`: counted per upstream resource, so
+    /// the upstream is asked once however many sessions subscribe, and told to stop when the
+    /// last one leaves.
+    fn subscribe(self: &Arc<Self>, ctx: Context, params: &Params<'_>, on: bool) {
+        let Some(exposed) = params.uri.as_deref() else {
+            return ctx.fail(&RouteError::InvalidParams("missing \"uri\"".into()));
+        };
+        let Some(session) = ctx.session.clone() else {
+            return ctx.fail(&RouteError::InvalidParams(
+                "subscriptions need a session".into(),
+            ));
+        };
+        let catalog = self.hub.catalog();
+        let Some((upstream, original)) = catalog.resolve_uri(exposed) else {
+            return ctx.fail(&RouteError::UnknownResource(exposed.to_owned()));
+        };
+        let first = if on {
+            session.subscribe(exposed) && self.interest.subscribe(upstream, original)
+        } else {
+            session.unsubscribe(exposed) && self.interest.unsubscribe(upstream, original)
+        };
+        if !first {
+            // Another session keeps the upstream subscribed, or nothing changes.
+            return ctx.reply("{}");
+        }
+        let handle = &self.upstreams[upstream];
+        let Some(conn) = handle.connection() else {
+            // Asked again when the upstream is back (Listener::upstream_ready).
+            return ctx.reply("{}");
+        };
+        let method = if on {
+            "resources/subscribe"
+        } else {
+            "resources/unsubscribe"
+        };
+        let upstream_params = format!(
+            "{{\"uri\":{}}}",
+            manifold_protocol::object::json_string(original)
+        );
+        let (router, exposed, original) =
+            (Arc::clone(self), exposed.to_owned(), original.to_owned());
+        self.runtime.spawn(async move {
+            match conn.request(method, Some(&upstream_params)).await {
+                Ok(manifold_upstream::Answer::Result(_)) => ctx.reply("{}"),
+                Ok(manifold_upstream::Answer::Error(e)) => {
+                    if on {
+                        // Refused: the session is not subscribed after all.
+                        session.unsubscribe(&exposed);
+                        router.interest.unsubscribe(upstream, &original);
+                    }
+                    let mut out = Vec::new();
+                    write::raw_error_response(&mut out, &ctx.id, &e);
+                    ctx.outlet.answer(&[&out]);
+                }
+                Err(e) => ctx.fail(&RouteError::Upstream(e)),
+            }
         });
     }
 

@@ -2,7 +2,7 @@
 //! session as a whole go. The transport that carries it is only a label here.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
@@ -77,7 +77,17 @@ pub struct Session {
     /// Requests Manifold sent this session's host on an upstream's behalf, by the id the host
     /// saw. Locked to add or take one.
     outbound: Mutex<Outbound>,
+    /// The log level the host asked for (an index into the RFC 5424 levels), or `UNSET`.
+    log_level: AtomicU8,
+    /// The exposed URIs the host subscribed to. Locked to add, remove or look one up.
+    subscriptions: Mutex<HashSet<String>>,
 }
+
+/// No `logging/setLevel` yet.
+const UNSET: u8 = u8::MAX;
+
+/// The level a host that never set one hears from (`info`: debug chatter only on request).
+pub const DEFAULT_LOG_LEVEL: u8 = 1;
 
 /// Requests sent to the host and not yet answered.
 #[derive(Default)]
@@ -127,7 +137,48 @@ impl Session {
             transport_state: state,
             token: OnceLock::new(),
             outbound: Mutex::new(Outbound::default()),
+            log_level: AtomicU8::new(UNSET),
+            subscriptions: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// The log level the host asked for, if it did (an index into the RFC 5424 levels).
+    pub fn log_level(&self) -> Option<u8> {
+        Some(self.log_level.load(Ordering::Relaxed)).filter(|l| *l != UNSET)
+    }
+
+    pub fn set_log_level(&self, level: u8) {
+        self.log_level.store(level, Ordering::Relaxed);
+    }
+
+    /// Whether the host hears a message of `level`.
+    pub fn hears(&self, level: u8) -> bool {
+        level >= self.log_level().unwrap_or(DEFAULT_LOG_LEVEL)
+    }
+
+    fn subs(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.subscriptions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records a subscription; false if the host already had it.
+    pub fn subscribe(&self, uri: &str) -> bool {
+        self.subs().insert(uri.to_owned())
+    }
+
+    /// Drops a subscription; false if the host did not have it.
+    pub fn unsubscribe(&self, uri: &str) -> bool {
+        self.subs().remove(uri)
+    }
+
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        self.subs().contains(uri)
+    }
+
+    /// Takes every subscription (the session is ending).
+    pub(crate) fn take_subscriptions(&self) -> Vec<String> {
+        self.subs().drain().collect()
     }
 
     fn outbound(&self) -> MutexGuard<'_, Outbound> {

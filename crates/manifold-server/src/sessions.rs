@@ -1,13 +1,10 @@
 //! The session registry: every live host session, by id and (for HTTP) by the token hosts
-//! present. It decides which sessions hear what the upstreams say, and is where a session is
-//! asked to end from anywhere (an outlet that overflowed, a transport that saw its host go).
+//! present, and where a session is asked to end from anywhere (an outlet that overflowed, a
+//! transport that saw its host go).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use manifold_catalog::Kind;
-use manifold_protocol::write;
-use manifold_upstream::Listener;
 use tokio::sync::mpsc;
 
 use crate::session::Session;
@@ -120,39 +117,13 @@ impl Sessions {
         self.read().by_id.values().cloned().collect()
     }
 
-    /// Sends a notification line to every initialized session.
-    fn broadcast(&self, line: &[u8]) {
-        let ready: Vec<Arc<Session>> = self
-            .read()
+    /// A snapshot of every initialized session: those that may hear notifications.
+    pub fn ready(&self) -> Vec<Arc<Session>> {
+        self.read()
             .by_id
             .values()
             .filter(|s| s.is_ready())
             .cloned()
-            .collect();
-        for s in ready {
-            s.stream().notify(&[line]);
-        }
-    }
-}
-
-impl Listener for Sessions {
-    fn lists_changed(&self, kinds: &[Kind]) {
-        let mut sent: Vec<&str> = Vec::new();
-        for kind in kinds {
-            let method = kind.list_changed();
-            if sent.contains(&method) {
-                continue;
-            }
-            sent.push(method);
-            let mut line = Vec::new();
-            write::notification(&mut line, method, None);
-            self.broadcast(&line);
-        }
-    }
-
-    fn upstream_notification(&self, _upstream: usize, method: &str, params: Option<&str>) {
-        let mut line = Vec::new();
-        write::notification(&mut line, method, params);
-        self.broadcast(&line);
+            .collect()
     }
 }

@@ -181,6 +181,7 @@ impl UpstreamActor {
                 self.up_since = Some(Instant::now());
                 self.hub.update(self.index, UpstreamState::Up, Some(slice));
                 self.hub.settle(self.index);
+                self.hub.ready(self.index);
                 if let Some(Link::Http(client)) = &self.link {
                     client.ready();
                 }

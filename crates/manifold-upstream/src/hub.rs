@@ -3,7 +3,7 @@
 //! lock-free readers, and tells its [`Listener`] (the server, which knows the sessions) what
 //! hosts should hear about.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -19,15 +19,9 @@ pub trait Listener: Send + Sync {
     fn lists_changed(&self, kinds: &[Kind]);
     /// A notification from upstream `upstream` for hosts, its URIs already exposed.
     fn upstream_notification(&self, upstream: usize, method: &str, params: Option<&str>);
-}
-
-/// A listener that hears nothing (`manifold check`, tests).
-#[derive(Debug, Default)]
-pub struct Deaf;
-
-impl Listener for Deaf {
-    fn lists_changed(&self, _: &[Kind]) {}
-    fn upstream_notification(&self, _: usize, _: &str, _: Option<&str>) {}
+    /// Upstream `upstream` (re)connected and finished its handshake: what hosts asked of it
+    /// before (log levels, subscriptions) must be asked again.
+    fn upstream_ready(&self, upstream: usize);
 }
 
 /// Shared by every upstream actor and the server.
@@ -39,7 +33,8 @@ pub struct Hub {
     inputs: Mutex<Inputs>,
     /// How many upstreams have finished their first start attempt (up or failed).
     settled: watch::Sender<usize>,
-    listener: Arc<dyn Listener>,
+    /// Set once, by the server; until then (start-up, before any host) nothing is heard.
+    listener: OnceLock<Weak<dyn Listener>>,
 }
 
 struct Inputs {
@@ -50,12 +45,7 @@ struct Inputs {
 }
 
 impl Hub {
-    pub fn new(
-        defs: Arc<[UpstreamDef]>,
-        names: NameSettings,
-        page_size: usize,
-        listener: Arc<dyn Listener>,
-    ) -> Arc<Self> {
+    pub fn new(defs: Arc<[UpstreamDef]>, names: NameSettings, page_size: usize) -> Arc<Self> {
         let n = defs.len();
         let catalog = Catalog::empty(defs, &names, page_size);
         Arc::new(Self {
@@ -69,8 +59,24 @@ impl Hub {
                 generation: 0,
             }),
             settled: watch::channel(0).0,
-            listener,
+            listener: OnceLock::new(),
         })
+    }
+
+    /// Who hears what hosts should be told (set once; later calls are ignored).
+    pub fn set_listener(&self, listener: Weak<dyn Listener>) {
+        let _ = self.listener.set(listener);
+    }
+
+    fn listener(&self) -> Option<Arc<dyn Listener>> {
+        self.listener.get().and_then(Weak::upgrade)
+    }
+
+    /// Upstream `upstream` is ready after a (re)start.
+    pub fn ready(&self, upstream: usize) {
+        if let Some(l) = self.listener() {
+            l.upstream_ready(upstream);
+        }
     }
 
     fn inputs(&self) -> MutexGuard<'_, Inputs> {
@@ -136,8 +142,8 @@ impl Hub {
             .into_iter()
             .filter(|&k| old.listing(k).fingerprint() != new.listing(k).fingerprint())
             .collect();
-        if !changed.is_empty() {
-            self.listener.lists_changed(&changed);
+        if let (false, Some(l)) = (changed.is_empty(), self.listener()) {
+            l.lists_changed(&changed);
         }
     }
 
@@ -151,7 +157,8 @@ impl Hub {
             }
             _ => None,
         };
-        self.listener
-            .upstream_notification(upstream, method, exposed.as_deref().or(params));
+        if let Some(l) = self.listener() {
+            l.upstream_notification(upstream, method, exposed.as_deref().or(params));
+        }
     }
 }

@@ -26,5 +26,5 @@ mod stdio;
 pub use connection::{error_object, Connection};
 pub use error::UpstreamError;
 pub use handle::UpstreamHandle;
-pub use hub::{Deaf, Hub, Listener};
+pub use hub::{Hub, Listener};
 pub use pending::{Answer, Exchange, Forward, Outcome, ServerReply, ServerRequest};

@@ -23,8 +23,7 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     }
     let system = actix::System::new();
     let (report, problems) = system.block_on(async move {
-        let (hub, handles) =
-            run::start_upstreams(&config, &defs, std::sync::Arc::new(manifold_upstream::Deaf));
+        let (hub, handles) = run::start_upstreams(&config, &defs);
         hub.wait_settled(config.server.startup_timeout).await;
         let catalog = hub.catalog();
         let out = render(&catalog, &config.skipped);

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use manifold_catalog::UpstreamDef;
 use manifold_config::Config;
 use manifold_server::{http, stdio, Router, Sessions};
-use manifold_upstream::{Hub, Listener, UpstreamHandle};
+use manifold_upstream::{Hub, UpstreamHandle};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Loads and validates a config, including the name rules that span upstreams.
@@ -30,18 +30,15 @@ pub fn load(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
     Ok((config, defs))
 }
 
-/// Starts the hub and one actor per upstream; `listener` hears what hosts should be told.
-/// Must run inside the actix system.
+/// Starts the hub and one actor per upstream. Must run inside the actix system.
 pub fn start_upstreams(
     config: &Config,
     defs: &Arc<[UpstreamDef]>,
-    listener: Arc<dyn Listener>,
 ) -> (Arc<Hub>, Vec<UpstreamHandle>) {
     let hub = Hub::new(
         Arc::clone(defs),
         config.names.clone(),
         config.server.page_size,
-        listener,
     );
     let handles = config
         .upstreams
@@ -104,7 +101,7 @@ pub fn serve(path: &Path, listen: Option<std::net::SocketAddr>) -> anyhow::Resul
             1
         };
         let (sessions, ending) = Sessions::new(limit);
-        let (hub, handles) = start_upstreams(&config, &defs, Arc::clone(&sessions) as _);
+        let (hub, handles) = start_upstreams(&config, &defs);
         let runtime = tokio::runtime::Handle::current();
         let router = Router::new(
             hub,

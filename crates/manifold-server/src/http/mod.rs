@@ -84,6 +84,8 @@ pub fn serve(
             .route("/readyz", web::get().to(readyz))
     })
     .workers(workers)
+    // Hosts pause between calls; a connection they keep should not be closed under them.
+    .keep_alive(Duration::from_secs(75))
     .disable_signals()
     .shutdown_timeout(1)
     .bind(addr)?;

@@ -1,0 +1,259 @@
+//! Calls per second from many HTTP hosts at once: 16 keep-alive connections, one session
+//! each, each thread making one call at a time, all drawing from one pool of calls per round
+//! so that every connection stays busy until the round's last calls. Manifold in front of one
+//! fixture and in front of ten (the calls spread round-robin over all of them, each connection
+//! starting at another), the peer gateway the same two ways, and the floor server (canned
+//! answers, no upstream: what the client and loopback TCP allow), in interleaved rounds.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use serde_json::{json, Map, Value};
+
+use super::{http_session, peer_missing};
+use crate::mcp::{RequestLine, ECHO_TEXT};
+use crate::procstat::{thread_cpu, Usage};
+use crate::session::Session;
+use crate::setup::{Plan, Setup, Upstream};
+use crate::stats::{self, round2, Across, Summary};
+use crate::target::{HttpServer, ServerSpec};
+
+const SPREAD: usize = 10;
+
+/// One server under load and its connections.
+struct Side {
+    name: String,
+    server: Arc<HttpServer>,
+    sessions: Vec<Session>,
+    lines: Vec<RequestLine>,
+    is_peer: bool,
+}
+
+/// What the rounds gave one side.
+#[derive(Default)]
+struct Rounds {
+    rates: Vec<f64>,
+    latency: Vec<Summary>,
+    calls: u64,
+    client_cpu: Duration,
+    server_before: Usage,
+}
+
+pub fn http_throughput(setup: &Setup, plan: &Plan) -> Result<Value> {
+    let shapes: [(&str, Vec<Upstream>); 2] = [
+        ("1", vec![Upstream::plain("alpha")]),
+        ("10", Upstream::many("alpha", SPREAD, 0)),
+    ];
+    let mut sides = Vec::new();
+    let mut not_applicable = Map::new();
+    for (n, ups) in &shapes {
+        let lines: Vec<RequestLine> = if ups.len() == 1 {
+            vec![RequestLine::echo("alpha__echo")]
+        } else {
+            (0..ups.len())
+                .map(|i| RequestLine::echo(&format!("alpha{i}__echo")))
+                .collect()
+        };
+        let spec = setup.manifold_http(&format!("http-throughput-{n}"), ups)?;
+        sides.push(Side::open(
+            format!("manifold_{n}"),
+            &spec,
+            setup,
+            plan,
+            &lines,
+            false,
+        )?);
+        let peer = format!("peer_{n}");
+        match setup.peer_http(&format!("http-throughput-peer-{n}"), ups)? {
+            Some(spec) => match Side::open(peer.clone(), &spec, setup, plan, &lines, true) {
+                Ok(side) => sides.push(side),
+                Err(e) => {
+                    not_applicable.insert(peer, json!(format!("{e:#}")));
+                }
+            },
+            None => {
+                not_applicable.insert(peer, json!(peer_missing()));
+            }
+        }
+    }
+    let floor = setup.floor("http-throughput-floor")?;
+    let line = [RequestLine::echo("alpha__echo")];
+    sides.push(Side::open(
+        "floor".into(),
+        &floor,
+        setup,
+        plan,
+        &line,
+        false,
+    )?);
+    // Warm-up: a tenth of a round on every side, so connections, sessions and upstream
+    // routes are hot before the first timed round.
+    for side in &mut sides {
+        side.round(plan.http_calls / 10 + 1, plan.round_limit)?;
+    }
+    let rounds = measure(&mut sides, plan, &mut not_applicable)?;
+    let mut out = Map::new();
+    for (side, r) in sides.iter().zip(&rounds) {
+        let rate = Across::of(r.rates.iter().copied());
+        out.insert(
+            side.name.clone(),
+            json!({
+                "calls_per_s": rate.to_json(),
+                "per_round": r.rates.iter().map(|x| x.round()).collect::<Vec<_>>(),
+                "latency": stats::medians(&r.latency),
+                "calls": r.calls,
+                "client_cpu_us_per_call":
+                    round2(r.client_cpu.as_secs_f64() * 1e6 / r.calls.max(1) as f64),
+                "server_cpu_per_call": Usage::of(side.server.pid())?
+                    .per_call(r.server_before, usize::try_from(r.calls).unwrap_or(usize::MAX)),
+            }),
+        );
+    }
+    for n in ["1", "10"] {
+        let m = sides.iter().position(|s| s.name == format!("manifold_{n}"));
+        let p = sides.iter().position(|s| s.name == format!("peer_{n}"));
+        let key = format!("ratio_{n}");
+        if let (Some(m), Some(p)) = (m, p) {
+            let (a, b) = (&rounds[m].rates, &rounds[p].rates);
+            let paired = Across::of(a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)));
+            let medians = Across::of(a.iter().copied()).median
+                / Across::of(b.iter().copied()).median.max(1e-9);
+            out.insert(
+                key,
+                json!({ "median": round2(medians), "spread": [round2(paired.min), round2(paired.max)] }),
+            );
+        }
+    }
+    out.insert("not_applicable".into(), Value::Object(not_applicable));
+    out.insert(
+        "unit".into(),
+        json!("calls/s (one request and its answer per call)"),
+    );
+    out.insert("rounds".into(), json!(plan.rounds));
+    out.insert("connections".into(), json!(plan.connections));
+    out.insert("calls_per_round".into(), json!(plan.http_calls));
+    Ok(Value::Object(out))
+}
+
+/// Interleaved rounds, the order rotating each round. A peer side that fails is dropped,
+/// its error kept for the report; any other failure ends the scenario.
+fn measure(
+    sides: &mut Vec<Side>,
+    plan: &Plan,
+    not_applicable: &mut Map<String, Value>,
+) -> Result<Vec<Rounds>> {
+    let mut rounds = Vec::new();
+    for side in sides.iter() {
+        rounds.push(Rounds {
+            server_before: Usage::of(side.server.pid())?,
+            ..Rounds::default()
+        });
+    }
+    for round in 0..plan.rounds {
+        for k in 0..sides.len() {
+            let i = (round + k) % sides.len();
+            match sides[i].round(plan.http_calls, plan.round_limit) {
+                Ok(done) => {
+                    let r = &mut rounds[i];
+                    r.rates.push(done.calls as f64 / done.secs.max(1e-9));
+                    r.latency.push(done.latency);
+                    r.calls += done.calls;
+                    r.client_cpu += done.client_cpu;
+                }
+                Err(e) if sides[i].is_peer => {
+                    let why = format!("failed in round {round}: {e:#}");
+                    not_applicable.insert(sides[i].name.clone(), json!(why));
+                    sides.remove(i);
+                    rounds.remove(i);
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(rounds)
+}
+
+/// One round's outcome on one side.
+struct Done {
+    calls: u64,
+    secs: f64,
+    latency: Summary,
+    client_cpu: Duration,
+}
+
+impl Side {
+    fn open(
+        name: String,
+        spec: &ServerSpec,
+        setup: &Setup,
+        plan: &Plan,
+        lines: &[RequestLine],
+        is_peer: bool,
+    ) -> Result<Self> {
+        let server = HttpServer::launch(spec, setup.limits)?;
+        let mut sessions = Vec::with_capacity(plan.connections);
+        for j in 0..plan.connections {
+            let mut session = http_session(&server, &format!("{name}-{j}"))?;
+            // Each connection's first call is checked in full.
+            let line = &lines[j % lines.len()];
+            let result = session.result(line)?;
+            super::expect_text(session.label(), &result, ECHO_TEXT.len())?;
+            sessions.push(session);
+        }
+        Ok(Self {
+            name,
+            server,
+            sessions,
+            lines: lines.to_vec(),
+            is_peer,
+        })
+    }
+
+    /// `calls` calls from every connection at once, each on its own thread.
+    fn round(&mut self, calls: u64, limit: Duration) -> Result<Done> {
+        let pool = AtomicU64::new(calls);
+        let start = Barrier::new(self.sessions.len() + 1);
+        let (lines, pool, start) = (&self.lines, &pool, &start);
+        let results = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .sessions
+                .iter_mut()
+                .enumerate()
+                .map(|(j, session)| {
+                    scope.spawn(move || {
+                        // Outside the timed part; every thread must reach the barrier, even
+                        // one whose connection failed, or the others would wait forever.
+                        let ready = session.ready();
+                        start.wait();
+                        let deadline = Instant::now() + limit;
+                        let cpu = thread_cpu();
+                        let samples =
+                            ready.and_then(|()| session.pooled_calls(lines, j, pool, deadline));
+                        (samples, thread_cpu().saturating_sub(cpu))
+                    })
+                })
+                .collect();
+            start.wait();
+            let began = Instant::now();
+            let joined: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+            (joined, began.elapsed())
+        });
+        let (joined, elapsed) = results;
+        let (mut all, mut client_cpu) = (Vec::new(), Duration::ZERO);
+        for joined in joined {
+            let (samples, cpu) =
+                joined.map_err(|_| anyhow!("{}: a load thread panicked", self.name))?;
+            all.extend(samples?);
+            client_cpu += cpu;
+        }
+        Ok(Done {
+            calls: all.len() as u64,
+            secs: elapsed.as_secs_f64(),
+            latency: Summary::of(&mut all),
+            client_cpu,
+        })
+    }
+}

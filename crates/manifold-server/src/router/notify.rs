@@ -1,0 +1,240 @@
+//! What hosts hear from upstreams, session by session: catalog changes reach every session,
+//! log messages only the sessions whose level admits them (named after their upstream),
+//! `resources/updated` only the sessions subscribed to that resource. And what upstreams are
+//! asked on the hosts' behalf: the most verbose log level any session wants, and one
+//! subscription per resource however many sessions want it (counted), asked again when an
+//! upstream restarts.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use manifold_catalog::Kind;
+use manifold_protocol::{write, RawObject};
+use manifold_upstream::{Listener, UpstreamHandle};
+
+use super::{Router, LOG_LEVELS};
+use crate::session::Session;
+
+/// What upstreams were asked on the hosts' behalf.
+#[derive(Default)]
+pub(super) struct Interest {
+    /// The log level last asked of each upstream (by index), if one was. Locked only to read
+    /// or record a level, never across the request.
+    levels: Mutex<HashMap<usize, u8>>,
+    /// How many sessions subscribe to each (upstream, original URI). Locked to count.
+    subscriptions: Mutex<HashMap<(usize, String), usize>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Interest {
+    /// Counts one more session on `(upstream, uri)`; true if it is the first.
+    pub(super) fn subscribe(&self, upstream: usize, uri: &str) -> bool {
+        let mut subs = lock(&self.subscriptions);
+        let n = subs.entry((upstream, uri.to_owned())).or_insert(0);
+        *n += 1;
+        *n == 1
+    }
+
+    /// Counts one session fewer on `(upstream, uri)`; true if it was the last.
+    pub(super) fn unsubscribe(&self, upstream: usize, uri: &str) -> bool {
+        let mut subs = lock(&self.subscriptions);
+        let key = (upstream, uri.to_owned());
+        match subs.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                subs.remove(&key);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn subscribed_on(&self, upstream: usize) -> Vec<String> {
+        lock(&self.subscriptions)
+            .keys()
+            .filter(|(u, _)| *u == upstream)
+            .map(|(_, uri)| uri.clone())
+            .collect()
+    }
+}
+
+impl Router {
+    /// Asks each upstream that logs (or only `only`) for the most verbose level any session
+    /// wants, when that differs from what it was last asked. Nothing is asked while no
+    /// session has set a level: upstreams keep their own default.
+    pub(super) async fn apply_log_levels(self: &Arc<Self>, only: Option<usize>) {
+        let Some(wanted) = self
+            .sessions
+            .all()
+            .iter()
+            .filter_map(|s| s.log_level())
+            .min()
+        else {
+            return;
+        };
+        let catalog = self.hub.catalog();
+        let targets: Vec<&UpstreamHandle> = self
+            .upstreams
+            .iter()
+            .filter(|h| only.is_none_or(|i| i == h.index()))
+            .filter(|h| {
+                catalog
+                    .slice(h.index())
+                    .is_some_and(|s| s.has_capability("logging"))
+            })
+            .filter(|h| {
+                only.is_some() || lock(&self.interest.levels).get(&h.index()) != Some(&wanted)
+            })
+            .collect();
+        let params = format!("{{\"level\":\"{}\"}}", LOG_LEVELS[usize::from(wanted)]);
+        for handle in targets {
+            let Some(conn) = handle.connection() else {
+                continue;
+            };
+            match conn.request("logging/setLevel", Some(&params)).await {
+                Ok(_) => {
+                    lock(&self.interest.levels).insert(handle.index(), wanted);
+                }
+                Err(e) => tracing::warn!(upstream = handle.key(), "logging/setLevel failed: {e}"),
+            }
+        }
+    }
+
+    /// Asks an upstream to (un)subscribe, without waiting for its answer.
+    pub(super) fn tell_subscription(&self, upstream: usize, uri: &str, subscribe: bool) {
+        let Some(conn) = self
+            .upstreams
+            .get(upstream)
+            .and_then(UpstreamHandle::connection)
+        else {
+            return;
+        };
+        let method = if subscribe {
+            "resources/subscribe"
+        } else {
+            "resources/unsubscribe"
+        };
+        let params = format!(
+            "{{\"uri\":{}}}",
+            manifold_protocol::object::json_string(uri)
+        );
+        let key = self.upstreams[upstream].key().to_owned();
+        self.runtime.spawn(async move {
+            if let Err(e) = conn.request(method, Some(&params)).await {
+                tracing::warn!(upstream = key, "{method} failed: {e}");
+            }
+        });
+    }
+
+    /// Undoes what a session asked of upstreams (it is ending).
+    pub(super) fn forget_session(self: &Arc<Self>, session: &Session) {
+        let catalog = self.hub.catalog();
+        for exposed in session.take_subscriptions() {
+            if let Some((upstream, original)) = catalog.resolve_uri(&exposed) {
+                if self.interest.unsubscribe(upstream, original) {
+                    self.tell_subscription(upstream, original, false);
+                }
+            }
+        }
+        if session.log_level().is_some() {
+            let router = Arc::clone(self);
+            self.runtime
+                .spawn(async move { router.apply_log_levels(None).await });
+        }
+    }
+
+    fn send_to(sessions: &[Arc<Session>], line: &[u8]) {
+        for s in sessions {
+            s.stream().notify(&[line]);
+        }
+    }
+
+    /// `notifications/message` with its logger named after the upstream, to the sessions
+    /// whose level admits it.
+    fn log_message(&self, upstream: usize, params: &str) {
+        let Ok(mut obj) = RawObject::parse(params) else {
+            return;
+        };
+        let level = obj
+            .get_str("level")
+            .and_then(|l| LOG_LEVELS.iter().position(|x| *x == l))
+            .and_then(|i| u8::try_from(i).ok())
+            .unwrap_or(0);
+        let key = self.upstreams.get(upstream).map_or("", UpstreamHandle::key);
+        let logger = match obj.get_str("logger") {
+            Some(l) if !l.is_empty() => format!("{key}/{l}"),
+            _ => key.to_owned(),
+        };
+        obj.set_str("logger", &logger);
+        let mut line = Vec::new();
+        write::notification(&mut line, "notifications/message", Some(&obj.to_text()));
+        let hearing: Vec<Arc<Session>> = self
+            .sessions
+            .ready()
+            .into_iter()
+            .filter(|s| s.hears(level))
+            .collect();
+        Self::send_to(&hearing, &line);
+    }
+}
+
+impl Listener for Router {
+    fn lists_changed(&self, kinds: &[Kind]) {
+        let sessions = self.sessions.ready();
+        let mut sent: Vec<&str> = Vec::new();
+        for kind in kinds {
+            let method = kind.list_changed();
+            if sent.contains(&method) {
+                continue;
+            }
+            sent.push(method);
+            let mut line = Vec::new();
+            write::notification(&mut line, method, None);
+            Self::send_to(&sessions, &line);
+        }
+    }
+
+    fn upstream_notification(&self, upstream: usize, method: &str, params: Option<&str>) {
+        match (method, params) {
+            ("notifications/message", Some(p)) => self.log_message(upstream, p),
+            ("notifications/resources/updated", Some(p)) => {
+                let uri = RawObject::parse(p)
+                    .ok()
+                    .and_then(|o| o.get_str("uri").map(|u| u.into_owned()));
+                let Some(uri) = uri else { return };
+                let subscribed: Vec<Arc<Session>> = self
+                    .sessions
+                    .ready()
+                    .into_iter()
+                    .filter(|s| s.is_subscribed(&uri))
+                    .collect();
+                let mut line = Vec::new();
+                write::notification(&mut line, method, Some(p));
+                Self::send_to(&subscribed, &line);
+            }
+            _ => {
+                let mut line = Vec::new();
+                write::notification(&mut line, method, params);
+                Self::send_to(&self.sessions.ready(), &line);
+            }
+        }
+    }
+
+    fn upstream_ready(&self, upstream: usize) {
+        for uri in self.interest.subscribed_on(upstream) {
+            self.tell_subscription(upstream, &uri, true);
+        }
+        // A restarted upstream logs at its own default again.
+        lock(&self.interest.levels).remove(&upstream);
+        if let Some(router) = self.this.upgrade() {
+            self.runtime
+                .spawn(async move { router.apply_log_levels(Some(upstream)).await });
+        }
+    }
+}
