@@ -89,7 +89,10 @@ fn a_waiting_layer_holds_only_its_own_request_and_a_refusal_never_reaches_the_up
         let handle = UpstreamHandle::start(
             0,
             config.upstreams[0].clone(),
-            Duration::from_secs(30),
+            manifold_upstream::Timing {
+                request: Duration::from_secs(30),
+                max: Duration::from_secs(60),
+            },
             Duration::from_secs(1),
             Arc::clone(&hub),
         );

@@ -19,6 +19,8 @@ pub struct UpstreamDef {
     pub uri_prefix: String,
     pub tools: NameFilter,
     pub prompts: NameFilter,
+    /// Request timeouts of single tools, by original name.
+    pub tool_timeouts: std::collections::BTreeMap<String, std::time::Duration>,
 }
 
 impl UpstreamDef {
@@ -36,6 +38,7 @@ impl UpstreamDef {
             uri_prefix,
             tools: cfg.tools.clone(),
             prompts: cfg.prompts.clone(),
+            tool_timeouts: cfg.tool_timeouts.clone(),
         }
     }
 
@@ -105,6 +108,19 @@ impl UpstreamSlice {
                 c.get(name)
                     .and_then(|v| RawObject::parse(v).ok())
                     .map(|o| o.get(feature) == Some("true"))
+            })
+            .unwrap_or(false)
+    }
+
+    /// Whether the upstream declared `name.feature` at all (an object, e.g. `tasks.list`).
+    pub fn has_feature_object(&self, name: &str, feature: &str) -> bool {
+        self.capabilities
+            .as_deref()
+            .and_then(|c| RawObject::parse(c.get()).ok())
+            .and_then(|c| {
+                c.get(name)
+                    .and_then(|v| RawObject::parse(v).ok())
+                    .map(|o| o.get(feature).is_some_and(|v| v != "null" && v != "false"))
             })
             .unwrap_or(false)
     }

@@ -48,8 +48,11 @@ pub struct ServerSettings {
     pub page_size: usize,
     /// Largest downstream message accepted, in bytes.
     pub max_message_bytes: usize,
-    /// How long a forwarded request may take before the host gets a timeout error.
+    /// How long a forwarded request may go without an answer (or progress) before the host
+    /// gets a timeout error.
     pub request_timeout: Duration,
+    /// The longest any forwarded request may take, however much progress it reports.
+    pub max_request_timeout: Duration,
     /// How long `initialize` waits for upstreams' first start before answering.
     pub startup_timeout: Duration,
     /// How long a child gets to exit after its stdin closes, and again after SIGTERM.
@@ -111,6 +114,8 @@ pub struct UpstreamConfig {
     pub restart: RestartPolicy,
     /// Overrides `server.request_timeout` for this upstream.
     pub request_timeout: Option<Duration>,
+    /// Overrides of the request timeout for single tools, by the upstream's tool name.
+    pub tool_timeouts: BTreeMap<String, Duration>,
     /// Largest message accepted from this upstream; a longer one is dropped and fails the
     /// request it answered.
     pub max_message_bytes: usize,

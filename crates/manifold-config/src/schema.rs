@@ -17,6 +17,7 @@ pub(crate) struct RawServer {
     pub(crate) shutdown_grace_ms: Option<u64>,
     pub(crate) cpus: Option<Vec<u64>>,
     pub(crate) session_queue_bytes: Option<u64>,
+    pub(crate) max_request_timeout_ms: Option<u64>,
     pub(crate) listen: Option<String>,
     pub(crate) allow_remote: Option<bool>,
     pub(crate) allowed_origins: Option<Vec<String>>,
@@ -54,6 +55,8 @@ pub(crate) struct RawUpstream {
     pub(crate) uri_prefix: Option<String>,
     pub(crate) enabled: Option<bool>,
     pub(crate) request_timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) tool_timeouts: BTreeMap<String, u64>,
     pub(crate) max_message_bytes: Option<u64>,
     pub(crate) restart_initial_backoff_ms: Option<u64>,
     pub(crate) restart_max_backoff_ms: Option<u64>,

@@ -18,6 +18,7 @@ pub(crate) const MIN_MAX_MESSAGE_BYTES: u64 = 1024;
 pub(crate) const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
 pub(crate) const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 10_000;
 pub(crate) const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 2_000;
+pub(crate) const DEFAULT_MAX_REQUEST_TIMEOUT_MS: u64 = 600_000;
 pub(crate) const DEFAULT_SESSION_QUEUE_BYTES: u64 = 64 * 1024 * 1024;
 pub(crate) const MIN_SESSION_QUEUE_BYTES: u64 = 64 * 1024;
 pub(crate) const DEFAULT_SEPARATOR: &str = "__";
@@ -84,7 +85,19 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         session_queue_bytes,
         MIN_SESSION_QUEUE_BYTES,
     )?;
+    let max_request_timeout_ms = raw
+        .max_request_timeout_ms
+        .unwrap_or(DEFAULT_MAX_REQUEST_TIMEOUT_MS.max(request_timeout_ms));
+    if max_request_timeout_ms < request_timeout_ms {
+        return Err(ctx.err(
+            "server.max_request_timeout_ms",
+            format!(
+                "{max_request_timeout_ms} is less than server.request_timeout_ms ({request_timeout_ms})"
+            ),
+        ));
+    }
     Ok(ServerSettings {
+        max_request_timeout: Duration::from_millis(max_request_timeout_ms),
         page_size: to_usize(ctx, "server.page_size", page_size)?,
         max_message_bytes: to_usize(ctx, "server.max_message_bytes", max_message_bytes)?,
         request_timeout: Duration::from_millis(request_timeout_ms),
@@ -216,12 +229,18 @@ pub(crate) fn upstream(
         check_min(ctx, &child(path, "request_timeout_ms"), timeout, 1)?;
     }
     let transport = transport(ctx, path, &raw)?;
+    let mut tool_timeouts = BTreeMap::new();
+    for (tool, ms) in &raw.tool_timeouts {
+        check_min(ctx, &child(&child(path, "tool_timeouts"), tool), *ms, 1)?;
+        tool_timeouts.insert(tool.clone(), Duration::from_millis(*ms));
+    }
     Ok(UpstreamConfig {
         key: key.to_owned(),
         prefix: raw.prefix.clone().unwrap_or_else(|| key.to_owned()),
         uri_prefix: raw.uri_prefix.clone(),
         restart: restart(ctx, path, &raw)?,
         request_timeout: raw.request_timeout_ms.map(Duration::from_millis),
+        tool_timeouts,
         max_message_bytes: to_usize(ctx, &child(path, "max_message_bytes"), max_message_bytes)?,
         tools: filter(ctx, &child(path, "tools"), raw.tools)?,
         prompts: filter(ctx, &child(path, "prompts"), raw.prompts)?,

@@ -13,6 +13,9 @@ pub static URI_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(
 pub static PROGRESS_TOKEN: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"progressToken"));
 
+/// `taskId`, in results and notifications about tasks.
+pub static TASK_ID: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"taskId"));
+
 /// `"data"`: an error's `data` member.
 pub static DATA_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"data\""));
 

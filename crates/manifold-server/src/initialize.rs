@@ -30,6 +30,21 @@ pub fn result(catalog: &Catalog, version: &str) -> String {
     if offers("logging") {
         caps.insert("logging".into(), json!({}));
     }
+    if offers("tasks") {
+        // What any upstream supports; a request its upstream cannot serve is refused there.
+        let mut tasks = Map::new();
+        if slices.iter().any(|s| s.has_feature_object("tasks", "list")) {
+            tasks.insert("list".into(), json!({}));
+        }
+        if slices
+            .iter()
+            .any(|s| s.has_feature_object("tasks", "cancel"))
+        {
+            tasks.insert("cancel".into(), json!({}));
+        }
+        tasks.insert("requests".into(), json!({ "tools": { "call": {} } }));
+        caps.insert("tasks".into(), Value::Object(tasks));
+    }
     let keys: Vec<&str> = catalog.defs().iter().map(|d| d.key.as_str()).collect();
     let result = json!({
         "protocolVersion": version,

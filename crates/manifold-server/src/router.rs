@@ -10,6 +10,7 @@
 mod inflight;
 mod notify;
 mod resolve;
+mod tasks;
 
 use std::sync::{Arc, Weak};
 
@@ -75,6 +76,8 @@ pub struct Router {
     layers: Vec<Arc<dyn Layer>>,
     /// What upstreams were asked on the hosts' behalf (log levels, subscriptions).
     interest: notify::Interest,
+    /// Which session owns each task.
+    tasks: Arc<tasks::Tasks>,
     /// Itself, for work that continues on the runtime.
     this: Weak<Router>,
 }
@@ -107,6 +110,7 @@ impl Router {
             runtime,
             layers,
             interest: notify::Interest::default(),
+            tasks: Arc::default(),
             this: this.clone(),
         });
         // The router decides which sessions hear what upstreams say.
@@ -157,6 +161,7 @@ impl Router {
         };
         session.mark_ended(reason);
         session.abandon_outbound(&format!("the host session ended: {reason}"));
+        self.tasks.forget(id);
         if let Some(router) = self.this.upgrade() {
             router.forget_session(&session);
         }
@@ -303,6 +308,19 @@ impl Router {
             "logging/setLevel" => return self.set_level(ctx, &params),
             "resources/subscribe" => return self.subscribe(ctx, &params, true),
             "resources/unsubscribe" => return self.subscribe(ctx, &params, false),
+            "tasks/list" => return self.list_tasks(ctx),
+            "tasks/get" | "tasks/result" | "tasks/cancel" => {
+                let method = match method {
+                    "tasks/get" => "tasks/get",
+                    "tasks/result" => "tasks/result",
+                    _ => "tasks/cancel",
+                };
+                let target = self.task_request(&ctx, method, env.params, &self.hub.catalog());
+                return match target {
+                    Ok(target) => self.admit(ctx, target, 0),
+                    Err(e) => ctx.fail(&e),
+                };
+            }
             _ => return ctx.fail(&RouteError::UnknownMethod(method.to_owned())),
         };
         match self
@@ -482,6 +500,7 @@ impl Router {
             hub: Arc::clone(&self.hub),
             upstream: target.upstream,
             method: target.method,
+            tasks: target.task.then(|| Arc::clone(&self.tasks)),
             hop,
         };
         conn.forward(
@@ -490,6 +509,7 @@ impl Router {
             Forward {
                 exchange: Box::new(exchange),
                 progress_token,
+                timeout: target.timeout,
             },
         );
     }

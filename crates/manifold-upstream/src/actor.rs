@@ -12,7 +12,7 @@ use manifold_config::{Transport, UpstreamConfig};
 use rustix::process::Signal;
 use tokio::sync::oneshot;
 
-use crate::connection::{Connection, Events};
+use crate::connection::{Connection, Events, Timing};
 use crate::hub::Hub;
 use crate::{handshake, http, process, stdio};
 
@@ -28,12 +28,15 @@ enum Link {
 const HEALTHY_AFTER: Duration = Duration::from_secs(30);
 /// How often pending requests are checked against their deadlines.
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// `list_changed` notifications that come within this of each other make one refresh (and at
+/// most one notification to hosts): servers often send several in a burst.
+const REFRESH_DEBOUNCE: Duration = Duration::from_millis(20);
 
 pub struct UpstreamActor {
     pub(crate) index: usize,
     pub(crate) key: Arc<str>,
     pub(crate) cfg: UpstreamConfig,
-    pub(crate) timeout: Duration,
+    pub(crate) timing: Timing,
     pub(crate) grace: Duration,
     pub(crate) hub: Arc<Hub>,
     pub(crate) current: Arc<ArcSwapOption<Connection>>,
@@ -44,6 +47,15 @@ pub struct UpstreamActor {
     stopping: bool,
     stopped: Vec<oneshot::Sender<()>>,
     slice: Option<Arc<UpstreamSlice>>,
+    refresh: RefreshState,
+}
+
+/// Lists to re-fetch, gathered while a refresh is scheduled or running.
+#[derive(Default)]
+struct RefreshState {
+    kinds: Vec<Kind>,
+    scheduled: bool,
+    running: bool,
 }
 
 impl UpstreamActor {
@@ -51,7 +63,7 @@ impl UpstreamActor {
     pub(crate) fn new(
         index: usize,
         cfg: UpstreamConfig,
-        timeout: Duration,
+        timing: Timing,
         grace: Duration,
         hub: Arc<Hub>,
         current: Arc<ArcSwapOption<Connection>>,
@@ -61,7 +73,7 @@ impl UpstreamActor {
             key: cfg.key.as_str().into(),
             backoff: cfg.restart.initial_backoff,
             cfg,
-            timeout,
+            timing,
             grace,
             hub,
             current,
@@ -71,6 +83,7 @@ impl UpstreamActor {
             stopping: false,
             stopped: Vec::new(),
             slice: None,
+            refresh: RefreshState::default(),
         }
     }
 }
@@ -115,6 +128,7 @@ impl UpstreamActor {
             return;
         }
         self.generation += 1;
+        self.refresh = RefreshState::default();
         let generation = self.generation;
         let _span =
             tracing::info_span!("upstream.start", upstream = %self.key, generation).entered();
@@ -130,7 +144,7 @@ impl UpstreamActor {
             Transport::Stdio(cfg) => {
                 let settings = stdio::Settings {
                     key: Arc::clone(&self.key),
-                    timeout: self.timeout,
+                    timing: self.timing,
                     max_message_bytes: self.cfg.max_message_bytes,
                     grace: self.grace,
                 };
@@ -142,7 +156,7 @@ impl UpstreamActor {
             Transport::Http(cfg) => {
                 let settings = http::Settings {
                     key: Arc::clone(&self.key),
-                    timeout: self.timeout,
+                    timing: self.timing,
                     max_message_bytes: self.cfg.max_message_bytes,
                     runtime: tokio::runtime::Handle::current(),
                 };
@@ -250,16 +264,42 @@ impl Handler<Refresh> for UpstreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Refresh, ctx: &mut Context<Self>) {
-        let (Some(conn), Some(old)) = (self.current.load_full(), self.slice.clone()) else {
-            return;
-        };
         if msg.generation != self.generation {
             return;
         }
-        let generation = msg.generation;
-        let fut = handshake::refresh(conn, old, msg.kinds);
+        for kind in msg.kinds {
+            if !self.refresh.kinds.contains(&kind) {
+                self.refresh.kinds.push(kind);
+            }
+        }
+        self.schedule_refresh(ctx);
+    }
+}
+
+impl UpstreamActor {
+    /// Refreshes the gathered lists a little later, unless that is already planned or a
+    /// refresh is running (it schedules the next one when it ends).
+    fn schedule_refresh(&mut self, ctx: &mut Context<Self>) {
+        if self.refresh.scheduled || self.refresh.running || self.refresh.kinds.is_empty() {
+            return;
+        }
+        self.refresh.scheduled = true;
+        ctx.run_later(REFRESH_DEBOUNCE, |act, ctx| act.run_refresh(ctx));
+    }
+
+    fn run_refresh(&mut self, ctx: &mut Context<Self>) {
+        self.refresh.scheduled = false;
+        let (Some(conn), Some(old)) = (self.current.load_full(), self.slice.clone()) else {
+            self.refresh.kinds.clear();
+            return;
+        };
+        let kinds = std::mem::take(&mut self.refresh.kinds);
+        self.refresh.running = true;
+        let generation = self.generation;
+        let fut = handshake::refresh(conn, old, kinds);
         ctx.spawn(
-            actix::fut::wrap_future(fut).map(move |res, act: &mut Self, _| {
+            actix::fut::wrap_future(fut).map(move |res, act: &mut Self, ctx| {
+                act.refresh.running = false;
                 if generation != act.generation {
                     return;
                 }
@@ -273,6 +313,7 @@ impl Handler<Refresh> for UpstreamActor {
                         tracing::warn!(upstream = %act.key, "refreshing its catalog failed: {e}")
                     }
                 }
+                act.schedule_refresh(ctx);
             }),
         );
     }
@@ -325,7 +366,9 @@ impl Events for ConnectionEvents {
             "notifications/resources/list_changed" => {
                 vec![Kind::Resources, Kind::ResourceTemplates]
             }
-            "notifications/message" | "notifications/resources/updated" => {
+            "notifications/message"
+            | "notifications/resources/updated"
+            | "notifications/tasks/status" => {
                 self.hub.relay(self.index, method, params);
                 return;
             }

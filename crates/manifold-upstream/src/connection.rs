@@ -27,6 +27,15 @@ pub(crate) trait Wire: Send + Sync {
     fn close(&self, reason: &str);
 }
 
+/// How long requests to an upstream may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// A request without an answer (or progress) for this long fails.
+    pub request: Duration,
+    /// No request outlives this, whatever progress it reports.
+    pub max: Duration,
+}
+
 /// What a connection reports about messages that are neither answers nor progress.
 pub(crate) trait Events: Send + Sync {
     /// A notification from the upstream (other than progress, which the connection maps).
@@ -43,7 +52,7 @@ pub struct Connection {
     /// map operations, never across a write or an await.
     pending: Mutex<PendingState>,
     next_id: AtomicU64,
-    timeout: Duration,
+    timing: Timing,
 }
 
 #[derive(Default)]
@@ -57,7 +66,7 @@ impl Connection {
         name: &str,
         wire: Box<dyn Wire>,
         events: Box<dyn Events>,
-        timeout: Duration,
+        timing: Timing,
     ) -> Self {
         Self {
             name: name.into(),
@@ -65,7 +74,20 @@ impl Connection {
             events,
             pending: Mutex::new(PendingState::default()),
             next_id: AtomicU64::new(1),
+            timing,
+        }
+    }
+
+    /// A pending entry for `reply`, due after `timeout` (the usual time when `None`).
+    fn entry(&self, reply: Reply, timeout: Option<Duration>) -> Entry {
+        let now = Instant::now();
+        let timeout = timeout.unwrap_or(self.timing.request);
+        let limit = now + self.timing.max.max(timeout);
+        Entry {
+            reply,
+            deadline: now + timeout,
             timeout,
+            limit,
         }
     }
 
@@ -94,21 +116,19 @@ impl Connection {
     /// line, already carrying `id`. The exchange always hears how the request ended, even when
     /// it could not be sent at all.
     pub fn forward(&self, id: u64, line: &[u8], fwd: Forward) {
-        let deadline = Instant::now() + self.timeout;
+        let timeout = fwd.timeout;
+        let entry = self.entry(Reply::Forward(fwd), timeout);
         {
             let mut st = self.lock();
             if let Some(reason) = &st.closed {
                 let err = self.unavailable(reason);
                 drop(st);
-                return fwd.exchange.finish(Outcome::Failed(err));
+                if let Reply::Forward(fwd) = entry.reply {
+                    fwd.exchange.finish(Outcome::Failed(err));
+                }
+                return;
             }
-            st.table.entries.insert(
-                id,
-                Entry {
-                    reply: Reply::Forward(fwd),
-                    deadline,
-                },
-            );
+            st.table.entries.insert(id, entry);
         }
         if let Err(e) = self.wire.send(line) {
             // If the entry is gone, the answer or a failure already reached the exchange.
@@ -133,14 +153,9 @@ impl Connection {
             if let Some(reason) = &st.closed {
                 return Err(self.unavailable(reason));
             }
-            let deadline = Instant::now() + self.timeout;
-            st.table.entries.insert(
-                id,
-                Entry {
-                    reply: Reply::Channel(tx),
-                    deadline,
-                },
-            );
+            st.table
+                .entries
+                .insert(id, self.entry(Reply::Channel(tx), None));
         }
         if let Err(e) = self.wire.send(&line) {
             self.lock().table.entries.remove(&id);
@@ -453,12 +468,13 @@ impl Connection {
         let Some(id) = obj.get("progressToken").and_then(|t| t.parse::<u64>().ok()) else {
             return false;
         };
-        let st = self.lock();
-        let Some(Entry {
-            reply: Reply::Forward(fwd),
-            ..
-        }) = st.table.entries.get(&id)
-        else {
+        let mut st = self.lock();
+        let Some(entry) = st.table.entries.get_mut(&id) else {
+            return false;
+        };
+        // Progress shows the request is alive: its time starts again, up to the limit.
+        entry.deadline = (Instant::now() + entry.timeout).min(entry.limit);
+        let Reply::Forward(fwd) = &entry.reply else {
             return false;
         };
         let Some(token) = &fwd.progress_token else {
@@ -477,7 +493,7 @@ impl Connection {
         for (id, entry) in expired {
             let err = UpstreamError::Timeout {
                 upstream: self.name.to_string(),
-                after: self.timeout,
+                after: entry.timeout,
             };
             self.fail(entry.reply, err);
             self.send_cancelled(id, Some("timed out in Manifold"));

@@ -9,7 +9,7 @@ use arc_swap::ArcSwapOption;
 use manifold_config::UpstreamConfig;
 
 use crate::actor::{Shutdown, UpstreamActor};
-use crate::connection::Connection;
+use crate::connection::{Connection, Timing};
 use crate::hub::Hub;
 
 /// A cheap, cloneable handle to one upstream.
@@ -24,17 +24,22 @@ pub struct UpstreamHandle {
 impl UpstreamHandle {
     /// Starts the upstream's actor, which spawns and supervises the process. Must be called
     /// from within a running actix system.
+    /// `defaults` apply where the upstream's config sets no request timeout of its own.
     pub fn start(
         index: usize,
         cfg: UpstreamConfig,
-        default_timeout: Duration,
+        defaults: Timing,
         grace: Duration,
         hub: Arc<Hub>,
     ) -> Self {
         let current = Arc::new(ArcSwapOption::empty());
         let key: Arc<str> = cfg.key.as_str().into();
-        let timeout = cfg.request_timeout.unwrap_or(default_timeout);
-        let actor = UpstreamActor::new(index, cfg, timeout, grace, hub, Arc::clone(&current));
+        let request = cfg.request_timeout.unwrap_or(defaults.request);
+        let timing = Timing {
+            request,
+            max: defaults.max.max(request),
+        };
+        let actor = UpstreamActor::new(index, cfg, timing, grace, hub, Arc::clone(&current));
         Self {
             index,
             key,

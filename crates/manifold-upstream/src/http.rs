@@ -19,7 +19,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{StatusCode, Url};
 use tokio::sync::watch;
 
-use crate::connection::{Connection, Events, Wire};
+use crate::connection::{Connection, Events, Timing, Wire};
 use crate::error::UpstreamError;
 use crate::pipe::WriteError;
 
@@ -36,7 +36,7 @@ type OnExit = Box<dyn FnOnce(String) + Send>;
 /// What starting an HTTP upstream needs besides its config.
 pub(crate) struct Settings {
     pub key: Arc<str>,
-    pub timeout: Duration,
+    pub timing: Timing,
     pub max_message_bytes: usize,
     pub runtime: tokio::runtime::Handle,
 }
@@ -126,7 +126,7 @@ pub(crate) fn start(
     }
     let http = reqwest::Client::builder()
         .connect_timeout(cfg.connect_timeout)
-        .read_timeout(settings.timeout.max(Duration::from_secs(60)))
+        .read_timeout(settings.timing.request.max(Duration::from_secs(60)))
         .build()
         .map_err(|e| format!("cannot set up its HTTP client: {e}"))?;
     let client = Arc::new(Client {
@@ -146,7 +146,7 @@ pub(crate) fn start(
         &settings.key,
         Box::new(HttpWire(Arc::clone(&client))),
         events,
-        settings.timeout,
+        settings.timing,
     ));
     let _ = client.conn.set(Arc::downgrade(&conn));
     Ok(Started { conn, client })

@@ -150,13 +150,15 @@ impl Hub {
     /// Passes a notification from upstream `upstream` on to hosts, with the URIs it names
     /// exposed.
     pub fn relay(&self, upstream: usize, method: &str, params: Option<&str>) {
-        let exposed = match (method, params) {
-            ("notifications/resources/updated", Some(p)) => {
-                let catalog = self.catalog();
-                rewrite::expose_member(p, "uri", &catalog.defs()[upstream].uri_prefix)
-            }
+        let member = match method {
+            "notifications/resources/updated" => Some("uri"),
+            "notifications/tasks/status" => Some("taskId"),
             _ => None,
         };
+        let exposed = member.zip(params).and_then(|(member, p)| {
+            let catalog = self.catalog();
+            rewrite::expose_member(p, member, &catalog.defs()[upstream].uri_prefix)
+        });
         if let Some(l) = self.listener() {
             l.upstream_notification(upstream, method, exposed.as_deref().or(params));
         }

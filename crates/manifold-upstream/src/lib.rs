@@ -23,7 +23,7 @@ pub mod pipe;
 mod process;
 mod stdio;
 
-pub use connection::{error_object, Connection};
+pub use connection::{error_object, Connection, Timing};
 pub use error::UpstreamError;
 pub use handle::UpstreamHandle;
 pub use hub::{Hub, Listener};

@@ -122,11 +122,17 @@ pub struct Forward {
     pub exchange: Box<dyn Exchange>,
     /// The host's progress token (JSON text), when Manifold replaced it with the upstream id.
     pub progress_token: Option<Box<str>>,
+    /// How long this request may go without an answer, if not the upstream's usual time.
+    pub timeout: Option<std::time::Duration>,
 }
 
 pub(crate) struct Entry {
     pub reply: Reply,
     pub deadline: Instant,
+    /// How much time progress buys: the deadline moves to now + this on each notification.
+    pub timeout: std::time::Duration,
+    /// The latest the deadline may move to.
+    pub limit: Instant,
 }
 
 /// Pending requests by upstream id.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use manifold_config::StdioConfig;
 use manifold_protocol::{Frame, LineBuffer};
 
-use crate::connection::{Connection, Events, Wire};
+use crate::connection::{Connection, Events, Timing, Wire};
 use crate::pipe::{PipeSize, PipeWriter, WhenFull, WriteError};
 use crate::process;
 
@@ -40,7 +40,7 @@ pub(crate) struct Started {
 /// What the reader thread needs besides the connection.
 pub(crate) struct Settings {
     pub key: Arc<str>,
-    pub timeout: Duration,
+    pub timing: Timing,
     pub max_message_bytes: usize,
     pub grace: Duration,
 }
@@ -67,7 +67,7 @@ pub(crate) fn start(
         &settings.key,
         Box::new(PipeWire(writer)),
         events,
-        settings.timeout,
+        settings.timing,
     ));
     process::relay_stderr(Arc::clone(&settings.key), stderr);
     let reader_conn = Arc::clone(&conn);

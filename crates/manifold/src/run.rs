@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use manifold_catalog::UpstreamDef;
 use manifold_config::Config;
 use manifold_server::{http, stdio, Router, Sessions};
-use manifold_upstream::{Hub, UpstreamHandle};
+use manifold_upstream::{Hub, Timing, UpstreamHandle};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Loads and validates a config, including the name rules that span upstreams.
@@ -48,7 +48,10 @@ pub fn start_upstreams(
             UpstreamHandle::start(
                 i,
                 cfg.clone(),
-                config.server.request_timeout,
+                Timing {
+                    request: config.server.request_timeout,
+                    max: config.server.max_request_timeout,
+                },
                 config.server.shutdown_grace,
                 Arc::clone(&hub),
             )

@@ -12,6 +12,7 @@ fn def(key: &str) -> UpstreamDef {
         uri_prefix: uri::uri_prefix(key),
         tools: NameFilter::default(),
         prompts: NameFilter::default(),
+        tool_timeouts: Default::default(),
     }
 }
 

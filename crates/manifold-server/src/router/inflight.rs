@@ -9,6 +9,7 @@ use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::write;
 use manifold_upstream::{error_object, Exchange, Hub, Outcome, ServerRequest};
 
+use super::tasks::{self, Tasks};
 use crate::context::Context;
 
 /// The host side of one forwarded request.
@@ -18,6 +19,8 @@ pub(super) struct Inflight {
     pub hub: Arc<Hub>,
     pub upstream: usize,
     pub method: &'static str,
+    /// The task table, when the answer may carry a task.
+    pub tasks: Option<Arc<Tasks>>,
     /// The span of this upstream hop; it ends when the request does.
     pub hop: tracing::Span,
 }
@@ -35,10 +38,19 @@ impl Exchange for Inflight {
         let _entered = self.hop.enter();
         match outcome {
             Outcome::Result(result) => {
+                let tasked = self
+                    .tasks
+                    .as_ref()
+                    .and_then(|t| self.task_result(t, &ctx, result));
+                let result = tasked.as_deref().unwrap_or(result);
                 // Most results name no URI: only those are looked at closely.
+                let method = match self.method {
+                    "tasks/result" => "tools/call",
+                    m => m,
+                };
                 let mapped = manifold_protocol::needle::URI_MEMBER
                     .find(result.as_bytes())
-                    .and_then(|_| self.map(|p| rewrite::result_uris(self.method, result, p)));
+                    .and_then(|_| self.map(|p| rewrite::result_uris(method, result, p)));
                 let result = mapped.as_deref().unwrap_or(result);
                 ctx.outlet.answer(&write::response_parts(&ctx.id, result));
             }
@@ -121,6 +133,18 @@ impl Exchange for Inflight {
 }
 
 impl Inflight {
+    /// A result that carries task ids, with them exposed (and a new task recorded as the
+    /// session's). `None` when there is nothing to change.
+    fn task_result(&self, tasks: &Tasks, ctx: &Context, result: &str) -> Option<String> {
+        manifold_protocol::needle::TASK_ID.find(result.as_bytes())?;
+        self.map(|prefix| match self.method {
+            "tools/call" => tasks.created(result, prefix, ctx.session_id()),
+            "tasks/get" | "tasks/cancel" => tasks::expose_id(result, prefix),
+            "tasks/result" => tasks::expose_related(result, prefix),
+            _ => None,
+        })
+    }
+
     /// Runs `f` with the upstream's URI prefix.
     fn map(&self, f: impl FnOnce(&str) -> Option<String>) -> Option<String> {
         let catalog = self.hub.catalog();

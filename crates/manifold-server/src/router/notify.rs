@@ -218,6 +218,18 @@ impl Listener for Router {
                 write::notification(&mut line, method, Some(p));
                 Self::send_to(&subscribed, &line);
             }
+            ("notifications/tasks/status", Some(p)) => {
+                let task = RawObject::parse(p)
+                    .ok()
+                    .and_then(|o| o.get_str("taskId").map(|t| t.into_owned()));
+                let owner = task.and_then(|t| self.tasks.owner(&t));
+                let Some(session) = owner.and_then(|id| self.sessions.get(id)) else {
+                    return;
+                };
+                let mut line = Vec::new();
+                write::notification(&mut line, method, Some(p));
+                Self::send_to(&[session], &line);
+            }
             _ => {
                 let mut line = Vec::new();
                 write::notification(&mut line, method, params);

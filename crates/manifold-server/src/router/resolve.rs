@@ -16,6 +16,10 @@ pub struct Target {
     pub method: &'static str,
     /// The params as the upstream sees them (JSON text).
     pub params: String,
+    /// A timeout of its own (a tool with one configured).
+    pub timeout: Option<std::time::Duration>,
+    /// Whether the answer may carry a task (a task-augmented call, or a `tasks/*` request).
+    pub task: bool,
 }
 
 /// `tools/call` and `prompts/get`: routed by `name`.
@@ -34,10 +38,20 @@ pub(super) fn named(
         resolve_named(catalog, kind, &name)?
     };
     params.set_str("name", &item.original);
+    let task = kind == Kind::Tools && params.get("task").is_some();
+    let timeout = match kind {
+        Kind::Tools => catalog.defs()[item.upstream]
+            .tool_timeouts
+            .get(&item.original)
+            .copied(),
+        _ => None,
+    };
     Ok(Target {
         upstream: item.upstream,
         method,
         params: params.to_text(),
+        timeout,
+        task,
     })
 }
 
@@ -54,6 +68,8 @@ pub(super) fn read(catalog: &Catalog, env: &Envelope<'_>) -> Result<Target, Rout
         upstream,
         method: "resources/read",
         params: params.to_text(),
+        timeout: None,
+        task: false,
     })
 }
 
@@ -91,6 +107,8 @@ pub(super) fn complete(
         upstream,
         method: "completion/complete",
         params: raw.ok_or_else(|| bad("malformed params"))?,
+        timeout: None,
+        task: false,
     })
 }
 
