@@ -40,6 +40,7 @@ fn catalog(upstreams: usize, tools: usize) -> Catalog {
             uri_prefix: format!("u{i}"),
             tools: NameFilter::default(),
             prompts: NameFilter::default(),
+            tool_timeouts: Default::default(),
         })
         .collect();
     let slices = (0..upstreams)
