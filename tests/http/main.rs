@@ -10,6 +10,7 @@ mod common;
 mod harness;
 mod health;
 mod legacy;
+mod protocol;
 mod sessions;
 mod streamable;
 mod upstreams;

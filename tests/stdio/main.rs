@@ -11,4 +11,5 @@ mod cli;
 mod errors;
 mod hostile;
 mod lifecycle;
+mod protocol;
 mod routing;

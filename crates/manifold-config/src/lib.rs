@@ -121,6 +121,17 @@ pub struct UpstreamConfig {
     pub max_message_bytes: usize,
     /// Whether `/readyz` waits for this upstream.
     pub required: bool,
+    pub isolation: Isolation,
+}
+
+/// Whether an upstream's connection is shared by every host session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// One connection for every session (the default): one process, one HTTP session.
+    Shared,
+    /// Each host session gets a connection of its own, started on first use and ended with
+    /// the session, at most `limit` at once; a shared one still serves the catalog.
+    Session { limit: usize },
 }
 
 #[derive(Clone, Debug)]

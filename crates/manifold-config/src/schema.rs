@@ -46,6 +46,8 @@ pub(crate) struct RawUpstream {
     pub(crate) headers: BTreeMap<String, String>,
     pub(crate) connect_timeout_ms: Option<u64>,
     pub(crate) required: Option<bool>,
+    pub(crate) isolation: Option<String>,
+    pub(crate) isolation_limit: Option<u64>,
     #[serde(default)]
     pub(crate) args: Vec<String>,
     #[serde(default)]

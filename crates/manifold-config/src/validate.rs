@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::error::{self, child};
 use crate::schema::{RawFilter, RawNames, RawServer, RawUpstream};
 use crate::{
-    ConfigError, EnvLookup, HttpConfig, HttpKind, HttpSettings, NameFilter, NameSettings,
-    RestartPolicy, ServerSettings, StdioConfig, Transport, UpstreamConfig,
+    ConfigError, EnvLookup, HttpConfig, HttpKind, HttpSettings, Isolation, NameFilter,
+    NameSettings, RestartPolicy, ServerSettings, StdioConfig, Transport, UpstreamConfig,
 };
 
 pub(crate) const DEFAULT_PAGE_SIZE: u64 = 1000;
@@ -36,6 +36,7 @@ pub(crate) const DEFAULT_SSE_KEEPALIVE_MS: u64 = 15_000;
 pub(crate) const DEFAULT_MAX_SESSIONS: u64 = 4096;
 pub(crate) const DEFAULT_MAX_REQUESTS_PER_SESSION: u64 = 128;
 pub(crate) const DEFAULT_REPLAY_EVENTS: u64 = 256;
+pub(crate) const DEFAULT_ISOLATION_LIMIT: u64 = 64;
 pub(crate) const DEFAULT_MAX_BACKOFF_MS: u64 = 30_000;
 
 /// The skip reason for `enabled = false` / `"disabled": true`.
@@ -229,6 +230,7 @@ pub(crate) fn upstream(
         check_min(ctx, &child(path, "request_timeout_ms"), timeout, 1)?;
     }
     let transport = transport(ctx, path, &raw)?;
+    let isolation = isolation(ctx, path, &raw)?;
     let mut tool_timeouts = BTreeMap::new();
     for (tool, ms) in &raw.tool_timeouts {
         check_min(ctx, &child(&child(path, "tool_timeouts"), tool), *ms, 1)?;
@@ -245,8 +247,32 @@ pub(crate) fn upstream(
         tools: filter(ctx, &child(path, "tools"), raw.tools)?,
         prompts: filter(ctx, &child(path, "prompts"), raw.prompts)?,
         required: raw.required.unwrap_or(false),
+        isolation,
         transport,
     })
+}
+
+fn isolation(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<Isolation, ConfigError> {
+    let limit = raw.isolation_limit.unwrap_or(DEFAULT_ISOLATION_LIMIT);
+    check_min(ctx, &child(path, "isolation_limit"), limit, 1)?;
+    match raw.isolation.as_deref() {
+        None | Some("shared") => {
+            if raw.isolation_limit.is_some() {
+                return Err(ctx.err(
+                    child(path, "isolation_limit"),
+                    "applies to isolation = \"session\" only",
+                ));
+            }
+            Ok(Isolation::Shared)
+        }
+        Some("session") => Ok(Isolation::Session {
+            limit: to_usize(ctx, &child(path, "isolation_limit"), limit)?,
+        }),
+        Some(other) => Err(ctx.err(
+            child(path, "isolation"),
+            format!("{other:?} is not an isolation; use \"shared\" or \"session\""),
+        )),
+    }
 }
 
 /// `command` (a child process over stdio) or `url` (HTTP), exactly one.

@@ -12,7 +12,8 @@ mod notify;
 mod resolve;
 mod tasks;
 
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use manifold_catalog::{Kind as ListKind, UpstreamState};
 use manifold_config::ServerSettings;
@@ -20,7 +21,7 @@ use manifold_protocol::envelope::{canonical_id, is_valid_id};
 use manifold_protocol::{
     scan, version, write, Envelope, Kind, MessageError, Params, Place, RawObject,
 };
-use manifold_upstream::{Forward, Hub, UpstreamError, UpstreamHandle};
+use manifold_upstream::{Connection, Forward, Hub, Isolation, UpstreamError, UpstreamHandle};
 use tokio::sync::mpsc;
 
 use crate::context::{reply_error, Context, Origin};
@@ -78,6 +79,10 @@ pub struct Router {
     interest: notify::Interest,
     /// Which session owns each task.
     tasks: Arc<tasks::Tasks>,
+    /// Starts the connections of upstreams that give each session its own.
+    isolation: OnceLock<Isolation>,
+    /// Those connections, by (upstream, session). Locked to look one up, add or remove it.
+    isolated: Mutex<HashMap<(usize, u64), UpstreamHandle>>,
     /// Itself, for work that continues on the runtime.
     this: Weak<Router>,
 }
@@ -111,12 +116,20 @@ impl Router {
             layers,
             interest: notify::Interest::default(),
             tasks: Arc::default(),
+            isolation: OnceLock::new(),
+            isolated: Mutex::new(HashMap::new()),
             this: this.clone(),
         });
         // The router decides which sessions hear what upstreams say.
         let listener: Weak<dyn manifold_upstream::Listener> = router.this.clone();
         router.hub.set_listener(listener);
         router
+    }
+
+    /// Lets upstreams configured with `isolation = "session"` give each session a connection
+    /// of its own (set once, at start).
+    pub fn set_isolation(&self, isolation: Isolation) {
+        let _ = self.isolation.set(isolation);
     }
 
     pub fn hub(&self) -> &Arc<Hub> {
@@ -162,6 +175,7 @@ impl Router {
         session.mark_ended(reason);
         session.abandon_outbound(&format!("the host session ended: {reason}"));
         self.tasks.forget(id);
+        self.end_isolated(id);
         if let Some(router) = self.this.upgrade() {
             router.forget_session(&session);
         }
@@ -471,15 +485,124 @@ impl Router {
         self.send(ctx, target);
     }
 
-    /// Sends the request to its upstream as a new request whose answer returns to the host.
-    fn send(&self, ctx: Context, target: Target) {
+    /// Sends the request to its upstream as a new request whose answer returns to the host:
+    /// on the shared connection, or the session's own (started now, if it is the first use).
+    fn send(self: &Arc<Self>, ctx: Context, target: Target) {
         let handle = &self.upstreams[target.upstream];
         if let UpstreamState::Down { reason } = self.hub.catalog().state(target.upstream) {
             return ctx.fail(&unavailable(handle, reason));
         }
-        let Some(conn) = handle.connection() else {
-            return ctx.fail(&unavailable(handle, "it is starting"));
+        let own = match self.isolated_handle(&ctx, target.upstream) {
+            Ok(own) => own,
+            Err(e) => return ctx.fail(&e),
         };
+        let Some(own) = own else {
+            return match handle.connection() {
+                Some(conn) => self.send_on(&conn, ctx, target),
+                None => ctx.fail(&unavailable(handle, "it is starting")),
+            };
+        };
+        if let Some(conn) = own.connection() {
+            return self.send_on(&conn, ctx, target);
+        }
+        // A connection just started: the request waits (bounded) for its handshake.
+        let (router, limit) = (Arc::clone(self), self.settings.startup_timeout);
+        self.runtime.spawn(async move {
+            match own.connected(limit).await {
+                Some(conn) => router.send_on(&conn, ctx, target),
+                None => ctx.fail(&unavailable(
+                    &own,
+                    "its connection for this session did not start in time",
+                )),
+            }
+        });
+    }
+
+    /// The session's own connection to `upstream`, when the upstream gives each session one
+    /// (`None`: use the shared connection). Starts it on first use, within the limit.
+    fn isolated_handle(
+        &self,
+        ctx: &Context,
+        upstream: usize,
+    ) -> Result<Option<UpstreamHandle>, RouteError> {
+        let Some(isolation) = self.isolation.get() else {
+            return Ok(None);
+        };
+        let (Some(limit), Some(session)) = (isolation.limit(upstream), &ctx.session) else {
+            return Ok(None);
+        };
+        let mut isolated = self
+            .isolated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(handle) = isolated.get(&(upstream, session.id())) {
+            return Ok(Some(handle.clone()));
+        }
+        let open = isolated.keys().filter(|(u, _)| *u == upstream).count();
+        let key = self.upstreams[upstream].key();
+        if open >= limit {
+            return Err(unavailable(
+                &self.upstreams[upstream],
+                &format!("{open} sessions already have a connection of their own to {key:?} (isolation_limit); try again when one ends"),
+            ));
+        }
+        let capabilities = session.client().map_or("{}", |c| &*c.capabilities);
+        let peer = Arc::new(inflight::SessionPeer(Arc::downgrade(session)));
+        let handle = isolation
+            .start(upstream, session.id(), capabilities, peer)
+            .ok_or_else(|| unavailable(&self.upstreams[upstream], "it has no configuration"))?;
+        tracing::info!(
+            upstream = key,
+            session = session.id(),
+            "started a connection for the session"
+        );
+        isolated.insert((upstream, session.id()), handle.clone());
+        Ok(Some(handle))
+    }
+
+    /// Every live connection a session's requests may be on: the shared ones, and the
+    /// session's own.
+    fn connections_of(&self, session: u64) -> Vec<Arc<Connection>> {
+        let mut conns: Vec<Arc<Connection>> = self
+            .upstreams
+            .iter()
+            .filter_map(UpstreamHandle::connection)
+            .collect();
+        let isolated = self
+            .isolated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        conns.extend(
+            isolated
+                .iter()
+                .filter(|((_, s), _)| *s == session)
+                .filter_map(|(_, h)| h.connection()),
+        );
+        conns
+    }
+
+    /// Stops every connection that served an ended session alone.
+    fn end_isolated(&self, session: u64) {
+        let ended: Vec<UpstreamHandle> = {
+            let mut isolated = self
+                .isolated
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let keys: Vec<(usize, u64)> = isolated
+                .keys()
+                .filter(|(_, s)| *s == session)
+                .copied()
+                .collect();
+            keys.iter().filter_map(|k| isolated.remove(k)).collect()
+        };
+        for handle in ended {
+            self.runtime.spawn(async move { handle.shutdown().await });
+        }
+    }
+
+    /// Writes the request on `conn`; its answer returns to the host through an exchange.
+    fn send_on(&self, conn: &Connection, ctx: Context, target: Target) {
+        let handle = &self.upstreams[target.upstream];
         let upstream_id = conn.next_id();
         let (params, progress_token) =
             match resolve::map_progress_token(&target.params, upstream_id) {
@@ -530,9 +653,8 @@ impl Router {
                     .and_then(|p| RawObject::parse(p).ok())
                     .and_then(|p| p.get_str("reason").map(|r| r.into_owned()));
                 let owner = self
-                    .upstreams
-                    .iter()
-                    .filter_map(UpstreamHandle::connection)
+                    .connections_of(session)
+                    .into_iter()
                     .find(|c| c.cancel_for(session, &id, reason.as_deref()));
                 tracing::debug!(
                     request = request_id,
@@ -542,7 +664,8 @@ impl Router {
             }
             // Upstreams that asked for roots ask again, of whichever host they then serve.
             "notifications/roots/list_changed" => {
-                for conn in self.upstreams.iter().filter_map(UpstreamHandle::connection) {
+                let session = origin.session.as_ref().map_or(0, |s| s.id());
+                for conn in self.connections_of(session) {
                     let _ = conn.notify("notifications/roots/list_changed", None);
                 }
             }

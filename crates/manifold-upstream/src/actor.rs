@@ -6,15 +6,40 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use arc_swap::ArcSwapOption;
 use manifold_catalog::{Kind, UpstreamSlice, UpstreamState};
 use manifold_config::{Transport, UpstreamConfig};
 use rustix::process::Signal;
 use tokio::sync::oneshot;
 
 use crate::connection::{Connection, Events, Timing};
+use crate::handle::Published;
 use crate::hub::Hub;
+use crate::pending::Peer;
 use crate::{handshake, http, process, stdio};
+
+/// Whom an actor's connection serves.
+#[derive(Clone)]
+pub(crate) enum Role {
+    /// Every session; its catalog is the upstream's slice of the merged catalog.
+    Shared,
+    /// One host session (`isolation = "session"`): the upstream starts with that host's own
+    /// capabilities, what it asks of a client or tells hosts goes to that session alone, and
+    /// the merged catalog does not change with it.
+    Isolated {
+        session: u64,
+        capabilities: Arc<str>,
+        peer: Arc<dyn Peer>,
+    },
+}
+
+impl Role {
+    fn session(&self) -> Option<u64> {
+        match self {
+            Role::Shared => None,
+            Role::Isolated { session, .. } => Some(*session),
+        }
+    }
+}
 
 /// How the actor reaches what it supervises, beyond the connection.
 enum Link {
@@ -39,7 +64,11 @@ pub struct UpstreamActor {
     pub(crate) timing: Timing,
     pub(crate) grace: Duration,
     pub(crate) hub: Arc<Hub>,
-    pub(crate) current: Arc<ArcSwapOption<Connection>>,
+    /// The connection callers use; for an isolated one, only once its handshake is done.
+    published: Arc<Published>,
+    /// The connection being started or running.
+    current: Option<Arc<Connection>>,
+    role: Role,
     generation: u64,
     link: Option<Link>,
     backoff: Duration,
@@ -66,7 +95,8 @@ impl UpstreamActor {
         timing: Timing,
         grace: Duration,
         hub: Arc<Hub>,
-        current: Arc<ArcSwapOption<Connection>>,
+        published: Arc<Published>,
+        role: Role,
     ) -> Self {
         Self {
             index,
@@ -76,7 +106,9 @@ impl UpstreamActor {
             timing,
             grace,
             hub,
-            current,
+            published,
+            current: None,
+            role,
             generation: 0,
             link: None,
             up_since: None,
@@ -93,7 +125,7 @@ impl Actor for UpstreamActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(SWEEP_EVERY, |act, _| {
-            if let Some(conn) = act.current.load_full() {
+            if let Some(conn) = &act.current {
                 conn.expire(Instant::now());
             }
         });
@@ -137,6 +169,7 @@ impl UpstreamActor {
             hub: Arc::clone(&self.hub),
             index: self.index,
             generation,
+            session: self.role.session(),
         });
         let addr = ctx.address();
         let exited = move |reason: String| addr.do_send(Exited { generation, reason });
@@ -171,12 +204,27 @@ impl UpstreamActor {
             Err(reason) => return self.stopped_with(ctx, reason),
         };
         self.link = Some(link);
-        self.current.store(Some(Arc::clone(&conn)));
-        ctx.spawn(actix::fut::wrap_future(handshake::run(conn)).map(
-            move |res, act: &mut Self, _| {
-                act.handshake_done(generation, res);
-            },
-        ));
+        self.current = Some(Arc::clone(&conn));
+        let capabilities = match &self.role {
+            Role::Shared => None,
+            Role::Isolated {
+                capabilities, peer, ..
+            } => {
+                conn.set_peer(Arc::clone(peer));
+                Some(Arc::clone(capabilities))
+            }
+        };
+        if matches!(self.role, Role::Shared) {
+            // Calls may be sent before the handshake ends; the catalog gates them meanwhile.
+            self.published.store(Some(Arc::clone(&conn)));
+        }
+        ctx.spawn(
+            actix::fut::wrap_future(handshake::run(conn, capabilities)).map(
+                move |res, act: &mut Self, _| {
+                    act.handshake_done(generation, res);
+                },
+            ),
+        );
     }
 
     fn handshake_done(&mut self, generation: u64, res: Result<UpstreamSlice, String>) {
@@ -193,9 +241,14 @@ impl UpstreamActor {
                 let slice = Arc::new(slice);
                 self.slice = Some(Arc::clone(&slice));
                 self.up_since = Some(Instant::now());
-                self.hub.update(self.index, UpstreamState::Up, Some(slice));
-                self.hub.settle(self.index);
-                self.hub.ready(self.index);
+                match self.role {
+                    Role::Shared => {
+                        self.hub.update(self.index, UpstreamState::Up, Some(slice));
+                        self.hub.settle(self.index);
+                        self.hub.ready(self.index);
+                    }
+                    Role::Isolated { .. } => self.published.store(self.current.clone()),
+                }
                 if let Some(Link::Http(client)) = &self.link {
                     client.ready();
                 }
@@ -203,7 +256,7 @@ impl UpstreamActor {
             Err(reason) => {
                 tracing::warn!(upstream = %self.key, "handshake failed: {reason}");
                 // Ending the connection makes its transport report the end, which restarts it.
-                if let Some(conn) = self.current.load_full() {
+                if let Some(conn) = &self.current {
                     conn.close(&format!("handshake failed: {reason}"));
                 }
                 if let Some(Link::Process(pid)) = self.link {
@@ -215,16 +268,19 @@ impl UpstreamActor {
 
     /// The upstream is down: publish that, fail fast, and schedule a restart.
     fn stopped_with(&mut self, ctx: &mut Context<Self>, reason: String) {
-        self.current.store(None);
+        self.current = None;
+        self.published.store(None);
         self.link = None;
-        self.hub.update(
-            self.index,
-            UpstreamState::Down {
-                reason: reason.clone(),
-            },
-            None,
-        );
-        self.hub.settle(self.index);
+        if matches!(self.role, Role::Shared) {
+            self.hub.update(
+                self.index,
+                UpstreamState::Down {
+                    reason: reason.clone(),
+                },
+                None,
+            );
+            self.hub.settle(self.index);
+        }
         if self.stopping {
             for tx in self.stopped.drain(..) {
                 let _ = tx.send(());
@@ -289,7 +345,7 @@ impl UpstreamActor {
 
     fn run_refresh(&mut self, ctx: &mut Context<Self>) {
         self.refresh.scheduled = false;
-        let (Some(conn), Some(old)) = (self.current.load_full(), self.slice.clone()) else {
+        let (Some(conn), Some(old)) = (self.current.clone(), self.slice.clone()) else {
             self.refresh.kinds.clear();
             return;
         };
@@ -339,7 +395,7 @@ impl Handler<Shutdown> for UpstreamActor {
                 process::signal_group(pid, Signal::KILL)
             });
         }
-        if let Some(conn) = self.current.load_full() {
+        if let Some(conn) = &self.current {
             conn.close("Manifold is shutting down");
         }
         let limit = self.grace * 3 + Duration::from_secs(1);
@@ -356,6 +412,8 @@ struct ConnectionEvents {
     hub: Arc<Hub>,
     index: usize,
     generation: u64,
+    /// The one session an isolated connection serves.
+    session: Option<u64>,
 }
 
 impl Events for ConnectionEvents {
@@ -369,7 +427,7 @@ impl Events for ConnectionEvents {
             "notifications/message"
             | "notifications/resources/updated"
             | "notifications/tasks/status" => {
-                self.hub.relay(self.index, method, params);
+                self.hub.relay(self.index, self.session, method, params);
                 return;
             }
             _ => {
@@ -377,6 +435,15 @@ impl Events for ConnectionEvents {
                 return;
             }
         };
+        if self.session.is_some() {
+            // The merged catalog comes from the shared connection, not a session's own.
+            tracing::debug!(
+                upstream = self.index,
+                method,
+                "isolated connection: list change ignored"
+            );
+            return;
+        }
         self.addr.do_send(Refresh {
             generation: self.generation,
             kinds,

@@ -5,7 +5,7 @@
 //! process or one HTTP session: a restart makes a new one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use manifold_protocol::envelope::id_of_fragments;
@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use crate::error::UpstreamError;
 use crate::pending::{
-    Answer, Entry, Exchange, Forward, Outcome, Pending, Reply, ServerReply, ServerRequest,
+    Answer, Entry, Exchange, Forward, Outcome, Peer, Pending, Reply, ServerReply, ServerRequest,
 };
 use crate::pipe::WriteError;
 
@@ -53,6 +53,8 @@ pub struct Connection {
     pending: Mutex<PendingState>,
     next_id: AtomicU64,
     timing: Timing,
+    /// The one host this connection serves, when it serves one alone.
+    peer: OnceLock<Arc<dyn Peer>>,
 }
 
 #[derive(Default)]
@@ -75,7 +77,13 @@ impl Connection {
             pending: Mutex::new(PendingState::default()),
             next_id: AtomicU64::new(1),
             timing,
+            peer: OnceLock::new(),
         }
+    }
+
+    /// Ties the connection to one host: what the upstream asks of a client goes there.
+    pub(crate) fn set_peer(&self, peer: Arc<dyn Peer>) {
+        let _ = self.peer.set(peer);
     }
 
     /// A pending entry for `reply`, due after `timeout` (the usual time when `None`).
@@ -318,13 +326,17 @@ impl Connection {
             params: env.params.map(str::to_owned),
             reply,
         };
-        // The request moves into the closure; on failure it comes back to be refused.
+        // The request moves into the closure; on failure it comes back to be refused, or
+        // to go to the one host this connection serves (on the session's own stream).
         let mut request = Some(request);
         let routed = self.with_owner(via, |exchange| {
             if let Some(r) = request.take() {
                 exchange.server_request(r);
             }
         });
+        if let (Some(peer), Some(request)) = (self.peer.get(), request.take()) {
+            return peer.server_request(request);
+        }
         if let (Err(why), Some(request)) = (routed, request) {
             tracing::warn!(upstream = %self.name, method, "request from the upstream refused: {why}");
             request.reply.error(
@@ -337,7 +349,10 @@ impl Connection {
     /// A notification that belongs with a request in flight goes to that request's host.
     fn related(&self, line: &[u8], via: Option<u64>) {
         if let Err(why) = self.with_owner(via, |exchange| exchange.related(line)) {
-            tracing::debug!(upstream = %self.name, "notification dropped: {why}");
+            match self.peer.get() {
+                Some(peer) => peer.related(line),
+                None => tracing::debug!(upstream = %self.name, "notification dropped: {why}"),
+            }
         }
     }
 

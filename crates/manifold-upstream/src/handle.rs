@@ -1,30 +1,67 @@
 //! `UpstreamHandle`: what the rest of Manifold holds to reach an upstream. It hides the actor
 //! framework: callers get the live connection for the hot path and async methods for the rest.
+//! `Isolation` starts the per-session connections of upstreams configured with
+//! `isolation = "session"`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, Addr};
+use actix::{Actor, Addr, ArbiterHandle};
 use arc_swap::ArcSwapOption;
 use manifold_config::UpstreamConfig;
+use tokio::sync::watch;
 
-use crate::actor::{Shutdown, UpstreamActor};
+use crate::actor::{Role, Shutdown, UpstreamActor};
 use crate::connection::{Connection, Timing};
 use crate::hub::Hub;
+use crate::pending::Peer;
 
-/// A cheap, cloneable handle to one upstream.
+/// A cheap, cloneable handle to one upstream (or one session's connection to it).
 #[derive(Clone)]
 pub struct UpstreamHandle {
     index: usize,
     key: Arc<str>,
     addr: Addr<UpstreamActor>,
-    current: Arc<ArcSwapOption<Connection>>,
+    published: Arc<Published>,
+}
+
+/// The connection an actor publishes for callers, and a signal when it changes.
+pub(crate) struct Published {
+    current: ArcSwapOption<Connection>,
+    changed: watch::Sender<u64>,
+}
+
+impl Published {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            current: ArcSwapOption::empty(),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    pub(crate) fn load(&self) -> Option<Arc<Connection>> {
+        self.current.load_full()
+    }
+
+    pub(crate) fn store(&self, conn: Option<Arc<Connection>>) {
+        self.current.store(conn);
+        self.changed.send_modify(|n| *n += 1);
+    }
+}
+
+/// Timeouts of an upstream: the defaults, with the upstream's own request timeout over them.
+fn timing(cfg: &UpstreamConfig, defaults: Timing) -> Timing {
+    let request = cfg.request_timeout.unwrap_or(defaults.request);
+    Timing {
+        request,
+        max: defaults.max.max(request),
+    }
 }
 
 impl UpstreamHandle {
     /// Starts the upstream's actor, which spawns and supervises the process. Must be called
-    /// from within a running actix system.
-    /// `defaults` apply where the upstream's config sets no request timeout of its own.
+    /// from within a running actix system. `defaults` apply where the upstream's config sets
+    /// no request timeout of its own.
     pub fn start(
         index: usize,
         cfg: UpstreamConfig,
@@ -32,19 +69,23 @@ impl UpstreamHandle {
         grace: Duration,
         hub: Arc<Hub>,
     ) -> Self {
-        let current = Arc::new(ArcSwapOption::empty());
+        let published = Published::new();
         let key: Arc<str> = cfg.key.as_str().into();
-        let request = cfg.request_timeout.unwrap_or(defaults.request);
-        let timing = Timing {
-            request,
-            max: defaults.max.max(request),
-        };
-        let actor = UpstreamActor::new(index, cfg, timing, grace, hub, Arc::clone(&current));
+        let timing = timing(&cfg, defaults);
+        let actor = UpstreamActor::new(
+            index,
+            cfg,
+            timing,
+            grace,
+            hub,
+            Arc::clone(&published),
+            Role::Shared,
+        );
         Self {
             index,
             key,
             addr: actor.start(),
-            current,
+            published,
         }
     }
 
@@ -58,11 +99,95 @@ impl UpstreamHandle {
 
     /// The live connection, or `None` while the upstream is down or restarting.
     pub fn connection(&self) -> Option<Arc<Connection>> {
-        self.current.load_full()
+        self.published.load()
+    }
+
+    /// The live connection, waiting up to `limit` for one (a connection being started).
+    pub async fn connected(&self, limit: Duration) -> Option<Arc<Connection>> {
+        let mut changed = self.published.changed.subscribe();
+        let wait = async {
+            loop {
+                if let Some(conn) = self.published.load() {
+                    return Some(conn);
+                }
+                if changed.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(limit, wait).await.ok().flatten()
     }
 
     /// Stops the upstream; returns once its processes are gone (or the grace ran out).
     pub async fn shutdown(&self) {
         let _ = self.addr.send(Shutdown).await;
+    }
+}
+
+/// Starts the connections of upstreams configured with `isolation = "session"`: one per host
+/// session, on first use. Callable from any thread: the actors run on the system's arbiter.
+#[derive(Clone)]
+pub struct Isolation {
+    arbiter: ArbiterHandle,
+    hub: Arc<Hub>,
+    configs: Arc<[UpstreamConfig]>,
+    defaults: Timing,
+    grace: Duration,
+}
+
+impl Isolation {
+    /// Must be called from within the running actix system, whose arbiter will run the
+    /// isolated connections.
+    pub fn new(
+        hub: Arc<Hub>,
+        configs: Arc<[UpstreamConfig]>,
+        defaults: Timing,
+        grace: Duration,
+    ) -> Self {
+        Self {
+            arbiter: actix::Arbiter::current(),
+            hub,
+            configs,
+            defaults,
+            grace,
+        }
+    }
+
+    /// How many connections of its own upstream `index` may have, if it gives each session one.
+    pub fn limit(&self, index: usize) -> Option<usize> {
+        match self.configs.get(index)?.isolation {
+            manifold_config::Isolation::Shared => None,
+            manifold_config::Isolation::Session { limit } => Some(limit),
+        }
+    }
+
+    /// A connection to upstream `index` for session `session` alone: started with the host's
+    /// `capabilities` (JSON text), its requests to a client go to `peer`.
+    pub fn start(
+        &self,
+        index: usize,
+        session: u64,
+        capabilities: &str,
+        peer: Arc<dyn Peer>,
+    ) -> Option<UpstreamHandle> {
+        let cfg = self.configs.get(index)?.clone();
+        let published = Published::new();
+        let key: Arc<str> = cfg.key.as_str().into();
+        let timing = timing(&cfg, self.defaults);
+        let role = Role::Isolated {
+            session,
+            capabilities: capabilities.into(),
+            peer,
+        };
+        let (hub, grace, slot) = (Arc::clone(&self.hub), self.grace, Arc::clone(&published));
+        let addr = UpstreamActor::start_in_arbiter(&self.arbiter, move |_| {
+            UpstreamActor::new(index, cfg, timing, grace, hub, slot, role)
+        });
+        Some(UpstreamHandle {
+            index,
+            key,
+            addr,
+            published,
+        })
     }
 }

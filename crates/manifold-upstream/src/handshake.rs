@@ -15,11 +15,21 @@ const MAX_PAGES: usize = 10_000;
 
 /// Runs `initialize` / `notifications/initialized`, then fetches every list the upstream
 /// declared a capability for.
-pub(crate) async fn run(conn: Arc<Connection>) -> Result<UpstreamSlice, String> {
-    // Manifold forwards these requests to the host that owns the request in flight, which
-    // answers them if it can (a host that cannot gets the request refused on its behalf).
+/// A session's own connection (`capabilities` given) fetches no lists: the catalog comes
+/// from the shared connection.
+pub(crate) async fn run(
+    conn: Arc<Connection>,
+    capabilities: Option<Arc<str>>,
+) -> Result<UpstreamSlice, String> {
+    let isolated = capabilities.is_some();
+    // A shared connection: Manifold forwards these requests to the host that owns the request
+    // in flight, which answers them if it can (a host that cannot gets the request refused on
+    // its behalf). A session's own connection: that host's own capabilities.
+    let capabilities = capabilities.as_deref().unwrap_or(
+        r#"{"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{},"url":{}}}"#,
+    );
     let params = format!(
-        r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{"form":{{}},"url":{{}}}}}},"clientInfo":{{"name":"manifold","version":"{}"}}}}"#,
+        r#"{{"protocolVersion":"{}","capabilities":{capabilities},"clientInfo":{{"name":"manifold","version":"{}"}}}}"#,
         version::LATEST,
         env!("CARGO_PKG_VERSION")
     );
@@ -54,7 +64,7 @@ pub(crate) async fn run(conn: Arc<Connection>) -> Result<UpstreamSlice, String> 
         ..UpstreamSlice::default()
     };
     for kind in Kind::ALL {
-        if declares(&slice, kind) {
+        if declares(&slice, kind) && !isolated {
             *slot(&mut slice, kind) = fetch_list(&conn, kind).await?;
         }
     }

@@ -17,8 +17,15 @@ pub trait Listener: Send + Sync {
     /// The merged list of each of `kinds` changed (resources and templates share one
     /// notification, so both may be named together).
     fn lists_changed(&self, kinds: &[Kind]);
-    /// A notification from upstream `upstream` for hosts, its URIs already exposed.
-    fn upstream_notification(&self, upstream: usize, method: &str, params: Option<&str>);
+    /// A notification from upstream `upstream` for hosts (for `session` alone when it came
+    /// from that session's own connection), its URIs already exposed.
+    fn upstream_notification(
+        &self,
+        upstream: usize,
+        session: Option<u64>,
+        method: &str,
+        params: Option<&str>,
+    );
     /// Upstream `upstream` (re)connected and finished its handshake: what hosts asked of it
     /// before (log levels, subscriptions) must be asked again.
     fn upstream_ready(&self, upstream: usize);
@@ -149,7 +156,7 @@ impl Hub {
 
     /// Passes a notification from upstream `upstream` on to hosts, with the URIs it names
     /// exposed.
-    pub fn relay(&self, upstream: usize, method: &str, params: Option<&str>) {
+    pub fn relay(&self, upstream: usize, session: Option<u64>, method: &str, params: Option<&str>) {
         let member = match method {
             "notifications/resources/updated" => Some("uri"),
             "notifications/tasks/status" => Some("taskId"),
@@ -160,7 +167,7 @@ impl Hub {
             rewrite::expose_member(p, member, &catalog.defs()[upstream].uri_prefix)
         });
         if let Some(l) = self.listener() {
-            l.upstream_notification(upstream, method, exposed.as_deref().or(params));
+            l.upstream_notification(upstream, session, method, exposed.as_deref().or(params));
         }
     }
 }

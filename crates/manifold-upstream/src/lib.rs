@@ -25,6 +25,6 @@ mod stdio;
 
 pub use connection::{error_object, Connection, Timing};
 pub use error::UpstreamError;
-pub use handle::UpstreamHandle;
+pub use handle::{Isolation, UpstreamHandle};
 pub use hub::{Hub, Listener};
-pub use pending::{Answer, Exchange, Forward, Outcome, ServerReply, ServerRequest};
+pub use pending::{Answer, Exchange, Forward, Outcome, Peer, ServerReply, ServerRequest};

@@ -35,6 +35,13 @@ pub trait Exchange: Send + Sync {
     fn related(&self, line: &[u8]);
 }
 
+/// The host behind a connection that serves one session alone (an isolated upstream): what
+/// the upstream asks of a client, or tells it, goes there even with no request in flight.
+pub trait Peer: Send + Sync {
+    fn server_request(&self, request: ServerRequest);
+    fn related(&self, line: &[u8]);
+}
+
 /// A request an upstream sent to its client.
 #[derive(Debug)]
 pub struct ServerRequest {

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use manifold_catalog::UpstreamDef;
 use manifold_config::Config;
 use manifold_server::{http, stdio, Router, Sessions};
-use manifold_upstream::{Hub, Timing, UpstreamHandle};
+use manifold_upstream::{Hub, Isolation, Timing, UpstreamHandle};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Loads and validates a config, including the name rules that span upstreams.
@@ -114,6 +114,15 @@ pub fn serve(path: &Path, listen: Option<std::net::SocketAddr>) -> anyhow::Resul
             runtime,
         );
         router.run_reaper(ending);
+        router.set_isolation(Isolation::new(
+            Arc::clone(router.hub()),
+            config.upstreams.clone().into(),
+            Timing {
+                request: config.server.request_timeout,
+                max: config.server.max_request_timeout,
+            },
+            config.server.shutdown_grace,
+        ));
         let served = match http {
             Some(addr) => serve_http(&router, &config, addr).await,
             None => serve_stdio(&router).await,

@@ -7,10 +7,12 @@ use manifold_catalog::{rewrite, Kind};
 use manifold_protocol::codes;
 use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::write;
-use manifold_upstream::{error_object, Exchange, Hub, Outcome, ServerRequest};
+use manifold_upstream::{error_object, Exchange, Hub, Outcome, Peer, ServerRequest};
 
 use super::tasks::{self, Tasks};
 use crate::context::Context;
+use crate::outlet::Outlet;
+use crate::session::Session;
 
 /// The host side of one forwarded request.
 pub(super) struct Inflight {
@@ -92,42 +94,70 @@ impl Exchange for Inflight {
                 .reply
                 .error(codes::INTERNAL_ERROR, "the request it belongs to is over");
         };
-        let method = request.method.as_str();
         let Some(session) = &ctx.session else {
+            let method = request.method.clone();
             return request.reply.error(
                 codes::METHOD_NOT_FOUND,
                 &format!("{method}: the host request this belongs to has no session to ask"),
             );
         };
-        let needs = match method {
-            "sampling/createMessage" => "sampling",
-            "elicitation/create" => "elicitation",
-            "roots/list" => "roots",
-            _ => {
-                return request.reply.error(
-                    codes::METHOD_NOT_FOUND,
-                    &format!("Manifold does not forward {method} to hosts"),
-                )
-            }
-        };
-        if !ctx.client().is_some_and(|c| c.declares(needs)) {
-            return request.reply.error(
-                codes::METHOD_NOT_FOUND,
-                &format!("{method}: the host did not declare the {needs} capability"),
-            );
-        }
         let _entered = self.hop.enter();
-        tracing::debug!(method, "forwarding the upstream's request to the host");
-        let params = request.params;
-        let id = session.expect_answer(request.reply);
-        let mut line = Vec::with_capacity(params.as_ref().map_or(0, String::len) + 64);
-        write::request_with_id(&mut line, &id, method, params.as_deref());
-        ctx.outlet.notify(&[&line]);
+        ask_host(session, &*ctx.outlet, request);
     }
 
     fn related(&self, line: &[u8]) {
         if let Some(ctx) = &self.ctx {
             ctx.outlet.notify(&[line]);
+        }
+    }
+}
+
+/// Sends an upstream's request to a host, on `outlet`, under an id of Manifold's; the host's
+/// answer goes back to the upstream (see `Router::host_answer`). A host that did not declare
+/// the capability the request needs gets nothing: the upstream is refused on its behalf.
+pub(super) fn ask_host(session: &Session, outlet: &dyn Outlet, request: ServerRequest) {
+    let method = request.method.as_str();
+    let needs = match method {
+        "sampling/createMessage" => "sampling",
+        "elicitation/create" => "elicitation",
+        "roots/list" => "roots",
+        _ => {
+            return request.reply.error(
+                codes::METHOD_NOT_FOUND,
+                &format!("Manifold does not forward {method} to hosts"),
+            )
+        }
+    };
+    if !session.client().is_some_and(|c| c.declares(needs)) {
+        return request.reply.error(
+            codes::METHOD_NOT_FOUND,
+            &format!("{method}: the host did not declare the {needs} capability"),
+        );
+    }
+    tracing::debug!(method, "forwarding the upstream's request to the host");
+    let params = request.params;
+    let id = session.expect_answer(request.reply);
+    let mut line = Vec::with_capacity(params.as_ref().map_or(0, String::len) + 64);
+    write::request_with_id(&mut line, &id, method, params.as_deref());
+    outlet.notify(&[&line]);
+}
+
+/// The host behind a session's own connection to an upstream (`isolation = "session"`).
+pub(super) struct SessionPeer(pub std::sync::Weak<Session>);
+
+impl Peer for SessionPeer {
+    fn server_request(&self, request: ServerRequest) {
+        match self.0.upgrade() {
+            Some(session) => ask_host(&session, &**session.stream(), request),
+            None => request
+                .reply
+                .error(codes::INTERNAL_ERROR, "the host session ended"),
+        }
+    }
+
+    fn related(&self, line: &[u8]) {
+        if let Some(session) = self.0.upgrade() {
+            session.stream().notify(&[line]);
         }
     }
 }

@@ -157,7 +157,7 @@ impl Router {
 
     /// `notifications/message` with its logger named after the upstream, to the sessions
     /// whose level admits it.
-    fn log_message(&self, upstream: usize, params: &str) {
+    fn log_message(&self, upstream: usize, params: &str, recipients: Vec<Arc<Session>>) {
         let Ok(mut obj) = RawObject::parse(params) else {
             return;
         };
@@ -174,12 +174,8 @@ impl Router {
         obj.set_str("logger", &logger);
         let mut line = Vec::new();
         write::notification(&mut line, "notifications/message", Some(&obj.to_text()));
-        let hearing: Vec<Arc<Session>> = self
-            .sessions
-            .ready()
-            .into_iter()
-            .filter(|s| s.hears(level))
-            .collect();
+        let hearing: Vec<Arc<Session>> =
+            recipients.into_iter().filter(|s| s.hears(level)).collect();
         Self::send_to(&hearing, &line);
     }
 }
@@ -200,17 +196,31 @@ impl Listener for Router {
         }
     }
 
-    fn upstream_notification(&self, upstream: usize, method: &str, params: Option<&str>) {
+    fn upstream_notification(
+        &self,
+        upstream: usize,
+        session: Option<u64>,
+        method: &str,
+        params: Option<&str>,
+    ) {
+        // A session's own connection speaks to that session alone.
+        let recipients = || match session {
+            Some(id) => self
+                .sessions
+                .get(id)
+                .into_iter()
+                .filter(|s| s.is_ready())
+                .collect(),
+            None => self.sessions.ready(),
+        };
         match (method, params) {
-            ("notifications/message", Some(p)) => self.log_message(upstream, p),
+            ("notifications/message", Some(p)) => self.log_message(upstream, p, recipients()),
             ("notifications/resources/updated", Some(p)) => {
                 let uri = RawObject::parse(p)
                     .ok()
                     .and_then(|o| o.get_str("uri").map(|u| u.into_owned()));
                 let Some(uri) = uri else { return };
-                let subscribed: Vec<Arc<Session>> = self
-                    .sessions
-                    .ready()
+                let subscribed: Vec<Arc<Session>> = recipients()
                     .into_iter()
                     .filter(|s| s.is_subscribed(&uri))
                     .collect();
@@ -233,7 +243,7 @@ impl Listener for Router {
             _ => {
                 let mut line = Vec::new();
                 write::notification(&mut line, method, params);
-                Self::send_to(&self.sessions.ready(), &line);
+                Self::send_to(&recipients(), &line);
             }
         }
     }
