@@ -96,7 +96,7 @@ fn sampling_goes_to_the_host_whose_request_asked_for_it() {
 #[test]
 fn a_shared_stdio_upstream_cannot_tell_two_hosts_apart() {
     let server = Server::start(&conformance_fixture(""));
-    let mut busy = server.ready_host();
+    let busy = server.ready_host();
     let body = json!({"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"alpha__sleep","arguments":{"ms":3000}}});
     let request = busy.post_raw(body.to_string());
     let pending = std::thread::spawn(move || request.send().unwrap().status());
