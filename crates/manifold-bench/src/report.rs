@@ -1,4 +1,4 @@
-//! The machine the figures came from, the PERF.md goals checked against the figures, and the
+//! The machine the figures came from, the goals (BENCHMARKS.md) checked against the figures, and the
 //! human tables (stdio against the direct call; HTTP against the peer gateway). Everything is
 //! read back from the JSON document, so the tables and the file can never disagree.
 
@@ -45,7 +45,7 @@ pub fn machine_line(m: &Value) -> String {
     )
 }
 
-/// Every PERF.md goal that the document has a figure for.
+/// Every goal (BENCHMARKS.md) that the document has a figure for.
 pub fn goals(doc: &Value) -> Value {
     let s = &doc["scenarios"];
     let stdio = rows(s).into_iter().map(|r| (r.figure, r.goal));
