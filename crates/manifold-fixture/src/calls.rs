@@ -8,16 +8,20 @@ use serde_json::{json, Value};
 use crate::exchange::{log_params, Call};
 use crate::rpc::{self, RpcError};
 use crate::state::{CancelToken, State};
-use crate::{conformance, tools};
+use crate::{client_tools, conformance, subscriptions, tasks, tools};
 
 /// Largest `big` answer; protects the test machine from a typo such as 1e12.
 const MAX_BIG_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Answers a tools/call. Fast calls run inline on the thread that read the request (no
-/// spawn cost on the benchmarked path); slow ones (`sleep`, the conformance tools that wait
-/// or ask the client something), and every call when --delay-us is set, run on their own
-/// thread so they never hold up other requests, nor the reading of the client's answers.
+/// spawn cost on the benchmarked path); slow ones (`sleep`, the tools that wait or ask the
+/// client something), and every call when --delay-us is set, run on their own thread so
+/// they never hold up other requests, nor the reading of the client's answers. With
+/// --tasks, a call that asks for a task is answered at once and runs as one (`tasks`).
 pub fn call(state: &Arc<State>, call: Call, params: Value) {
+    if state.args.tasks && params.get("task").is_some_and(Value::is_object) {
+        return tasks::start(state, call, params);
+    }
     let name = params.get("name").and_then(Value::as_str).unwrap_or("");
     if !is_slow(state, name) && state.args.delay_us == 0 {
         if let Some(reply) = run(state, &call, &params, None) {
@@ -28,21 +32,24 @@ pub fn call(state: &Arc<State>, call: Call, params: Value) {
     let key = call.key();
     let token = state.register(&key);
     let shared = Arc::clone(state);
+    spawn(state, move || {
+        service_delay(&shared);
+        let reply = run(&shared, &call, &params, Some(&token));
+        // A cancelled request gets no response at all, as the spec asks.
+        if shared.finish(&key, &token) {
+            return;
+        }
+        if let Some(reply) = reply {
+            call.reply(reply);
+        }
+    });
+}
+
+/// Runs `work` on a thread of its own.
+pub fn spawn(state: &State, work: impl FnOnce() + Send + 'static) {
     let spawned = std::thread::Builder::new()
         .name("fixture-call".into())
-        .spawn(move || {
-            if shared.args.delay_us > 0 {
-                std::thread::sleep(Duration::from_micros(shared.args.delay_us));
-            }
-            let reply = run(&shared, &call, &params, Some(&token));
-            // A cancelled request gets no response at all, as the spec asks.
-            if shared.finish(&key, &token) {
-                return;
-            }
-            if let Some(reply) = reply {
-                call.reply(reply);
-            }
-        });
+        .spawn(work);
     if let Err(e) = spawned {
         // Without threads the fixture cannot keep its concurrency promise; stop loudly.
         eprintln!("manifold-fixture: cannot spawn call thread: {e}");
@@ -50,12 +57,21 @@ pub fn call(state: &Arc<State>, call: Call, params: Value) {
     }
 }
 
+/// Waits --delay-us, the service time added to every tools/call run on its own thread.
+pub fn service_delay(state: &State) {
+    if state.args.delay_us > 0 {
+        std::thread::sleep(Duration::from_micros(state.args.delay_us));
+    }
+}
+
 fn is_slow(state: &State, name: &str) -> bool {
-    name == "sleep" || (state.args.conformance && conformance::is_slow_tool(name))
+    name == "sleep"
+        || (state.args.conformance && conformance::is_slow_tool(name))
+        || (state.args.client_tools && client_tools::is_tool(name))
 }
 
 /// Runs one tool; None means "send no response" (garbage, crash).
-fn run(
+pub fn run(
     state: &State,
     call: &Call,
     params: &Value,
@@ -89,16 +105,35 @@ fn run(
         "log" => log(state, call, args),
         "cancelled_count" => text_result(state.cancelled_count().to_string()),
         other if tools::is_extra(state, other) || is_dynamic(state, other) => echo(args),
-        other if state.args.conformance && conformance::is_tool(other) => {
-            conformance::call_tool(state, call, other, params, token)
-        }
-        other => {
-            return Some(Err(RpcError::invalid_params(format!(
-                "Unknown tool: {other}"
-            ))))
-        }
+        other => match flagged_tool(state, call, other, params, token) {
+            Some(result) => result,
+            None => {
+                let unknown = RpcError::invalid_params(format!("Unknown tool: {other}"));
+                return Some(Err(unknown));
+            }
+        },
     };
     Some(Ok(result))
+}
+
+/// Runs one of the tools that only a flag adds; None if `name` is none of them.
+fn flagged_tool(
+    state: &State,
+    call: &Call,
+    name: &str,
+    params: &Value,
+    token: Option<&CancelToken>,
+) -> Option<Value> {
+    let args = params.get("arguments").unwrap_or(&Value::Null);
+    if state.args.conformance && conformance::is_tool(name) {
+        Some(conformance::call_tool(state, call, name, params, token))
+    } else if state.args.client_tools && client_tools::is_tool(name) {
+        Some(client_tools::call_tool(state, call, name, args))
+    } else if state.args.subscriptions && subscriptions::is_tool(name) {
+        Some(subscriptions::call_tool(state, call, name, args))
+    } else {
+        None
+    }
 }
 
 fn is_dynamic(state: &State, name: &str) -> bool {

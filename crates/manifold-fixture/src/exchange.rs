@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::rpc::{self, RpcError};
@@ -34,6 +35,9 @@ pub trait Sink: Send + Sync {
 pub trait Transport: Send + Sync {
     /// Sends a notification to every client: stdout, or every HTTP session's own stream.
     fn broadcast(&self, line: &[u8]);
+    /// Sends a notification to one client (as [`Sink::client`] names it): stdout, or that
+    /// HTTP session's own stream. False if there is no such client (any more).
+    fn send_to(&self, client: &str, line: &[u8]) -> bool;
     /// Exits the process without cutting a message in half.
     fn exit(&self, code: i32) -> !;
 }
@@ -47,6 +51,11 @@ pub struct Call {
 impl Call {
     pub fn new(id: Value, sink: Arc<dyn Sink>) -> Self {
         Self { id, sink }
+    }
+
+    /// The client that sent this request (see [`Sink::client`]).
+    pub fn client(&self) -> &str {
+        self.sink.client()
     }
 
     /// This request's key in the fixture's process-wide tables.
@@ -82,6 +91,19 @@ impl Call {
     /// Sends a request to the client and waits (bounded) for its answer: the `result`, or
     /// the client's `error` as an [`RpcError`]. Blocks, so only call threads may use it.
     pub fn ask(&self, state: &State, method: &str, params: &Value) -> Result<Value, RpcError> {
+        let raw = self.ask_raw(state, method, params)?;
+        // The text was parsed once already, so this only fails on a fixture bug.
+        serde_json::from_str(raw.get())
+            .map_err(|e| RpcError::new(-32603, format!("unreadable answer to {method}: {e}")))
+    }
+
+    /// [`Call::ask`], with the `result` as the exact JSON text the client sent.
+    pub fn ask_raw(
+        &self,
+        state: &State,
+        method: &str,
+        params: &Value,
+    ) -> Result<Box<RawValue>, RpcError> {
         let (id, answer) = state.expect_answer();
         self.sink.send(rpc::request(&id, method, params));
         let reply = answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);

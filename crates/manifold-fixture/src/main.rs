@@ -8,11 +8,15 @@
 //!
 //! With `--http ADDR` it serves the same behaviour over Streamable HTTP at `/mcp` and the
 //! 2024-11-05 HTTP+SSE transport at `/sse` (see `http`). `--conformance` adds what the
-//! official conformance suite's server scenarios call (see `conformance`).
+//! official conformance suite's server scenarios call (see `conformance`). Opt-in features
+//! for Manifold's own tests: `--client-tools` (tools that ask the client something, see
+//! `client_tools`), `--tasks` (task-augmented tools/call, see `tasks`) and
+//! `--subscriptions` (resource subscriptions per client, see `subscriptions`).
 #![forbid(unsafe_code)]
 
 mod calls;
 mod catalog;
+mod client_tools;
 mod conformance;
 mod exchange;
 mod http;
@@ -20,6 +24,8 @@ mod methods;
 mod paging;
 mod rpc;
 mod state;
+mod subscriptions;
+mod tasks;
 mod tools;
 
 use std::io::{BufRead, Write};
@@ -87,6 +93,18 @@ pub struct Args {
     /// server scenarios call (test_simple_text, test://static-text, ...).
     #[arg(long)]
     pub conformance: bool,
+    /// Add the tools `ask_roots`, `ask_sampling`, `ask_elicitation` (they ask the client
+    /// and report its answer) and `complete_elicitation`.
+    #[arg(long)]
+    pub client_tools: bool,
+    /// Support task-augmented tools/call and tasks/get, tasks/result, tasks/list and
+    /// tasks/cancel (MCP 2025-11-25, experimental).
+    #[arg(long)]
+    pub tasks: bool,
+    /// Accept resources/subscribe and unsubscribe, remembered per client, and add the tools
+    /// `touch` (notifies a URI's subscribers) and `subscriptions`.
+    #[arg(long)]
+    pub subscriptions: bool,
 }
 
 fn main() {

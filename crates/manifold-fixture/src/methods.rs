@@ -8,7 +8,7 @@ use crate::exchange::{log_params, request_key, Call, Sink};
 use crate::paging::paged;
 use crate::rpc::{Incoming, RpcError};
 use crate::state::State;
-use crate::{calls, catalog, tools};
+use crate::{calls, catalog, subscriptions, tasks, tools};
 
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 pub const LATEST_VERSION: &str = "2025-11-25";
@@ -69,7 +69,10 @@ fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
         ),
         "resources/read" if state.resources_enabled() => catalog::read(state, &params),
         "resources/subscribe" | "resources/unsubscribe" if state.subscriptions_enabled() => {
-            return subscription(&call, method, &params)
+            return subscription(state, &call, method, &params)
+        }
+        _ if state.args.tasks && tasks::is_method(method) => {
+            return tasks::request(state, call, method, &params)
         }
         "completion/complete" => catalog::complete(state, &params),
         "logging/setLevel" => return set_level(state, &call, &params),
@@ -87,8 +90,9 @@ fn notification(state: &State, client: &str, method: &str, params: &Value) {
     }
 }
 
-/// A client's answer to one of the fixture's requests (sampling, elicitation): handed to
-/// the call waiting for it. An answer nobody waits for is dropped, as for any late answer.
+/// A client's answer to one of the fixture's requests (roots, sampling, elicitation):
+/// handed to the call waiting for it. An answer nobody waits for is dropped, as for any late
+/// answer.
 fn response(state: &State, msg: Incoming) {
     let Some(id) = msg.id else { return };
     let answer = match (msg.result, msg.error) {
@@ -126,6 +130,9 @@ fn initialize(state: &State, params: &Value) -> Value {
     }
     capabilities.insert("completions".into(), json!({}));
     capabilities.insert("logging".into(), json!({}));
+    if state.args.tasks {
+        capabilities.insert("tasks".into(), tasks::capability());
+    }
     let mut result = json!({
         "protocolVersion": version,
         "capabilities": capabilities,
@@ -153,10 +160,14 @@ fn set_level(state: &State, call: &Call, params: &Value) {
     call.notify("notifications/message", &note);
 }
 
-/// resources/subscribe and unsubscribe (--conformance). The fixture's resources never
-/// change, so a subscription is confirmed with one `notifications/resources/updated` right
-/// after the answer, letting tests see where such notifications go.
-fn subscription(call: &Call, method: &str, params: &Value) {
+/// resources/subscribe and unsubscribe. With --subscriptions they are remembered per client
+/// (see `subscriptions`). With --conformance alone: the fixture's resources never change,
+/// so a subscription is confirmed with one `notifications/resources/updated` right after
+/// the answer, letting tests see where such notifications go.
+fn subscription(state: &State, call: &Call, method: &str, params: &Value) {
+    if state.args.subscriptions {
+        return subscriptions::request(state, call, method, params);
+    }
     let Some(uri) = params.get("uri").and_then(Value::as_str) else {
         return call.error(RpcError::invalid_params("Missing uri"));
     };

@@ -5,13 +5,14 @@ use std::io::{Stdout, Write};
 use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::exchange::{Sink, Transport};
 
 pub const INVALID_PARAMS: i64 = -32602;
 
-#[derive(Debug, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RpcError {
     pub code: i64,
     pub message: String,
@@ -57,9 +58,10 @@ pub struct Incoming {
     pub method: Option<String>,
     #[serde(default)]
     pub params: Value,
-    /// Set on the client's answers to the fixture's own requests (sampling, elicitation).
+    /// Set on the client's answers to the fixture's own requests (roots, sampling, ...),
+    /// kept as the client wrote it so that a tool can hand it back byte for byte.
     #[serde(default)]
-    pub result: Option<Value>,
+    pub result: Option<Box<RawValue>>,
     #[serde(default)]
     pub error: Option<Value>,
 }
@@ -181,6 +183,12 @@ impl Transport for Output {
         self.raw(line);
     }
 
+    /// stdio has one client, always there.
+    fn send_to(&self, _client: &str, line: &[u8]) -> bool {
+        self.raw(line);
+        true
+    }
+
     /// Exits while holding the writer lock so no call thread is cut off mid-line.
     fn exit(&self, code: i32) -> ! {
         let _guard = self.stdout.lock().unwrap_or_else(PoisonError::into_inner);
@@ -217,7 +225,8 @@ mod tests {
     fn unreadable_input_is_classified() {
         assert_eq!(Incoming::parse(b"{").err().unwrap().code, -32700);
         assert_eq!(Incoming::parse(b"\"text\"").err().unwrap().code, -32600);
-        let answer = Incoming::parse(br#"{"id":3,"result":{}}"#).unwrap();
-        assert!(answer.method.is_none() && answer.result.is_some());
+        let answer = Incoming::parse(br#"{"id":3,"result":{"b": 1,"a":2}}"#).unwrap();
+        assert!(answer.method.is_none());
+        assert_eq!(answer.result.unwrap().get(), r#"{"b": 1,"a":2}"#);
     }
 }

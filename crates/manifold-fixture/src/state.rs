@@ -8,13 +8,17 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::exchange::Transport;
+use crate::subscriptions::Subscriptions;
+use crate::tasks::Tasks;
 use crate::{catalog, tools, Args};
 
-/// A client's answer to one of the fixture's requests: its `result`, or its `error`.
-pub type Answer = Result<Value, Value>;
+/// A client's answer to one of the fixture's requests: its `result` (as sent), or its
+/// `error`.
+pub type Answer = Result<Box<RawValue>, Value>;
 
 pub struct State {
     pub args: Args,
@@ -34,6 +38,10 @@ pub struct State {
     /// The fixture's requests to clients awaiting an answer, keyed by id JSON text.
     asking: Mutex<HashMap<String, Sender<Answer>>>,
     next_ask: AtomicU64,
+    /// --tasks: every task and what its tool ended with.
+    pub tasks: Tasks,
+    /// --subscriptions: the resources each client is subscribed to.
+    pub subscriptions: Subscriptions,
 }
 
 impl State {
@@ -51,6 +59,8 @@ impl State {
             cancelled: AtomicU64::new(0),
             asking: Mutex::new(HashMap::new()),
             next_ask: AtomicU64::new(1),
+            tasks: Tasks::default(),
+            subscriptions: Subscriptions::default(),
         }
     }
 
@@ -66,10 +76,10 @@ impl State {
         !self.args.no_resources
     }
 
-    /// resources/subscribe exists only for the conformance suite, so that without
-    /// --conformance the fixture stays exactly what the other tests expect.
+    /// resources/subscribe exists only with --conformance or --subscriptions, so that
+    /// without them the fixture stays exactly what the other tests expect.
     pub fn subscriptions_enabled(&self) -> bool {
-        self.args.conformance && self.resources_enabled()
+        (self.args.conformance || self.args.subscriptions) && self.resources_enabled()
     }
 
     /// Runs `f` over the dynamic tools under the read lock.

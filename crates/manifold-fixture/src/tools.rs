@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use crate::paging::paged;
 use crate::rpc::RpcError;
 use crate::state::State;
-use crate::{conformance, Args};
+use crate::{client_tools, conformance, subscriptions, Args};
 
 /// (name, what it does, JSON of the schema's properties, required) of every built-in tool.
 type Spec = (
@@ -44,11 +44,13 @@ pub fn is_builtin(name: &str) -> bool {
     SPECS.iter().any(|(n, ..)| *n == name)
 }
 
-/// True for every tool that exists from the start (built-in, extra, conformance).
+/// True for every tool that exists from the start (built-in, extra, and those flags add).
 pub fn is_static(state: &State, name: &str) -> bool {
     is_builtin(name)
         || is_extra(state, name)
         || (state.args.conformance && conformance::is_tool(name))
+        || (state.args.client_tools && client_tools::is_tool(name))
+        || (state.args.subscriptions && subscriptions::is_tool(name))
 }
 
 pub fn descriptor(name: &str, description: String, properties: Value, required: &[&str]) -> Value {
@@ -67,7 +69,8 @@ pub fn echo_descriptor(name: &str, description: String) -> Value {
 }
 
 /// Built-in tools followed by `tool_0..tool_{N-1}`, then (--conformance) the tools the
-/// conformance suite calls.
+/// conformance suite calls, (--client-tools) the client tools and (--subscriptions) the
+/// subscription tools.
 pub fn static_tools(args: &Args) -> Vec<Value> {
     let server = &args.name;
     let mut tools: Vec<Value> = SPECS
@@ -83,6 +86,12 @@ pub fn static_tools(args: &Args) -> Vec<Value> {
     );
     if args.conformance {
         tools.extend(conformance::tools());
+    }
+    if args.client_tools {
+        tools.extend(client_tools::tools(args));
+    }
+    if args.subscriptions {
+        tools.extend(subscriptions::tools(args));
     }
     tools
 }

@@ -269,6 +269,11 @@ impl Transport for Sessions {
         }
     }
 
+    fn send_to(&self, client: &str, line: &[u8]) -> bool {
+        let session = self.lock().get(client).cloned();
+        session.map(|s| s.push(0, line)).is_some()
+    }
+
     fn exit(&self, code: i32) -> ! {
         std::process::exit(code)
     }
@@ -333,8 +338,15 @@ mod tests {
             drain(&mut rb),
             ["event: endpoint\ndata: /x\n\n", "data: {}\n\n"]
         );
+        assert!(sessions.send_to(&b.id, b"[]"));
+        assert_eq!(drain(&mut rb), ["data: []\n\n"]);
+        assert!(drain(&mut ra).is_empty(), "only the named session");
         assert!(sessions.get(&a.id, Kind::Legacy).is_none());
         assert!(sessions.remove(&b.id));
+        assert!(
+            !sessions.send_to(&b.id, b"[]"),
+            "a removed session is nobody"
+        );
         assert!(!sessions.remove(&b.id));
         assert_ne!(a.id, b.id);
     }
