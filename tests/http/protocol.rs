@@ -268,3 +268,139 @@ fn each_session_hears_log_messages_at_its_own_level() {
     );
     let _ = quiet.delete();
 }
+
+#[test]
+fn subscriptions_are_counted_across_sessions_and_end_with_them() {
+    let server = Server::start(&format!(
+        "[server]\nsse_keepalive_ms = 100\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha", "--subscriptions"])
+    ));
+    let uri = "alpha+fixture://alpha/readme";
+    let upstream_view = |host: &mut Host| text_of(&host.call("alpha__subscriptions", json!({})));
+    let mut first = server.ready_host();
+    let mut second = server.ready_host();
+    let mut bystander = server.ready_host();
+    for host in [&mut first, &mut second] {
+        assert_eq!(
+            host.request("resources/subscribe", json!({"uri": uri}))["result"],
+            json!({})
+        );
+    }
+    // One subscription upstream, however many sessions want it.
+    assert_eq!(
+        upstream_view(&mut bystander),
+        r#"["fixture://alpha/readme"]"#
+    );
+    assert_eq!(
+        first.request("resources/unsubscribe", json!({"uri": uri}))["result"],
+        json!({})
+    );
+    assert_eq!(
+        upstream_view(&mut bystander),
+        r#"["fixture://alpha/readme"]"#,
+        "the second still wants it"
+    );
+    // Updates reach the subscribed session only.
+    let mut streams: Vec<Events> = [&first, &second, &bystander]
+        .iter()
+        .map(|h| {
+            let mut e = Events::new(h.listen(None));
+            while !e.next_event().expect("the stream").comment {}
+            e
+        })
+        .collect();
+    assert_eq!(
+        text_of(&bystander.call("alpha__touch", json!({"uri": "fixture://alpha/readme"}))),
+        "touched 1"
+    );
+    let next_update = |events: &mut Events| loop {
+        let e = events.next_event().expect("the stream");
+        if !e.comment {
+            let m: Value = serde_json::from_str(&e.data).unwrap();
+            return m;
+        }
+    };
+    let update = next_update(&mut streams[1]);
+    assert_eq!(
+        (update["method"].as_str(), update["params"]["uri"].as_str()),
+        (Some("notifications/resources/updated"), Some(uri))
+    );
+    // Nothing for the others: their next message is a later marker, not the update.
+    bystander.call(
+        "alpha__log",
+        json!({"level": "emergency", "message": "marker"}),
+    );
+    for i in [0, 2] {
+        let m = next_update(&mut streams[i]);
+        assert_eq!(
+            m["method"], "notifications/message",
+            "session {i} heard {m}"
+        );
+    }
+    // The last session that wanted it ends: the upstream is told.
+    assert_eq!(second.delete().status(), StatusCode::OK);
+    eventually("the upstream is unsubscribed", || {
+        upstream_view(&mut bystander) == "[]"
+    });
+}
+
+#[test]
+fn a_task_belongs_to_the_session_that_started_it() {
+    let server = Server::start(&format!(
+        "[server]\nsse_keepalive_ms = 100\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha", "--tasks"])
+    ));
+    let mut owner = server.ready_host();
+    let mut other = server.ready_host();
+    let mut events = Events::new(owner.listen(None));
+    while !events.next_event().expect("the stream").comment {}
+    let created = owner.request(
+        "tools/call",
+        json!({"name": "alpha__sleep", "arguments": {"ms": 100}, "task": {}}),
+    );
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Its status reaches the owner's stream, with the id the owner knows.
+    loop {
+        let e = events.next_event().expect("the stream");
+        if e.comment {
+            continue;
+        }
+        let m: Value = serde_json::from_str(&e.data).unwrap();
+        if m["method"] == "notifications/tasks/status" && m["params"]["status"] == "completed" {
+            assert_eq!(m["params"]["taskId"], task.as_str());
+            break;
+        }
+    }
+    assert_eq!(
+        text_of(&owner.request("tasks/result", json!({"taskId": task}))),
+        "slept 100"
+    );
+    // Another session cannot see or touch it.
+    assert_eq!(
+        code(&other.request("tasks/get", json!({"taskId": task}))),
+        -32602
+    );
+    assert_eq!(
+        code(&other.request("tasks/cancel", json!({"taskId": task}))),
+        -32602
+    );
+    let listed = other.request("tasks/list", json!({}));
+    assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
+}
+
+#[test]
+fn roots_travel_on_the_stream_of_the_request_that_asked() {
+    let server = Server::start(&fixture_upstream(
+        "alpha",
+        &["--name", "alpha", "--client-tools"],
+    ));
+    let mut host = host_with(&server, json!({"roots": {}}));
+    let r = call_answering(&mut host, "alpha__ask_roots", json!({}), |method, _| {
+        assert_eq!(method, "roots/list");
+        json!({"roots": [{"uri": "file:///srv", "name": "srv"}]})
+    });
+    assert!(text_of(&r).contains("file:///srv"), "{r}");
+}

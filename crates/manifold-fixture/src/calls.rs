@@ -23,7 +23,8 @@ pub fn call(state: &Arc<State>, call: Call, params: Value) {
         return tasks::start(state, call, params);
     }
     let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-    if !is_slow(state, name) && state.args.delay_us == 0 {
+    let paced = progress_interval(&params) > 0;
+    if !is_slow(state, name) && !paced && state.args.delay_us == 0 {
         if let Some(reply) = run(state, &call, &params, None) {
             call.reply(reply);
         }
@@ -100,7 +101,7 @@ pub fn run(
         "links" => links(&state.args.name),
         "fail" => tool_error("it failed"),
         "whoami" => text_result(format!("{} {}", state.args.name, state.pid)),
-        "progress" => progress(call, params, args),
+        "progress" => progress(call, params, args, token),
         "add_tool" => add_tool(state, args),
         "log" => log(state, call, args),
         "cancelled_count" => text_result(state.cancelled_count().to_string()),
@@ -247,14 +248,33 @@ fn links(server: &str) -> Value {
     })
 }
 
-fn progress(call: &Call, params: &Value, args: &Value) -> Value {
+/// `progress`'s optional `interval_ms`: the pause before each step (0: none).
+fn progress_interval(params: &Value) -> u64 {
+    params
+        .get("arguments")
+        .and_then(|a| a.get("interval_ms"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+fn progress(call: &Call, params: &Value, args: &Value, token: Option<&CancelToken>) -> Value {
     let steps = match arg_u64(args, "steps") {
         Ok(steps) => steps,
         Err(e) => return tool_error(e),
     };
-    if let Some(token) = params.get("_meta").and_then(|m| m.get("progressToken")) {
-        for i in 1..=steps {
-            let note = json!({ "progressToken": token, "progress": i, "total": steps });
+    let pause = Duration::from_millis(progress_interval(params));
+    let progress_token = params.get("_meta").and_then(|m| m.get("progressToken"));
+    for i in 1..=steps {
+        if !pause.is_zero() {
+            match token {
+                Some(token) => {
+                    token.sleep(pause);
+                }
+                None => std::thread::sleep(pause),
+            }
+        }
+        if let Some(progress_token) = progress_token {
+            let note = json!({ "progressToken": progress_token, "progress": i, "total": steps });
             call.notify("notifications/progress", &note);
         }
     }

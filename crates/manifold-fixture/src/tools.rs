@@ -28,7 +28,7 @@ const SPECS: [Spec; 14] = [
     ("links", "Returns a resource_link and an embedded resource", "{}", &[]),
     ("fail", "Always returns a tool error (isError true)", "{}", &[]),
     ("whoami", "Returns the server name and pid", "{}", &[]),
-    ("progress", "Sends `steps` progress notifications when given a progressToken", r#"{"steps": {"type": "integer", "minimum": 0}}"#, &["steps"]),
+    ("progress", "Sends `steps` progress notifications when given a progressToken, `interval_ms` apart (default 0)", r#"{"steps": {"type": "integer", "minimum": 0}, "interval_ms": {"type": "integer", "minimum": 0}}"#, &["steps"]),
     ("add_tool", "Adds an echo-like tool `name` and sends tools/list_changed", r#"{"name": {"type": "string"}}"#, &["name"]),
     ("log", "Sends a notifications/message with `level` (default info) and `message`", r#"{"level": {"type": "string"}, "message": {"type": "string"}}"#, &["message"]),
     ("cancelled_count", "Returns how many in-flight calls were cancelled", "{}", &[]),

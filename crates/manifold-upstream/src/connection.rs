@@ -334,10 +334,11 @@ impl Connection {
                 exchange.server_request(r);
             }
         });
-        if let (Some(peer), Some(request)) = (self.peer.get(), request.take()) {
+        let Some(request) = request else { return };
+        if let Some(peer) = self.peer.get() {
             return peer.server_request(request);
         }
-        if let (Err(why), Some(request)) = (routed, request) {
+        if let Err(why) = routed {
             tracing::warn!(upstream = %self.name, method, "request from the upstream refused: {why}");
             request.reply.error(
                 codes::INTERNAL_ERROR,
@@ -347,7 +348,12 @@ impl Connection {
     }
 
     /// A notification that belongs with a request in flight goes to that request's host.
-    fn related(&self, line: &[u8], via: Option<u64>) {
+    fn related(&self, message: &[u8], via: Option<u64>) {
+        // Passed on as it came, as a line.
+        let mut line = Vec::with_capacity(message.len() + 1);
+        line.extend_from_slice(message);
+        line.push(b'\n');
+        let line = &line[..];
         if let Err(why) = self.with_owner(via, |exchange| exchange.related(line)) {
             match self.peer.get() {
                 Some(peer) => peer.related(line),
