@@ -253,7 +253,10 @@ fn the_get_stream_carries_session_notifications_and_resumes() {
     let first_id = id.unwrap();
     events.close();
     // While no stream is open, more notifications are kept for a resuming host.
+    // Changes closer together than the debounce window coalesce into one notice, so
+    // these are spaced well apart to give the replay two events to carry.
     host.call("alpha__add_tool", json!({"name": "second"}));
+    std::thread::sleep(Duration::from_millis(150));
     host.call("alpha__add_tool", json!({"name": "third"}));
     std::thread::sleep(Duration::from_millis(200));
     let mut resumed = Events::new(host.listen(Some(&first_id)));
