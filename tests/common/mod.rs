@@ -279,6 +279,20 @@ impl Manifold {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits for `text` on stderr: it is read on a thread of its own, so a line logged
+    /// just before an answer may arrive just after it.
+    pub fn assert_logged(&self, text: &str) {
+        let until = Instant::now() + WAIT;
+        while !self.stderr().contains(text) {
+            assert!(
+                Instant::now() < until,
+                "never logged {text:?}:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Every item of a paginated list, following nextCursor.
     pub fn list_all(&mut self, method: &str, key: &str) -> Vec<Value> {
         let mut items = Vec::new();

@@ -139,11 +139,7 @@ fn collisions_are_withheld_and_explained() {
     assert_eq!(error_code(&r), -32602);
     let msg = r["error"]["message"].as_str().unwrap();
     assert!(msg.contains("alpha") && msg.contains("beta"), "{msg}");
-    assert!(
-        m.stderr().contains("name collision"),
-        "no collision logged:\n{}",
-        m.stderr()
-    );
+    m.assert_logged("name collision");
 }
 
 #[test]

@@ -138,7 +138,7 @@ fn an_upstream_error_without_id_reaches_the_one_request_in_flight() {
     let (mut m, pids) = start("request_timeout_ms = 600000");
     let r = m.call("alpha__null_id_error", json!({}));
     assert_eq!(error_code(&r), -32700, "{r}");
-    assert!(m.stderr().contains("without id"), "{}", m.stderr());
+    m.assert_logged("without id");
     still_serving(&mut m);
     ends_cleanly(m, &pids);
 }

@@ -51,7 +51,7 @@ fn a_crashed_upstream_fails_its_requests_and_comes_back() {
         pid_before,
         "a new process serves alpha"
     );
-    assert!(m.stderr().contains("restarting"), "{}", m.stderr());
+    m.assert_logged("restarting");
 }
 
 #[test]
@@ -64,7 +64,7 @@ fn an_upstream_that_sends_garbage_is_restarted() {
             .get("result")
             .is_some()
     });
-    assert!(m.stderr().contains("not JSON-RPC"), "{}", m.stderr());
+    m.assert_logged("not JSON-RPC");
 }
 
 #[test]
@@ -87,11 +87,7 @@ fn an_upstream_that_cannot_start_does_not_stop_the_others() {
         r["error"]["message"].as_str().unwrap().contains("broken"),
         "{r}"
     );
-    assert!(
-        m.stderr().contains("manifold-no-such-server"),
-        "{}",
-        m.stderr()
-    );
+    m.assert_logged("manifold-no-such-server");
 }
 
 #[test]
