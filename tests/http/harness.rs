@@ -27,37 +27,11 @@ impl Server {
     pub fn start(config: &str) -> Server {
         let dir = TempDir::new("http");
         let path = dir.write("manifold.toml", config);
-        let mut child = Command::new(manifold_bin())
-            .args(["serve", "--config", path.to_str().unwrap()])
+        let mut cmd = Command::new(manifold_bin());
+        cmd.args(["serve", "--config", path.to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0"])
-            .env("MANIFOLD_LOG", "info,manifold_upstream=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("manifold starts");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = Arc::clone(&stderr);
-        let pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { return };
-                if let Some(port) = listening_port(&line) {
-                    let _ = tx.send(port);
-                }
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let port = rx.recv_timeout(WAIT).unwrap_or_else(|_| {
-            let _ = child.kill();
-            panic!(
-                "manifold did not listen; stderr:\n{}",
-                stderr.lock().unwrap()
-            )
-        });
+            .env("MANIFOLD_LOG", "info,manifold_upstream=debug");
+        let (child, port, stderr) = spawn_listening(cmd, "manifold");
         Server {
             child,
             port,
@@ -106,6 +80,37 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Spawns `cmd` with its stderr collected, and waits (bounded) for the port it reports
+/// listening on.
+pub fn spawn_listening(mut cmd: Command, what: &str) -> (Child, u16, Arc<Mutex<String>>) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = Arc::clone(&stderr);
+    let pipe = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { return };
+            if let Some(port) = listening_port(&line) {
+                let _ = tx.send(port);
+            }
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    let port = rx.recv_timeout(WAIT).unwrap_or_else(|_| {
+        let _ = child.kill();
+        panic!("{what} did not listen; stderr:\n{}", stderr.lock().unwrap())
+    });
+    (child, port, stderr)
 }
 
 fn listening_port(line: &str) -> Option<u16> {
@@ -321,34 +326,11 @@ impl FixtureHttp {
     /// Starts `manifold-fixture --http 127.0.0.1:PORT ARGS` (port 0: a free one).
     pub fn start(port: u16, args: &[&str]) -> FixtureHttp {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        let mut child = Command::new(fixture_bin())
-            .arg("--http")
+        let mut cmd = Command::new(fixture_bin());
+        cmd.arg("--http")
             .arg(format!("127.0.0.1:{port}"))
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the fixture starts");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = Arc::clone(&stderr);
-        let pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { return };
-                if let Some(port) = listening_port(&line) {
-                    let _ = tx.send(port);
-                }
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let port = rx.recv_timeout(WAIT).unwrap_or_else(|_| {
-            let _ = child.kill();
-            panic!("the fixture did not listen:\n{}", stderr.lock().unwrap())
-        });
+            .args(&args);
+        let (child, port, stderr) = spawn_listening(cmd, "the fixture");
         FixtureHttp {
             child,
             port,

@@ -77,3 +77,19 @@ impl TargetSpec {
         }
     }
 }
+
+/// How much of a server's stderr an error shows.
+const STDERR_TAIL: u64 = 1500;
+
+/// The end of a server's stderr log, for an error that names why it failed.
+fn stderr_tail(log: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(log) else {
+        return String::new();
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(STDERR_TAIL)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}

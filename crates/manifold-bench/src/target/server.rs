@@ -6,7 +6,6 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -19,7 +18,6 @@ use super::watchdog::{Marker, Watchdog};
 use super::Limits;
 
 /// How much of the server's stderr an error message quotes.
-const STDERR_TAIL: u64 = 1500;
 const POLL: Duration = Duration::from_millis(5);
 /// `st` of a listening socket in /proc/net/tcp.
 const LISTEN: &str = "0A";
@@ -151,14 +149,7 @@ impl HttpServer {
     }
 
     fn stderr_tail(&self) -> String {
-        let Ok(mut file) = File::open(&self.spec.log) else {
-            return String::new();
-        };
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let _ = file.seek(SeekFrom::Start(len.saturating_sub(STDERR_TAIL)));
-        let mut bytes = Vec::new();
-        let _ = file.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
+        super::stderr_tail(&self.spec.log)
     }
 }
 

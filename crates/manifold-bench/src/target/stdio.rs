@@ -3,7 +3,7 @@
 //! after a bounded grace it is killed, whatever path (success, error, panic) drops the target.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -15,7 +15,6 @@ use super::watchdog::{Marker, Watchdog};
 use super::{Limits, StdioSpec, Target};
 
 /// How much of the server's stderr an error message quotes.
-const STDERR_TAIL: u64 = 1500;
 const EXIT_POLL: Duration = Duration::from_millis(5);
 
 pub struct StdioTarget {
@@ -87,14 +86,7 @@ impl StdioTarget {
     }
 
     fn stderr_tail(&self) -> String {
-        let Ok(mut file) = File::open(&self.spec.log) else {
-            return String::new();
-        };
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let _ = file.seek(SeekFrom::Start(len.saturating_sub(STDERR_TAIL)));
-        let mut bytes = Vec::new();
-        let _ = file.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
+        super::stderr_tail(&self.spec.log)
     }
 }
 
