@@ -50,6 +50,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         source: ctx.file.to_path_buf(),
         server: validate::server(ctx, RawServer::default())?,
         names: validate::names(ctx, RawNames::default())?,
+        telemetry: validate::telemetry(ctx, Default::default())?,
         upstreams,
         skipped,
     })

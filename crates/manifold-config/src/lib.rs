@@ -35,6 +35,7 @@ pub struct Config {
     pub source: PathBuf,
     pub server: ServerSettings,
     pub names: NameSettings,
+    pub telemetry: TelemetryConfig,
     /// Enabled upstreams, sorted by key so that everything derived from them is deterministic.
     pub upstreams: Vec<UpstreamConfig>,
     /// Entries that were skipped with the reason (`enabled = false`, `"disabled": true`).
@@ -64,7 +65,65 @@ pub struct ServerSettings {
     pub session_queue_bytes: usize,
     /// Serving hosts over HTTP (Streamable HTTP and the 2024-11-05 SSE transport).
     pub http: HttpSettings,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served apart from hosts (`--admin`).
+    /// Without it they are served on the HTTP listener, and not at all over stdio.
+    pub admin: Option<std::net::SocketAddr>,
 }
+
+/// Logs, metrics and traces (`[telemetry]`). The standard environment variables
+/// (`MANIFOLD_LOG`, `RUST_LOG`, `OTEL_*`) take precedence over these, so that a deployment can
+/// change them without editing the file.
+#[derive(Clone, Debug, Default)]
+pub struct TelemetryConfig {
+    /// An env-filter directive such as `info` or `info,manifold_upstream=debug`.
+    pub log_level: Option<String>,
+    pub log_format: LogFormat,
+    /// Whether metrics are recorded (on unless set to false).
+    pub metrics: bool,
+    /// Where traces are exported over OTLP; none: no traces (unless the environment names one).
+    pub otlp_endpoint: Option<String>,
+    pub otlp_protocol: Option<OtlpProtocol>,
+    pub service_name: Option<String>,
+    /// An `OTEL_TRACES_SAMPLER` value, such as `parentbased_traceidratio`.
+    pub sampler: Option<String>,
+    pub sampler_arg: Option<f64>,
+    pub resource_attributes: Vec<(String, String)>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+impl OtlpProtocol {
+    /// The protocol an `OTEL_EXPORTER_OTLP_PROTOCOL` value names.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "grpc" => Some(Self::Grpc),
+            "http/protobuf" => Some(Self::HttpProtobuf),
+            _ => None,
+        }
+    }
+}
+
+/// The samplers `OTEL_TRACES_SAMPLER` may name, and so `telemetry.sampler`.
+pub const SAMPLERS: [&str; 6] = [
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+];
 
 /// The HTTP listener's settings. Hosts are served over HTTP only when `listen` is set (in
 /// the file, or with `manifold serve --listen`).

@@ -27,6 +27,22 @@ pub(crate) struct RawServer {
     pub(crate) max_sessions: Option<u64>,
     pub(crate) max_requests_per_session: Option<u64>,
     pub(crate) replay_events: Option<u64>,
+    pub(crate) admin: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawTelemetry {
+    pub(crate) log_level: Option<String>,
+    pub(crate) log_format: Option<String>,
+    pub(crate) metrics: Option<bool>,
+    pub(crate) otlp_endpoint: Option<String>,
+    pub(crate) otlp_protocol: Option<String>,
+    pub(crate) service_name: Option<String>,
+    pub(crate) sampler: Option<String>,
+    pub(crate) sampler_arg: Option<f64>,
+    #[serde(default)]
+    pub(crate) resource_attributes: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::error::{self, child};
-use crate::schema::{RawNames, RawServer, RawUpstream};
+use crate::schema::{RawNames, RawServer, RawTelemetry, RawUpstream};
 use crate::validate::{self, Ctx};
 use crate::{Config, ConfigError};
 
@@ -18,6 +18,8 @@ struct RawFile {
     server: RawServer,
     #[serde(default)]
     names: RawNames,
+    #[serde(default)]
+    telemetry: RawTelemetry,
     /// Kept generic here; see the module comment.
     #[serde(default)]
     upstreams: BTreeMap<String, toml::Value>,
@@ -29,6 +31,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         RawFile::deserialize(toml::Value::Table(table)).map_err(|e| value_error(ctx, "", &e))?;
     let server = validate::server(ctx, raw.server)?;
     let names = validate::names(ctx, raw.names)?;
+    let telemetry = validate::telemetry(ctx, raw.telemetry)?;
     let mut upstreams = Vec::new();
     let mut skipped = Vec::new();
     // A BTreeMap iterates in key order, which gives the sorted `upstreams` the contract wants.
@@ -47,6 +50,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         source: ctx.file.to_path_buf(),
         server,
         names,
+        telemetry,
         upstreams,
         skipped,
     })

@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{self, child};
-use crate::schema::{RawFilter, RawNames, RawServer, RawUpstream};
+use crate::schema::{RawFilter, RawNames, RawServer, RawTelemetry, RawUpstream};
 use crate::{
-    ConfigError, EnvLookup, HttpConfig, HttpKind, HttpSettings, Isolation, NameFilter,
-    NameSettings, RestartPolicy, ServerSettings, StdioConfig, Transport, UpstreamConfig,
+    ConfigError, EnvLookup, HttpConfig, HttpKind, HttpSettings, Isolation, LogFormat, NameFilter,
+    NameSettings, OtlpProtocol, RestartPolicy, ServerSettings, StdioConfig, TelemetryConfig,
+    Transport, UpstreamConfig, SAMPLERS,
 };
 
 pub(crate) const DEFAULT_PAGE_SIZE: u64 = 1000;
@@ -107,6 +108,78 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         cpus: cpus(ctx, raw.cpus.clone().unwrap_or_default())?,
         session_queue_bytes: to_usize(ctx, "server.session_queue_bytes", session_queue_bytes)?,
         http: http_settings(ctx, &raw)?,
+        admin: admin_addr(ctx, &raw)?,
+    })
+}
+
+fn admin_addr(ctx: &Ctx<'_>, raw: &RawServer) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    let Some(text) = &raw.admin else {
+        return Ok(None);
+    };
+    let addr = crate::parse_listen(text).ok_or_else(|| {
+        ctx.err(
+            "server.admin",
+            format!("{text:?} is not an address; write it as IP:PORT or a port"),
+        )
+    })?;
+    check_loopback(ctx, "server.admin", addr, raw.allow_remote.unwrap_or(false))?;
+    Ok(Some(addr))
+}
+
+pub(crate) fn telemetry(ctx: &Ctx<'_>, raw: RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
+    let log_format = match raw.log_format.as_deref() {
+        None | Some("text") => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some(other) => {
+            return Err(ctx.err(
+                "telemetry.log_format",
+                format!("{other:?} is not a log format; use \"text\" or \"json\""),
+            ))
+        }
+    };
+    let otlp_protocol = match raw.otlp_protocol.as_deref() {
+        None => None,
+        Some(text) => Some(OtlpProtocol::parse(text).ok_or_else(|| {
+            ctx.err(
+                "telemetry.otlp_protocol",
+                format!("{text:?} is not an OTLP protocol; use \"grpc\" or \"http/protobuf\""),
+            )
+        })?),
+    };
+    if let Some(endpoint) = &raw.otlp_endpoint {
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(ctx.err(
+                "telemetry.otlp_endpoint",
+                format!("{endpoint:?} is not an http:// or https:// URL"),
+            ));
+        }
+    }
+    if let Some(sampler) = &raw.sampler {
+        if !SAMPLERS.contains(&sampler.as_str()) {
+            return Err(ctx.err(
+                "telemetry.sampler",
+                format!("{sampler:?} is not a sampler; use one of {}", SAMPLERS.join(", ")),
+            ));
+        }
+    }
+    if let Some(arg) = raw.sampler_arg {
+        if !(0.0..=1.0).contains(&arg) {
+            return Err(ctx.err(
+                "telemetry.sampler_arg",
+                format!("{arg} is not a ratio between 0 and 1"),
+            ));
+        }
+    }
+    Ok(TelemetryConfig {
+        log_level: raw.log_level,
+        log_format,
+        metrics: raw.metrics.unwrap_or(true),
+        otlp_endpoint: raw.otlp_endpoint,
+        otlp_protocol,
+        service_name: raw.service_name,
+        sampler: raw.sampler,
+        sampler_arg: raw.sampler_arg,
+        resource_attributes: raw.resource_attributes.into_iter().collect(),
     })
 }
 

@@ -1,0 +1,287 @@
+//! The process's metrics: request durations by label set, session lifetimes, bytes moved and
+//! per-upstream counters. Recording is a relaxed atomic add after, for durations, a read-locked
+//! map lookup; what can be read when scraped (sessions open, upstreams up, catalog sizes) is
+//! not recorded at all, but read then (see `manifold_server::metrics`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use crate::exposition::Exposition;
+use crate::histogram::{Family, Histogram, OPERATION_BUCKETS, SESSION_BUCKETS};
+use crate::names::{self, label};
+
+/// How a request ended, as the `outcome` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// A result (for a tool call, one without `isError`).
+    Ok,
+    /// A tool call whose result has `isError: true`.
+    ToolError,
+    /// A JSON-RPC error: from the upstream, or Manifold's refusal (unknown name, bad params).
+    ProtocolError,
+    /// No answer in time.
+    Timeout,
+    /// The host cancelled it.
+    Cancelled,
+    /// The upstream was down, unreachable or lost while the request was in flight.
+    Unavailable,
+    /// Refused by a rate limit or quota.
+    RateLimited,
+    /// Refused by policy (not allowed for the caller).
+    Denied,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool_error",
+            Self::ProtocolError => "protocol_error",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::Unavailable => "unavailable",
+            Self::RateLimited => "rate_limited",
+            Self::Denied => "denied",
+        }
+    }
+
+    pub fn is_error(self) -> bool {
+        self != Self::Ok
+    }
+}
+
+/// How hosts reach Manifold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HostTransport {
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+    /// The 2024-11-05 HTTP+SSE transport.
+    Sse,
+}
+
+impl HostTransport {
+    pub const ALL: [Self; 3] = [Self::Stdio, Self::Http, Self::Sse];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Stdio => "stdio",
+            Self::Http => "http",
+            Self::Sse => "sse",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Direction {
+    In,
+    Out,
+}
+
+/// The labels of one request-duration series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpLabels {
+    /// From [`method_label`]: a known method or `other`.
+    pub method: &'static str,
+    /// The tool's name as hosts see it, for a tool in the catalog.
+    pub tool: Option<Arc<str>>,
+    pub upstream: Option<Arc<str>>,
+    pub team: Arc<str>,
+    /// A [`HostTransport`] label for hosts; `stdio`, `http` or `sse` for upstreams too.
+    pub transport: &'static str,
+    pub outcome: Outcome,
+}
+
+/// Counters of one upstream, shared by all its connections (a restart or a session's own
+/// connection adds to the same ones).
+#[derive(Default)]
+pub struct UpstreamCounters {
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub restarts: AtomicU64,
+}
+
+impl UpstreamCounters {
+    pub fn received(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub fn sent(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Every recorded metric of the process.
+pub struct Metrics {
+    enabled: AtomicBool,
+    server_ops: Family<OpLabels>,
+    client_ops: Family<OpLabels>,
+    sessions: [Histogram; 3],
+    host_bytes: [[AtomicU64; 2]; 3],
+    /// By upstream key; locked only when a connection is made and when scraped.
+    upstreams: Mutex<BTreeMap<Arc<str>, Arc<UpstreamCounters>>>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    enabled: AtomicBool::new(true),
+    server_ops: Family::new(OPERATION_BUCKETS),
+    client_ops: Family::new(OPERATION_BUCKETS),
+    sessions: std::array::from_fn(|_| Histogram::new(SESSION_BUCKETS)),
+    host_bytes: Default::default(),
+    upstreams: Mutex::new(BTreeMap::new()),
+});
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+/// The label for a method a host sent: itself when it is one Manifold knows, else `other`
+/// (a host may send any string; labels must stay bounded).
+pub fn method_label(method: &str) -> &'static str {
+    const KNOWN: [&str; 19] = [
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "completion/complete",
+        "logging/setLevel",
+        "tasks/get",
+        "tasks/result",
+        "tasks/list",
+        "tasks/cancel",
+        "sampling/createMessage",
+        "elicitation/create",
+    ];
+    KNOWN.iter().find(|m| **m == method).copied().unwrap_or("other")
+}
+
+impl Metrics {
+    /// Turns recording on or off (`telemetry.metrics`); scrapes then show what was recorded.
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Ordering::Relaxed);
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// A host request was answered (or cancelled).
+    pub fn server_op(&self, labels: OpLabels, elapsed: Duration) {
+        if self.enabled() {
+            self.server_ops.observe(labels, elapsed);
+        }
+    }
+
+    /// An upstream hop ended.
+    pub fn client_op(&self, labels: OpLabels, elapsed: Duration) {
+        if self.enabled() {
+            self.client_ops.observe(labels, elapsed);
+        }
+    }
+
+    pub fn session_ended(&self, transport: HostTransport, lived: Duration) {
+        if self.enabled() {
+            self.sessions[transport as usize].observe(lived);
+        }
+    }
+
+    pub fn host_bytes(&self, transport: HostTransport, direction: Direction, n: usize) {
+        if self.enabled() {
+            self.host_bytes[transport as usize][direction as usize]
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The counters of the upstream `key`, made on first use.
+    pub fn upstream(&self, key: &str) -> Arc<UpstreamCounters> {
+        let mut all = self
+            .upstreams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = all.get(key) {
+            return Arc::clone(c);
+        }
+        let c = Arc::new(UpstreamCounters::default());
+        all.insert(key.into(), Arc::clone(&c));
+        c
+    }
+
+    /// Writes everything recorded here.
+    pub fn render(&self, e: &mut Exposition) {
+        for (metric, family) in [
+            (&names::SERVER_OPERATION_DURATION, &self.server_ops),
+            (&names::CLIENT_OPERATION_DURATION, &self.client_ops),
+        ] {
+            e.metric(metric);
+            for (l, h) in family.series() {
+                let labels = [
+                    (label::METHOD, l.method),
+                    (label::TOOL, l.tool.as_deref().unwrap_or("")),
+                    (label::UPSTREAM, l.upstream.as_deref().unwrap_or("")),
+                    (label::TEAM, &l.team),
+                    (label::TRANSPORT, l.transport),
+                    (label::OUTCOME, l.outcome.label()),
+                ];
+                e.histogram(metric, &labels, &h.snapshot());
+            }
+        }
+        e.metric(&names::SERVER_SESSION_DURATION);
+        for t in HostTransport::ALL {
+            let h = self.sessions[t as usize].snapshot();
+            e.histogram(
+                &names::SERVER_SESSION_DURATION,
+                &[(label::TRANSPORT, t.label())],
+                &h,
+            );
+        }
+        e.metric(&names::HOST_BYTES);
+        for t in HostTransport::ALL {
+            for (d, name) in [(Direction::In, "in"), (Direction::Out, "out")] {
+                let n = self.host_bytes[t as usize][d as usize].load(Ordering::Relaxed);
+                let labels = [(label::TRANSPORT, t.label()), (label::DIRECTION, name)];
+                e.sample(&names::HOST_BYTES, &labels, n);
+            }
+        }
+        let upstreams: Vec<(Arc<str>, Arc<UpstreamCounters>)> = self
+            .upstreams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(k, c)| (Arc::clone(k), Arc::clone(c)))
+            .collect();
+        e.metric(&names::UPSTREAM_BYTES);
+        for (key, c) in &upstreams {
+            for (counter, name) in [(&c.bytes_in, "in"), (&c.bytes_out, "out")] {
+                let labels = [(label::UPSTREAM, &**key), (label::DIRECTION, name)];
+                e.sample(&names::UPSTREAM_BYTES, &labels, counter.load(Ordering::Relaxed));
+            }
+        }
+        e.metric(&names::UPSTREAM_RESTARTS);
+        for (key, c) in &upstreams {
+            let n = c.restarts.load(Ordering::Relaxed);
+            e.sample(&names::UPSTREAM_RESTARTS, &[(label::UPSTREAM, key)], n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_outside_the_protocol_share_one_label() {
+        assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("tools/call2"), "other");
+        assert_eq!(method_label("x".repeat(1000).as_str()), "other");
+    }
+}

@@ -1,0 +1,105 @@
+//! Every metric, label and span attribute Manifold exports, named in one place. Metric names
+//! follow the OpenTelemetry semantic conventions for MCP where they have one
+//! (`mcp.server.operation.duration` becomes `mcp_server_operation_duration_seconds`); the
+//! rest are Manifold's own, prefixed `manifold_`. The dashboards under `dashboards/` and the
+//! test that evaluates them against a real Prometheus read these names.
+
+/// A metric's name, its help text and its type, as the exposition states them.
+#[derive(Debug, Clone, Copy)]
+pub struct Metric {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+pub const SERVER_OPERATION_DURATION: Metric = Metric {
+    name: "mcp_server_operation_duration_seconds",
+    help: "Host-facing request duration, by method, tool, upstream, team, transport and outcome.",
+    kind: Kind::Histogram,
+};
+
+pub const CLIENT_OPERATION_DURATION: Metric = Metric {
+    name: "mcp_client_operation_duration_seconds",
+    help: "Duration of each upstream hop, with the same labels (transport: the upstream's).",
+    kind: Kind::Histogram,
+};
+
+pub const SERVER_SESSION_DURATION: Metric = Metric {
+    name: "mcp_server_session_duration_seconds",
+    help: "How long host sessions lasted, by transport.",
+    kind: Kind::Histogram,
+};
+
+pub const SESSIONS: Metric = Metric {
+    name: "manifold_sessions",
+    help: "Open host sessions, by transport.",
+    kind: Kind::Gauge,
+};
+
+pub const HOST_BYTES: Metric = Metric {
+    name: "manifold_host_bytes_total",
+    help: "Bytes of messages from and to hosts, by transport and direction.",
+    kind: Kind::Counter,
+};
+
+pub const UPSTREAM_BYTES: Metric = Metric {
+    name: "manifold_upstream_bytes_total",
+    help: "Bytes of messages from and to upstreams, by upstream and direction.",
+    kind: Kind::Counter,
+};
+
+pub const UPSTREAM_UP: Metric = Metric {
+    name: "manifold_upstream_up",
+    help: "1 while an upstream is connected and serving, else 0.",
+    kind: Kind::Gauge,
+};
+
+pub const UPSTREAM_RESTARTS: Metric = Metric {
+    name: "manifold_upstream_restarts_total",
+    help: "Times an upstream was started again after it ended or failed.",
+    kind: Kind::Counter,
+};
+
+pub const UPSTREAM_INFLIGHT: Metric = Metric {
+    name: "manifold_upstream_inflight_requests",
+    help: "Requests sent to an upstream and not yet answered.",
+    kind: Kind::Gauge,
+};
+
+pub const CATALOG_ITEMS: Metric = Metric {
+    name: "manifold_catalog_items",
+    help: "Items an upstream contributes to the merged catalog, by kind.",
+    kind: Kind::Gauge,
+};
+
+/// Labels. Each has a bounded set of values: never ids, arguments or names a host made up.
+pub mod label {
+    /// The MCP method (`mcp.method.name`); methods Manifold does not know are `other`.
+    pub const METHOD: &str = "method";
+    /// The tool's name as hosts see it (`gen_ai.tool.name`); empty for other methods and
+    /// for names that are not in the catalog.
+    pub const TOOL: &str = "tool";
+    /// The upstream's key in the config; empty for what Manifold answers itself.
+    pub const UPSTREAM: &str = "upstream";
+    /// Who asked: `anonymous` until hosts authenticate.
+    pub const TEAM: &str = "team";
+    /// `stdio`, `http` (Streamable HTTP) or `sse` (the 2024-11-05 HTTP+SSE transport).
+    pub const TRANSPORT: &str = "transport";
+    /// How the request ended; see `Outcome`.
+    pub const OUTCOME: &str = "outcome";
+    /// `in` (received by Manifold) or `out` (sent by it).
+    pub const DIRECTION: &str = "direction";
+    /// `tools`, `prompts`, `resources` or `resource_templates`.
+    pub const KIND: &str = "kind";
+}
+
+/// The `tracing` target of the spans that become OpenTelemetry spans (see `spans`); nothing
+/// else is exported, so the exporter's own work is never traced.
+pub const SPAN_TARGET: &str = "mcp";
