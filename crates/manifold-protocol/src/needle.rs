@@ -19,6 +19,13 @@ pub static TASK_ID: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"t
 /// `"data"`: an error's `data` member.
 pub static DATA_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"data\""));
 
+/// A host's W3C trace context in `_meta` (looked for only while traces are exported).
+pub static TRACEPARENT: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"traceparent\""));
+
+/// A tool result's error flag.
+pub static IS_ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"isError\""));
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,10 +2,13 @@
 //! message (or once per session); the router makes a [`Context`] per request, which travels
 //! with the request wherever it goes: into an upstream's pending table, into an async step.
 
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use manifold_protocol::write;
+use manifold_telemetry::trace::Carrier;
+use manifold_telemetry::{metrics, spans, HostTransport, OpLabels, Outcome};
 
 use crate::error::RouteError;
 use crate::outlet::Outlet;
@@ -19,9 +22,22 @@ pub struct Origin {
     /// For Streamable HTTP, the response to the POST that carried the message; for stdio and
     /// the SSE transport, the session's stream.
     pub outlet: Arc<dyn Outlet>,
+    /// The trace context of the HTTP request that carried the message, if it had one.
+    pub trace: Option<Arc<Carrier>>,
 }
 
-/// One host request.
+impl Origin {
+    pub fn new(session: Option<Arc<Session>>, outlet: Arc<dyn Outlet>) -> Self {
+        Self {
+            session,
+            outlet,
+            trace: None,
+        }
+    }
+}
+
+/// One host request. When it is dropped (answered, or cancelled) its duration is recorded
+/// with how it ended, and its span ends.
 pub struct Context {
     pub session: Option<Arc<Session>>,
     pub outlet: Arc<dyn Outlet>,
@@ -33,12 +49,25 @@ pub struct Context {
     pub principal: Arc<str>,
     /// When the host stops waiting, if it said so.
     pub deadline: Option<Instant>,
-    /// The `mcp.request` span; every step of the request is recorded under it.
+    /// The request's server span; every step of the request is recorded under it.
     pub span: tracing::Span,
+    started: Instant,
+    transport: HostTransport,
+    /// The method as a metric label.
+    method: &'static str,
+    /// Where it went: the upstream's key and, for a tool call, the tool's name as hosts see
+    /// it. `None`: answered by Manifold itself.
+    route: Option<(Arc<str>, Option<Arc<str>>)>,
+    /// How it ended: an [`Outcome`] as a number, 0 while unanswered (dropped unanswered means
+    /// cancelled).
+    outcome: AtomicU8,
+    /// The JSON-RPC error code it ended with, 0 for none.
+    code: AtomicI64,
 }
 
 impl Context {
-    pub fn new(origin: &Origin, id: &str, method: &str) -> Self {
+    /// A request that arrived from `origin`; `parent` is the trace context it carried.
+    pub fn new(origin: &Origin, id: &str, method: &str, parent: Option<&Carrier>) -> Self {
         let session = origin.session.clone();
         let version = session
             .as_ref()
@@ -47,10 +76,18 @@ impl Context {
         let principal = session
             .as_ref()
             .map_or_else(|| Arc::from("anonymous"), |s| Arc::clone(s.principal()));
-        let span = tracing::debug_span!(
-            "mcp.request",
+        let transport = session
+            .as_ref()
+            .map_or(HostTransport::Http, |s| s.transport().metric());
+        let parent = parent.or(origin.trace.as_deref());
+        let span = spans::server(
             method,
-            session = session.as_ref().map_or(0, |s| s.id())
+            session.as_ref().map_or(0, |s| s.id()),
+            id,
+            version,
+            transport,
+            &principal,
+            parent,
         );
         Self {
             session,
@@ -60,7 +97,29 @@ impl Context {
             principal,
             deadline: None,
             span,
+            started: Instant::now(),
+            transport,
+            method: metrics::method_label(method),
+            route: None,
+            outcome: AtomicU8::new(0),
+            code: AtomicI64::new(0),
         }
+    }
+
+    /// Notes where the request is going (for its metrics; the span is told by the router).
+    pub fn routed(&mut self, upstream: Arc<str>, tool: Option<Arc<str>>) {
+        self.route = Some((upstream, tool));
+    }
+
+    /// The upstream and tool it was routed to, for the metrics of its hops.
+    pub fn route(&self) -> Option<&(Arc<str>, Option<Arc<str>>)> {
+        self.route.as_ref()
+    }
+
+    /// Records how the request ended (the last word counts).
+    pub fn ended(&self, outcome: Outcome, code: Option<i64>) {
+        self.outcome.store(outcome as u8 + 1, Ordering::Relaxed);
+        self.code.store(code.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// The session's number (0: no session).
@@ -75,6 +134,7 @@ impl Context {
 
     /// Answers with `result` (JSON text).
     pub fn reply(&self, result: &str) {
+        self.ended(Outcome::Ok, None);
         self.outlet.answer(&write::response_parts(&self.id, result));
     }
 
@@ -82,9 +142,35 @@ impl Context {
     pub fn fail(&self, err: &RouteError) {
         let _entered = self.span.enter();
         tracing::debug!(error = %err, "request refused");
-        reply_error(&*self.outlet, Some(&self.id), err);
+        let obj = err.to_error_object();
+        self.ended(err.outcome(), Some(obj.code));
+        let mut out = Vec::new();
+        write::error_response(&mut out, Some(&self.id), &obj);
+        self.outlet.answer(&[&out]);
     }
 }
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        let outcome = match self.outcome.load(Ordering::Relaxed) {
+            0 => Outcome::Cancelled,
+            n => Outcome::ALL[usize::from(n - 1)],
+        };
+        let code = Some(self.code.load(Ordering::Relaxed)).filter(|c| *c != 0);
+        spans::ended(&self.span, outcome, code, None);
+        let (upstream, tool) = self.route.take().unzip();
+        let labels = OpLabels {
+            method: self.method,
+            tool: tool.flatten(),
+            upstream,
+            team: Arc::clone(&self.principal),
+            transport: self.transport.label(),
+            outcome,
+        };
+        metrics().server_op(labels, self.started.elapsed());
+    }
+}
+
 
 /// Sends the JSON-RPC error for `err` to `outlet`; `id` is JSON text, `None` for `null`.
 pub fn reply_error(outlet: &dyn Outlet, id: Option<&str>, err: &RouteError) {

@@ -3,6 +3,7 @@
 
 use manifold_catalog::Collision;
 use manifold_protocol::{codes, ErrorObject, MessageError};
+use manifold_telemetry::Outcome;
 use manifold_upstream::UpstreamError;
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,14 @@ impl RouteError {
         }
     }
 
+    /// How a request refused with this error ended, for metrics and spans.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            RouteError::Upstream(e) => upstream_outcome(e),
+            _ => Outcome::ProtocolError,
+        }
+    }
+
     /// The JSON-RPC error object for this error.
     pub fn to_error_object(&self) -> ErrorObject {
         let code = match self {
@@ -76,5 +85,17 @@ impl RouteError {
             RouteError::UnknownResource(uri) => obj.with_data(&serde_json::json!({ "uri": uri })),
             _ => obj,
         }
+    }
+}
+
+/// How a request that failed at the upstream boundary ended.
+pub fn upstream_outcome(e: &UpstreamError) -> Outcome {
+    match e {
+        UpstreamError::Timeout { .. } => Outcome::Timeout,
+        UpstreamError::Cancelled { .. } => Outcome::Cancelled,
+        UpstreamError::Unavailable { .. }
+        | UpstreamError::Closed { .. }
+        | UpstreamError::Overloaded { .. } => Outcome::Unavailable,
+        UpstreamError::AnswerTooLarge { .. } => Outcome::ProtocolError,
     }
 }

@@ -12,6 +12,7 @@ mod initialize;
 pub mod layer;
 pub mod outlet;
 pub mod router;
+pub mod scrape;
 pub mod session;
 pub mod sessions;
 pub mod stdio;

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use manifold_upstream::pipe::{PipeWriter, WriteError};
 
+use manifold_telemetry::{metrics, Direction, HostTransport};
+
 use crate::sessions::Ending;
 
 /// Where messages for a host go. Sending never blocks on the host: an outlet that cannot take
@@ -46,8 +48,15 @@ impl PipeOutlet {
     }
 }
 
+/// Counts a message written to the stdio host.
+fn sent(parts: &[&[u8]]) {
+    let n = parts.iter().map(|p| p.len()).sum();
+    metrics().host_bytes(HostTransport::Stdio, Direction::Out, n);
+}
+
 impl Outlet for PipeOutlet {
     fn answer(&self, parts: &[&[u8]]) {
+        sent(parts);
         match self.writer.write_parts(parts) {
             Ok(()) => {}
             Err(WriteError::Full(queued)) => self.ending.end(
@@ -77,6 +86,7 @@ impl BlockingOutlet {
 
 impl Outlet for BlockingOutlet {
     fn answer(&self, parts: &[&[u8]]) {
+        sent(parts);
         let mut f = self
             .file
             .lock()

@@ -21,6 +21,7 @@ use manifold_protocol::envelope::{canonical_id, is_valid_id};
 use manifold_protocol::{
     scan, version, write, Envelope, Kind, MessageError, Params, Place, RawObject,
 };
+use manifold_telemetry::{spans, trace};
 use manifold_upstream::{Connection, Forward, Hub, Isolation, UpstreamError, UpstreamHandle};
 use tokio::sync::mpsc;
 
@@ -173,6 +174,7 @@ impl Router {
             return;
         };
         session.mark_ended(reason);
+        manifold_telemetry::metrics().session_ended(session.transport().metric(), session.age());
         session.abandon_outbound(&format!("the host session ended: {reason}"));
         self.tasks.forget(id);
         self.end_isolated(id);
@@ -227,7 +229,10 @@ impl Router {
                     return Handled::Rejected;
                 };
                 let method = env.method.as_deref().unwrap_or_default();
-                let ctx = Context::new(origin, id, method);
+                let parent = trace::active()
+                    .then(|| resolve::meta_trace_context(env.params))
+                    .flatten();
+                let ctx = Context::new(origin, id, method, parent.as_ref());
                 match refusal(env) {
                     Some(e) => ctx.fail(&e),
                     None => self.request(ctx, method, env),
@@ -465,7 +470,10 @@ impl Router {
 
     /// Passes the request through the layers from `from` on, then sends it upstream. A layer
     /// that must wait continues the request on the runtime.
-    fn admit(self: &Arc<Self>, ctx: Context, target: Target, from: usize) {
+    fn admit(self: &Arc<Self>, mut ctx: Context, target: Target, from: usize) {
+        if from == 0 {
+            self.note_route(&mut ctx, &target);
+        }
         for (i, layer) in self.layers.iter().enumerate().skip(from) {
             match layer.check(&ctx, &target) {
                 Check::Pass => {}
@@ -483,6 +491,16 @@ impl Router {
             }
         }
         self.send(ctx, target);
+    }
+
+    /// Tells the request's metrics and span where it is going.
+    fn note_route(&self, ctx: &mut Context, target: &Target) {
+        let key = self.upstreams[target.upstream].key_arc();
+        let tool = (target.method == "tools/call")
+            .then(|| target.exposed.clone())
+            .flatten();
+        spans::routed(&ctx.span, target.method, subject(target, false), &key);
+        ctx.routed(key, tool);
     }
 
     /// Sends the request to its upstream as a new request whose answer returns to the host:
@@ -560,6 +578,24 @@ impl Router {
         Ok(Some(handle))
     }
 
+    /// Requests in flight to upstream `index`, on its shared connection and on every
+    /// session's own.
+    pub fn in_flight(&self, index: usize) -> usize {
+        let shared = self.upstreams[index]
+            .connection()
+            .map_or(0, |c| c.in_flight());
+        let isolated = self
+            .isolated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|((u, _), _)| *u == index)
+            .filter_map(|(_, h)| h.connection())
+            .map(|c| c.in_flight())
+            .sum::<usize>();
+        shared + isolated
+    }
+
     /// Every live connection a session's requests may be on: the shared ones, and the
     /// session's own.
     fn connections_of(&self, session: u64) -> Vec<Arc<Connection>> {
@@ -604,27 +640,42 @@ impl Router {
     fn send_on(&self, conn: &Connection, ctx: Context, target: Target) {
         let handle = &self.upstreams[target.upstream];
         let upstream_id = conn.next_id();
+        let hop = spans::client(
+            &ctx.span,
+            target.method,
+            subject(&target, true),
+            handle.key(),
+            upstream_id,
+            handle.transport(),
+        );
         let (params, progress_token) =
             match resolve::map_progress_token(&target.params, upstream_id) {
                 Some((params, token)) => (params, Some(token)),
                 None => (target.params, None),
             };
+        let params = match spans::context_of(&hop) {
+            Some(carrier) => resolve::with_trace_context(&params, &carrier).unwrap_or(params),
+            None => params,
+        };
         let mut line = Vec::with_capacity(params.len() + 64);
         write::request(&mut line, upstream_id, target.method, Some(&params));
-        let hop = tracing::debug_span!(
-            parent: &ctx.span,
-            "upstream.hop",
-            upstream = handle.key(),
-            method = target.method,
-            id = upstream_id
-        );
+        let (upstream, tool) = match ctx.route() {
+            Some((upstream, tool)) => (Arc::clone(upstream), tool.clone()),
+            None => (handle.key_arc(), None),
+        };
         let exchange = inflight::Inflight {
             ctx: Some(ctx),
             hub: Arc::clone(&self.hub),
             upstream: target.upstream,
             method: target.method,
             tasks: target.task.then(|| Arc::clone(&self.tasks)),
-            hop,
+            hop: inflight::Hop {
+                span: hop,
+                started: std::time::Instant::now(),
+                upstream,
+                tool,
+                transport: handle.transport(),
+            },
         };
         conn.forward(
             upstream_id,
@@ -707,6 +758,7 @@ impl Router {
         let batch = Origin {
             session: origin.session.clone(),
             outlet: Arc::new(BatchOutlet::new(Arc::clone(&origin.outlet), expected)),
+            trace: origin.trace.clone(),
         };
         for d in decoded {
             match d {
@@ -726,6 +778,21 @@ impl Router {
 
 /// What makes a well-formed request unacceptable before it is routed: a breach of I-JSON
 /// (inside params: -32602; elsewhere: -32600) or params that are not an object.
+/// What a request names, for its spans: as the host named it, or as the upstream knows it.
+fn subject(target: &Target, original: bool) -> spans::Subject<'_> {
+    let name = if original {
+        target.original.as_deref()
+    } else {
+        target.exposed.as_deref()
+    };
+    match (target.method, name) {
+        ("tools/call", Some(n)) => spans::Subject::Tool(n),
+        ("prompts/get", Some(n)) => spans::Subject::Prompt(n),
+        ("resources/read", Some(n)) => spans::Subject::Resource(n),
+        _ => spans::Subject::None,
+    }
+}
+
 fn refusal(env: &Envelope<'_>) -> Option<RouteError> {
     if let Some((v, place)) = env.violation() {
         return Some(match place {

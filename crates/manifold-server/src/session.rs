@@ -22,6 +22,15 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// The transport as metrics label it.
+    pub fn metric(self) -> manifold_telemetry::HostTransport {
+        match self {
+            Transport::Stdio => manifold_telemetry::HostTransport::Stdio,
+            Transport::StreamableHttp => manifold_telemetry::HostTransport::Http,
+            Transport::Sse => manifold_telemetry::HostTransport::Sse,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Transport::Stdio => "stdio",
@@ -292,6 +301,11 @@ impl Session {
     }
 
     /// How long since the host was last heard from.
+    /// How long since the session began.
+    pub fn age(&self) -> std::time::Duration {
+        self.created.elapsed()
+    }
+
     pub fn idle_for(&self) -> std::time::Duration {
         let seen = std::time::Duration::from_millis(self.last_seen_ms.load(Ordering::Relaxed));
         self.created.elapsed().saturating_sub(seen)

@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use manifold_protocol::{Frame, LineBuffer};
+use manifold_telemetry::{metrics, Direction, HostTransport};
 use manifold_upstream::pipe::{PipeWriter, WhenFull};
 
 use crate::context::Origin;
@@ -39,10 +40,7 @@ pub fn serve(
         .sessions()
         .add(Arc::clone(&session), None)
         .map_err(io::Error::other)?;
-    let origin = Origin {
-        session: Some(Arc::clone(&session)),
-        outlet: Arc::clone(session.stream()),
-    };
+    let origin = Origin::new(Some(Arc::clone(&session)), Arc::clone(session.stream()));
     std::thread::Builder::new()
         .name("host-input".into())
         .spawn(move || {
@@ -82,6 +80,7 @@ fn read_loop(router: &Arc<Router>, origin: &Origin, mut input: impl Read) -> Str
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return format!("reading from the host failed: {e}"),
         };
+        metrics().host_bytes(HostTransport::Stdio, Direction::In, n);
         if session.is_some_and(|s| s.end_reason().is_some()) {
             return "the session ended".into();
         }

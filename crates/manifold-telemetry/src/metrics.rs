@@ -34,6 +34,18 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in declaration order (`Outcome::ALL[o as usize] == o`).
+    pub const ALL: [Self; 8] = [
+        Self::Ok,
+        Self::ToolError,
+        Self::ProtocolError,
+        Self::Timeout,
+        Self::Cancelled,
+        Self::Unavailable,
+        Self::RateLimited,
+        Self::Denied,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -277,6 +289,13 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outcomes_are_listed_in_declaration_order() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*o as usize, i);
+        }
+    }
 
     #[test]
     fn methods_outside_the_protocol_share_one_label() {

@@ -77,6 +77,8 @@ pub struct UpstreamActor {
     stopped: Vec<oneshot::Sender<()>>,
     slice: Option<Arc<UpstreamSlice>>,
     refresh: RefreshState,
+    /// Restarts are counted here (shared by every connection to this upstream).
+    counters: Arc<manifold_telemetry::UpstreamCounters>,
 }
 
 /// Lists to re-fetch, gathered while a refresh is scheduled or running.
@@ -98,6 +100,7 @@ impl UpstreamActor {
         published: Arc<Published>,
         role: Role,
     ) -> Self {
+        let counters = manifold_telemetry::metrics().upstream(&cfg.key);
         Self {
             index,
             key: cfg.key.as_str().into(),
@@ -116,6 +119,7 @@ impl UpstreamActor {
             stopped: Vec::new(),
             slice: None,
             refresh: RefreshState::default(),
+            counters,
         }
     }
 }
@@ -160,6 +164,9 @@ impl UpstreamActor {
             return;
         }
         self.generation += 1;
+        if self.generation > 1 {
+            self.counters.restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.refresh = RefreshState::default();
         let generation = self.generation;
         let _span =

@@ -55,6 +55,8 @@ pub struct Connection {
     timing: Timing,
     /// The one host this connection serves, when it serves one alone.
     peer: OnceLock<Arc<dyn Peer>>,
+    /// The upstream's byte counters (shared with its other connections).
+    counters: Arc<manifold_telemetry::UpstreamCounters>,
 }
 
 #[derive(Default)]
@@ -78,7 +80,14 @@ impl Connection {
             next_id: AtomicU64::new(1),
             timing,
             peer: OnceLock::new(),
+            counters: manifold_telemetry::metrics().upstream(name),
         }
+    }
+
+    /// Sends one message (see [`Wire::send`]), counting its bytes.
+    fn write(&self, line: &[u8]) -> Result<(), WriteError> {
+        self.counters.sent(line.len());
+        self.wire.send(line)
     }
 
     /// Ties the connection to one host: what the upstream asks of a client goes there.
@@ -138,7 +147,7 @@ impl Connection {
             }
             st.table.entries.insert(id, entry);
         }
-        if let Err(e) = self.wire.send(line) {
+        if let Err(e) = self.write(line) {
             // If the entry is gone, the answer or a failure already reached the exchange.
             if let Some(entry) = self.lock().table.entries.remove(&id) {
                 self.fail(entry.reply, self.write_error(e));
@@ -165,7 +174,7 @@ impl Connection {
                 .entries
                 .insert(id, self.entry(Reply::Channel(tx), None));
         }
-        if let Err(e) = self.wire.send(&line) {
+        if let Err(e) = self.write(&line) {
             self.lock().table.entries.remove(&id);
             return Err(self.write_error(e));
         }
@@ -177,7 +186,7 @@ impl Connection {
     pub fn notify(&self, method: &str, params: Option<&str>) -> Result<(), UpstreamError> {
         let mut line = Vec::with_capacity(64 + params.map_or(0, str::len));
         write::notification(&mut line, method, params);
-        self.wire.send(&line).map_err(|e| self.write_error(e))
+        self.write(&line).map_err(|e| self.write_error(e))
     }
 
     /// A host cancelled its request `host_id` (canonical id text) of `session`: drop the
@@ -237,6 +246,7 @@ impl Connection {
     /// whose answer stream carried it, when the transport knows (HTTP). An error means the
     /// upstream broke the protocol (the text says how); the caller ends the connection.
     pub(crate) fn receive(self: &Arc<Self>, line: &[u8], via: Option<u64>) -> Result<(), String> {
+        self.counters.received(line.len());
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
@@ -262,7 +272,7 @@ impl Connection {
 
     /// Writes a complete line to the upstream (answers to its own requests).
     pub(crate) fn send_line(&self, line: &[u8]) {
-        if let Err(e) = self.wire.send(line) {
+        if let Err(e) = self.write(line) {
             tracing::debug!(upstream = %self.name, "answer to the upstream not sent: {e}");
         }
     }

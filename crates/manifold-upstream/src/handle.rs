@@ -21,6 +21,8 @@ use crate::pending::Peer;
 pub struct UpstreamHandle {
     index: usize,
     key: Arc<str>,
+    /// `stdio`, `http` or `sse`, as configured.
+    transport: &'static str,
     addr: Addr<UpstreamActor>,
     published: Arc<Published>,
 }
@@ -49,6 +51,14 @@ impl Published {
     }
 }
 
+fn transport_label(cfg: &UpstreamConfig) -> &'static str {
+    match &cfg.transport {
+        manifold_config::Transport::Stdio(_) => "stdio",
+        manifold_config::Transport::Http(h) if h.kind == manifold_config::HttpKind::Sse => "sse",
+        manifold_config::Transport::Http(_) => "http",
+    }
+}
+
 /// Timeouts of an upstream: the defaults, with the upstream's own request timeout over them.
 fn timing(cfg: &UpstreamConfig, defaults: Timing) -> Timing {
     let request = cfg.request_timeout.unwrap_or(defaults.request);
@@ -72,6 +82,7 @@ impl UpstreamHandle {
         let published = Published::new();
         let key: Arc<str> = cfg.key.as_str().into();
         let timing = timing(&cfg, defaults);
+        let transport = transport_label(&cfg);
         let actor = UpstreamActor::new(
             index,
             cfg,
@@ -84,6 +95,7 @@ impl UpstreamHandle {
         Self {
             index,
             key,
+            transport,
             addr: actor.start(),
             published,
         }
@@ -95,6 +107,15 @@ impl UpstreamHandle {
 
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    pub fn key_arc(&self) -> Arc<str> {
+        Arc::clone(&self.key)
+    }
+
+    /// How Manifold reaches it: `stdio`, `http` (Streamable HTTP, or its fallback) or `sse`.
+    pub fn transport(&self) -> &'static str {
+        self.transport
     }
 
     /// The live connection, or `None` while the upstream is down or restarting.
@@ -174,6 +195,7 @@ impl Isolation {
         let published = Published::new();
         let key: Arc<str> = cfg.key.as_str().into();
         let timing = timing(&cfg, self.defaults);
+        let transport = transport_label(&cfg);
         let role = Role::Isolated {
             session,
             capabilities: capabilities.into(),
@@ -186,6 +208,7 @@ impl Isolation {
         Some(UpstreamHandle {
             index,
             key,
+            transport,
             addr,
             published,
         })

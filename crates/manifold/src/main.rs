@@ -38,6 +38,11 @@ enum Command {
         /// `server.listen`.
         #[arg(long, value_parser = listen_addr)]
         listen: Option<std::net::SocketAddr>,
+        /// Serve /metrics, /healthz and /readyz on this address (IP:PORT, or a port alone for
+        /// 127.0.0.1), apart from hosts; over stdio this is the only way to reach them.
+        /// Overrides `server.admin`.
+        #[arg(long, value_parser = listen_addr)]
+        admin: Option<std::net::SocketAddr>,
     },
     /// Validate a config, start its upstreams and print the merged catalog.
     Check {
@@ -55,10 +60,16 @@ fn listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     let result = match cli.command {
-        Command::Serve { config, listen } => run::serve(&config, listen),
-        Command::Check { config, no_start } => check::check(&config, no_start),
+        Command::Serve {
+            config,
+            listen,
+            admin,
+        } => run::serve(&config, listen, admin),
+        Command::Check { config, no_start } => {
+            manifold_telemetry::logs::init(&Default::default());
+            check::check(&config, no_start)
+        }
     };
     match result {
         Ok(code) => code,
@@ -67,16 +78,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Logs go to stderr (stdout belongs to the protocol). `MANIFOLD_LOG` takes an
-/// env-filter directive such as `info` or `manifold_upstream=debug`.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MANIFOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
 }

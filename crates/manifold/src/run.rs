@@ -83,16 +83,29 @@ pub async fn stop_upstreams(handles: &[UpstreamHandle]) {
     futures::future::join_all(handles.iter().map(UpstreamHandle::shutdown)).await;
 }
 
-pub fn serve(path: &Path, listen: Option<std::net::SocketAddr>) -> anyhow::Result<ExitCode> {
+pub fn serve(
+    path: &Path,
+    listen: Option<std::net::SocketAddr>,
+    admin: Option<std::net::SocketAddr>,
+) -> anyhow::Result<ExitCode> {
     let (mut config, defs) = load(path)?;
-    if let Some(addr) = listen {
+    for (flag, addr) in [("--listen", listen), ("--admin", admin)] {
         if let Some(problem) =
-            manifold_config::remote_refusal(addr, config.server.http.allow_remote)
+            addr.and_then(|a| manifold_config::remote_refusal(a, config.server.http.allow_remote))
         {
-            anyhow::bail!("--listen: {problem}");
+            anyhow::bail!("{flag}: {problem}");
         }
+    }
+    if let Some(addr) = listen {
         config.server.http.listen = Some(addr);
     }
+    if let Some(addr) = admin {
+        config.server.admin = Some(addr);
+    }
+    // Logging (and trace export) before any thread or child exists; kept to the end, when
+    // dropping it exports the last spans.
+    let _tracing = manifold_telemetry::logs::init(&config.telemetry);
+    manifold_telemetry::metrics().set_enabled(config.telemetry.metrics);
     // Before any thread or child exists, so that all of them inherit it.
     pin_to(&config.server.cpus)?;
     let system = actix::System::new();
@@ -123,10 +136,17 @@ pub fn serve(path: &Path, listen: Option<std::net::SocketAddr>) -> anyhow::Resul
             },
             config.server.shutdown_grace,
         ));
+        let admin = match config.server.admin {
+            Some(addr) => Some(serve_admin(&router, &config, addr)?),
+            None => None,
+        };
         let served = match http {
             Some(addr) => serve_http(&router, &config, addr).await,
             None => serve_stdio(&router).await,
         };
+        if let Some(admin) = admin {
+            admin.stop(false).await;
+        }
         // Whatever hosts have not read is dropped: shutdown never waits on a host.
         for session in router.sessions().all() {
             router.end_session(session.id(), "Manifold is shutting down");
@@ -148,6 +168,21 @@ async fn serve_stdio(router: &Arc<Router>) -> anyhow::Result<()> {
         _ = int.recv() => tracing::info!("SIGINT; shutting down"),
     }
     Ok(())
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on the admin address, in the background.
+fn serve_admin(
+    router: &Arc<Router>,
+    config: &Config,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<actix_web::dev::ServerHandle> {
+    let required = config.upstreams.iter().map(|u| u.required).collect();
+    let (server, bound) = http::serve_admin(Arc::clone(router), addr, required)
+        .with_context(|| format!("cannot listen on {addr} (admin)"))?;
+    tracing::info!("admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz");
+    let handle = server.handle();
+    tokio::spawn(server);
+    Ok(handle)
 }
 
 /// Serves hosts over HTTP until a signal arrives.

@@ -9,9 +9,12 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use manifold_protocol::{codes, sse};
+use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::streams::{EventBody, LegacyOutlet};
-use super::{check_origin, cors, new_token, read_body, rpc_error, sse_response, Shared};
+use super::{
+    check_origin, cors, new_token, read_body, rpc_error, sse_response, trace_context, Shared,
+};
 use crate::context::Origin;
 use crate::router::Handled;
 use crate::session::{Session, Transport};
@@ -103,9 +106,11 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> Ht
         Err(refusal) => return refusal,
     };
     session.touch();
+    metrics().host_bytes(HostTransport::Sse, Direction::In, body.len());
     let origin = Origin {
         outlet: Arc::clone(session.stream()),
         session: Some(session),
+        trace: trace_context(req),
     };
     // Answers, including errors, go on the stream; the POST only says it was taken.
     match shared.router.handle_line(&origin, &body) {

@@ -1,6 +1,7 @@
 //! Serving hosts over HTTP with actix-web: Streamable HTTP at `/mcp` (2025-03-26 and later),
 //! the 2024-11-05 HTTP+SSE transport at `/sse` (and the `/messages` endpoint it announces) for
-//! older clients, and `/healthz`, `/readyz`.
+//! older clients, and `/healthz`, `/readyz` and `/metrics` (on the admin address instead, when
+//! one is configured).
 //!
 //! Everything transport-specific about a request stays here: headers, status codes, origins,
 //! session tokens, SSE. The router gets an [`Origin`] like any other transport's.
@@ -9,6 +10,7 @@
 // never on the forwarding path, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
+mod admin;
 mod legacy;
 mod streamable;
 pub mod streams;
@@ -23,7 +25,6 @@ use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use bytes::Bytes;
 use futures::StreamExt;
-use manifold_catalog::UpstreamState;
 use manifold_config::HttpSettings;
 use manifold_protocol::{codes, version, write, ErrorObject};
 
@@ -39,8 +40,6 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 struct Shared {
     router: Arc<Router>,
     settings: HttpSettings,
-    /// Which upstreams `/readyz` waits for (by index).
-    required: Vec<bool>,
 }
 
 /// Binds `addr` and returns the server, ready to be awaited (it runs on the current actix
@@ -52,14 +51,17 @@ pub fn serve(
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
     let workers = settings.workers;
+    // With an admin address, metrics are served there only.
+    let metrics_here = router.settings().admin.is_none();
     let shared = web::Data::new(Shared {
         router: Arc::clone(&router),
         settings,
-        required,
     });
+    let admin = admin::data(Arc::clone(&router), required);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(shared.clone())
+            .app_data(admin.clone())
             .service(
                 web::resource("/mcp")
                     .route(web::post().to(streamable::post))
@@ -80,8 +82,7 @@ pub fn serve(
                     .route(web::method(actix_web::http::Method::OPTIONS).to(preflight))
                     .default_service(web::to(method_not_allowed)),
             )
-            .route("/healthz", web::get().to(healthz))
-            .route("/readyz", web::get().to(readyz))
+            .configure(|cfg| admin::routes(cfg, metrics_here))
     })
     .workers(workers)
     // Hosts pause between calls; a connection they keep should not be closed under them.
@@ -92,6 +93,22 @@ pub fn serve(
     let bound = server.addrs().first().copied().unwrap_or(addr);
     spawn_sweeper(&router);
     Ok((server.run(), bound))
+}
+
+pub use admin::serve as serve_admin;
+
+/// The W3C trace context an HTTP request carries in its headers, when traces are exported.
+fn trace_context(req: &HttpRequest) -> Option<Arc<manifold_telemetry::trace::Carrier>> {
+    if !manifold_telemetry::trace::active() {
+        return None;
+    }
+    let mut carrier = manifold_telemetry::trace::Carrier::default();
+    for key in manifold_telemetry::trace::Carrier::KEYS {
+        if let Some(value) = req.headers().get(key).and_then(|v| v.to_str().ok()) {
+            carrier.set(key, value.to_owned());
+        }
+    }
+    (!carrier.is_empty()).then(|| Arc::new(carrier))
 }
 
 /// Ends HTTP sessions that went idle: no request for `session_idle_timeout`, no request in
@@ -122,39 +139,6 @@ fn spawn_sweeper(router: &Arc<Router>) {
             }
         }
     });
-}
-
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().content_type("text/plain").body("ok\n")
-}
-
-/// 200 when every upstream marked `required` is up, else 503; the body lists every upstream.
-async fn readyz(shared: web::Data<Shared>) -> HttpResponse {
-    let catalog = shared.router.hub().catalog();
-    let mut ready = true;
-    let mut upstreams = serde_json::Map::new();
-    for (i, def) in catalog.defs().iter().enumerate() {
-        let state = match catalog.state(i) {
-            UpstreamState::Up => "up".to_owned(),
-            UpstreamState::Starting => "starting".to_owned(),
-            UpstreamState::Down { reason } => format!("down: {reason}"),
-        };
-        let required = shared.required.get(i).copied().unwrap_or(false);
-        if required && *catalog.state(i) != UpstreamState::Up {
-            ready = false;
-        }
-        upstreams.insert(
-            def.key.clone(),
-            serde_json::json!({ "state": state, "required": required }),
-        );
-    }
-    let body = serde_json::json!({ "ready": ready, "upstreams": upstreams });
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    HttpResponse::build(status).json(body)
 }
 
 async fn method_not_allowed(req: HttpRequest) -> HttpResponse {

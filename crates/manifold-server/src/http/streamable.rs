@@ -12,9 +12,11 @@ use bytes::Bytes;
 use manifold_protocol::{codes, Envelope, Kind};
 
 use super::streams::{First, PostOutlet, Replay, Streams};
+use manifold_telemetry::{metrics, Direction, HostTransport};
+
 use super::{
-    check_origin, check_version, cors, new_token, read_body, rpc_error, sse_response, Shared,
-    SESSION_HEADER,
+    check_origin, check_version, cors, new_token, read_body, rpc_error, sse_response,
+    trace_context, Shared, SESSION_HEADER,
 };
 use crate::context::Origin;
 use crate::router::Handled;
@@ -61,9 +63,11 @@ async fn handle_post(req: &HttpRequest, shared: &Shared, body: &Bytes) -> HttpRe
         return r;
     }
     let (outlet, first) = PostOutlet::new(Arc::clone(&streams));
+    metrics().host_bytes(HostTransport::Http, Direction::In, body.len());
     let origin = Origin {
         session: Some(Arc::clone(&session)),
         outlet: Arc::new(outlet),
+        trace: trace_context(req),
     };
     let handled = shared.router.handle_line(&origin, body);
     drop(origin);

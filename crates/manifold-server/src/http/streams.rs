@@ -18,6 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::Stream;
 use manifold_protocol::sse;
+use manifold_telemetry::{metrics, Direction, HostTransport};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::outlet::Outlet;
@@ -234,16 +235,17 @@ impl Streams {
 /// The session's own messages go to stream 0.
 impl Outlet for Streams {
     fn answer(&self, parts: &[&[u8]]) {
-        self.push(0, &message(parts), false);
+        self.push(0, &message(parts, HostTransport::Http), false);
     }
 }
 
-/// The JSON text of a message given as parts of a line.
-pub fn message(parts: &[&[u8]]) -> Vec<u8> {
+/// The JSON text of a message given as parts of a line, counted as sent to a host.
+pub fn message(parts: &[&[u8]], transport: HostTransport) -> Vec<u8> {
     let mut m = parts.concat();
     if m.last() == Some(&b'\n') {
         m.pop();
     }
+    metrics().host_bytes(transport, Direction::Out, m.len());
     m
 }
 
@@ -349,7 +351,7 @@ impl PostOutlet {
 
 impl Outlet for PostOutlet {
     fn answer(&self, parts: &[&[u8]]) {
-        let msg = message(parts);
+        let msg = message(parts, HostTransport::Http);
         let previous = std::mem::replace(&mut *self.state(), PostState::Done);
         match previous {
             PostState::Waiting(tx) => {
@@ -362,7 +364,7 @@ impl Outlet for PostOutlet {
     }
 
     fn notify(&self, parts: &[&[u8]]) {
-        let msg = message(parts);
+        let msg = message(parts, HostTransport::Http);
         let mut state = self.state();
         match &*state {
             PostState::Streaming(id) => self.streams.push(*id, &msg, false),
@@ -437,7 +439,12 @@ impl LegacyOutlet {
 impl Outlet for LegacyOutlet {
     fn answer(&self, parts: &[&[u8]]) {
         let mut event = Vec::new();
-        sse::write_event(&mut event, None, Some("message"), &message(parts));
+        sse::write_event(
+            &mut event,
+            None,
+            Some("message"),
+            &message(parts, HostTransport::Sse),
+        );
         let len = event.len();
         // Counted before it is handed over, so the reader never subtracts first.
         let queued = self

@@ -2,15 +2,17 @@
 //! reach the host, with what the upstream named mapped back to what the host knows.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use manifold_catalog::{rewrite, Kind};
-use manifold_protocol::codes;
 use manifold_protocol::envelope::canonical_id;
-use manifold_protocol::write;
+use manifold_protocol::{codes, write, RawObject};
+use manifold_telemetry::{metrics, spans, OpLabels, Outcome as Ended};
 use manifold_upstream::{error_object, Exchange, Hub, Outcome, Peer, ServerRequest};
 
 use super::tasks::{self, Tasks};
 use crate::context::Context;
+use crate::error::upstream_outcome;
 use crate::outlet::Outlet;
 use crate::session::Session;
 
@@ -23,8 +25,36 @@ pub(super) struct Inflight {
     pub method: &'static str,
     /// The task table, when the answer may carry a task.
     pub tasks: Option<Arc<Tasks>>,
-    /// The span of this upstream hop; it ends when the request does.
-    pub hop: tracing::Span,
+    pub hop: Hop,
+}
+
+/// The upstream hop, for its span and its duration.
+pub(super) struct Hop {
+    /// Ends when the request does.
+    pub span: tracing::Span,
+    pub started: Instant,
+    pub upstream: Arc<str>,
+    /// The tool's name as hosts see it, for a tool call.
+    pub tool: Option<Arc<str>>,
+    /// The upstream's transport: `stdio` or `http`.
+    pub transport: &'static str,
+}
+
+impl Hop {
+    /// Records the hop's duration and, on its span and on the host request, how it ended.
+    fn ended(&self, ctx: &Context, method: &'static str, outcome: Ended, code: Option<i64>) {
+        ctx.ended(outcome, code);
+        spans::ended(&self.span, outcome, code, None);
+        let labels = OpLabels {
+            method,
+            tool: self.tool.clone(),
+            upstream: Some(Arc::clone(&self.upstream)),
+            team: Arc::clone(&ctx.principal),
+            transport: self.transport,
+            outcome,
+        };
+        metrics().client_op(labels, self.started.elapsed());
+    }
 }
 
 impl Exchange for Inflight {
@@ -37,9 +67,15 @@ impl Exchange for Inflight {
 
     fn finish(mut self: Box<Self>, outcome: Outcome<'_>) {
         let Some(ctx) = self.ctx.take() else { return };
-        let _entered = self.hop.enter();
+        let _entered = self.hop.span.enter();
         match outcome {
             Outcome::Result(result) => {
+                let ended = if self.method == "tools/call" && is_tool_error(result) {
+                    Ended::ToolError
+                } else {
+                    Ended::Ok
+                };
+                self.hop.ended(&ctx, self.method, ended, None);
                 let tasked = self
                     .tasks
                     .as_ref()
@@ -57,6 +93,10 @@ impl Exchange for Inflight {
                 ctx.outlet.answer(&write::response_parts(&ctx.id, result));
             }
             Outcome::Error(error) => {
+                let code = RawObject::parse(error)
+                    .ok()
+                    .and_then(|e| e.get("code").and_then(|c| c.parse().ok()));
+                self.hop.ended(&ctx, self.method, Ended::ProtocolError, code);
                 let mapped = self.map(|prefix| {
                     rewrite::error_data(error, prefix, |original| self.exposed_name(original))
                 });
@@ -68,8 +108,10 @@ impl Exchange for Inflight {
             }
             Outcome::Failed(err) => {
                 tracing::debug!(error = %err, "request failed");
+                let obj = error_object(&err);
+                self.hop.ended(&ctx, self.method, upstream_outcome(&err), Some(obj.code));
                 let mut out = Vec::new();
-                write::error_response(&mut out, Some(&ctx.id), &error_object(&err));
+                write::error_response(&mut out, Some(&ctx.id), &obj);
                 ctx.outlet.answer(&[&out]);
             }
         }
@@ -101,7 +143,7 @@ impl Exchange for Inflight {
                 &format!("{method}: the host request this belongs to has no session to ask"),
             );
         };
-        let _entered = self.hop.enter();
+        let _entered = self.hop.span.enter();
         ask_host(session, &*ctx.outlet, request);
     }
 
@@ -199,7 +241,60 @@ impl Drop for Inflight {
     fn drop(&mut self) {
         // Dropped unfinished: the host cancelled it, and expects no answer.
         if let Some(ctx) = self.ctx.take() {
+            self.hop.ended(&ctx, self.method, Ended::Cancelled, None);
             ctx.outlet.unanswered();
         }
+    }
+}
+
+/// Whether a tool result says the tool failed (`"isError": true` among its members). Results
+/// up to 64 KiB are read whole; in a larger one only the first and last 256 bytes are looked
+/// at, where every SDK puts the flag, so that a large result costs no full scan.
+fn is_tool_error(result: &str) -> bool {
+    const WHOLE: usize = 64 * 1024;
+    const WINDOW: usize = 256;
+    let bytes = result.as_bytes();
+    let found = if bytes.len() <= WHOLE {
+        manifold_protocol::needle::IS_ERROR.find(bytes).is_some()
+    } else {
+        let tail = &bytes[bytes.len() - WINDOW..];
+        let head = &bytes[..WINDOW];
+        let flagged = |w: &[u8]| {
+            manifold_protocol::needle::IS_ERROR
+                .find(w)
+                .is_some_and(|i| flag_is_true(&w[i + 9..]))
+        };
+        return flagged(tail) || flagged(head);
+    };
+    found
+        && RawObject::parse(result)
+            .ok()
+            .and_then(|o| o.get("isError").map(|v| v == "true"))
+            .unwrap_or(false)
+}
+
+/// Whether what follows `"isError"` is `: true`.
+fn flag_is_true(rest: &[u8]) -> bool {
+    let rest = rest.trim_ascii_start();
+    rest.strip_prefix(b":")
+        .is_some_and(|r| r.trim_ascii_start().starts_with(b"true"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_errors_are_told_by_their_flag_at_the_top_level() {
+        assert!(is_tool_error(r#"{"content":[],"isError":true}"#));
+        assert!(is_tool_error(r#"{"isError" : true,"content":[]}"#));
+        assert!(!is_tool_error(r#"{"content":[],"isError":false}"#));
+        assert!(!is_tool_error(r#"{"content":[{"type":"text","text":"\"isError\":true"}]}"#));
+        assert!(!is_tool_error(r#"{"content":[{"isError":true}]}"#));
+        let big = "x".repeat(100_000);
+        let flagged = format!(r#"{{"content":[{{"type":"text","text":"{big}"}}],"isError":true}}"#);
+        assert!(is_tool_error(&flagged));
+        let clean = format!(r#"{{"content":[{{"type":"text","text":"{big}"}}]}}"#);
+        assert!(!is_tool_error(&clean));
     }
 }

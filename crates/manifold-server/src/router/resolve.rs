@@ -3,9 +3,11 @@
 //! request, so every refusal happens before anything is sent.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use manifold_catalog::{rewrite, Catalog, Item, Kind, Resolved};
 use manifold_protocol::{Envelope, Params, RawObject};
+use manifold_telemetry::trace::Carrier;
 
 use crate::error::RouteError;
 
@@ -20,6 +22,10 @@ pub struct Target {
     pub timeout: Option<std::time::Duration>,
     /// Whether the answer may carry a task (a task-augmented call, or a `tasks/*` request).
     pub task: bool,
+    /// The tool or prompt name, or the URI, as the host named it; and as the upstream knows
+    /// it (for telemetry).
+    pub exposed: Option<Arc<str>>,
+    pub original: Option<Arc<str>>,
 }
 
 /// `tools/call` and `prompts/get`: routed by `name`.
@@ -52,16 +58,18 @@ pub(super) fn named(
         params: params.to_text(),
         timeout,
         task,
+        exposed: Some(item.exposed.as_str().into()),
+        original: Some(item.original.as_str().into()),
     })
 }
 
 /// `resources/read`: routed by `uri`.
 pub(super) fn read(catalog: &Catalog, env: &Envelope<'_>) -> Result<Target, RouteError> {
     let mut params = params_object(env)?;
-    let (upstream, original) = {
+    let (upstream, exposed, original) = {
         let uri = string_member(&params, "uri")?;
         let (upstream, original) = resolve_uri(catalog, &uri)?;
-        (upstream, original.to_owned())
+        (upstream, Arc::from(&*uri), original.to_owned())
     };
     params.set_str("uri", &original);
     Ok(Target {
@@ -70,6 +78,8 @@ pub(super) fn read(catalog: &Catalog, env: &Envelope<'_>) -> Result<Target, Rout
         params: params.to_text(),
         timeout: None,
         task: false,
+        exposed: Some(exposed),
+        original: Some(original.into()),
     })
 }
 
@@ -109,6 +119,8 @@ pub(super) fn complete(
         params: raw.ok_or_else(|| bad("malformed params"))?,
         timeout: None,
         task: false,
+        exposed: None,
+        original: None,
     })
 }
 
@@ -168,4 +180,36 @@ pub(super) fn map_progress_token(params: &str, upstream_id: u64) -> Option<(Stri
     let meta = meta.to_text();
     obj.set_raw("_meta", meta);
     Some((obj.to_text(), token))
+}
+
+/// The W3C trace context a host put in `params._meta`, if any.
+pub(super) fn meta_trace_context(params: Option<&str>) -> Option<Carrier> {
+    let params = params?;
+    manifold_protocol::needle::TRACEPARENT.find(params.as_bytes())?;
+    let obj = RawObject::parse(params).ok()?;
+    let meta = RawObject::parse(obj.get("_meta")?).ok()?;
+    let mut carrier = Carrier::default();
+    for key in Carrier::KEYS {
+        if let Some(value) = meta.get_str(key) {
+            carrier.set(key, value.into_owned());
+        }
+    }
+    (!carrier.is_empty()).then_some(carrier)
+}
+
+/// `params` with the trace context in `_meta` set to `carrier` (what the host sent there is
+/// replaced: the upstream's parent is Manifold's span, in the same trace). `None` when the
+/// params are not an object.
+pub(super) fn with_trace_context(params: &str, carrier: &Carrier) -> Option<String> {
+    let mut obj = RawObject::parse(params).ok()?;
+    let mut meta = match obj.get("_meta") {
+        Some(m) => RawObject::parse(m).ok()?,
+        None => RawObject::parse("{}").ok()?,
+    };
+    for (key, value) in carrier.iter() {
+        meta.set_str(key, value);
+    }
+    let meta = meta.to_text();
+    obj.set_raw("_meta", meta);
+    Some(obj.to_text())
 }

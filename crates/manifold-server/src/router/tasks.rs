@@ -127,6 +127,8 @@ impl Router {
             params: obj.to_text(),
             timeout: None,
             task: true,
+            exposed: None,
+            original: None,
         })
     }
 
