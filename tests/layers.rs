@@ -113,10 +113,7 @@ fn a_waiting_layer_holds_only_its_own_request_and_a_refusal_never_reaches_the_up
         let outlet: Arc<dyn Outlet> = Arc::new(Sink(tx));
         let session = Session::new(Transport::Stdio, Arc::clone(&outlet));
         router.sessions().add(Arc::clone(&session), None).unwrap();
-        let origin = Origin {
-            session: Some(session),
-            outlet,
-        };
+        let origin = Origin::new(Some(session), outlet);
         let init = json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
         router.handle_line(&origin, &request(1, "initialize", init));
         assert!(next(&mut rx).await.get("result").is_some());

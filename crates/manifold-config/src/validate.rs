@@ -158,7 +158,10 @@ pub(crate) fn telemetry(ctx: &Ctx<'_>, raw: RawTelemetry) -> Result<TelemetryCon
         if !SAMPLERS.contains(&sampler.as_str()) {
             return Err(ctx.err(
                 "telemetry.sampler",
-                format!("{sampler:?} is not a sampler; use one of {}", SAMPLERS.join(", ")),
+                format!(
+                    "{sampler:?} is not a sampler; use one of {}",
+                    SAMPLERS.join(", ")
+                ),
             ));
         }
     }

@@ -171,7 +171,6 @@ impl Drop for Context {
     }
 }
 
-
 /// Sends the JSON-RPC error for `err` to `outlet`; `id` is JSON text, `None` for `null`.
 pub fn reply_error(outlet: &dyn Outlet, id: Option<&str>, err: &RouteError) {
     let mut out = Vec::new();

@@ -39,7 +39,10 @@ pub fn render(router: &Router) -> String {
             }
         }
         for (def, n) in defs.iter().zip(counts) {
-            let labels = [(label::UPSTREAM, def.key.as_str()), (label::KIND, kind_label)];
+            let labels = [
+                (label::UPSTREAM, def.key.as_str()),
+                (label::KIND, kind_label),
+            ];
             e.sample(&names::CATALOG_ITEMS, &labels, n);
         }
     }

@@ -38,11 +38,26 @@ impl Exposition {
     /// The bucket, sum and count samples of one histogram series.
     pub fn histogram(&mut self, metric: &Metric, labels: &[(&str, &str)], s: &Snapshot<'_>) {
         for (i, count) in s.cumulative.iter().enumerate() {
-            let le = s.bounds.get(i).map_or_else(|| "+Inf".to_owned(), f64::to_string);
-            self.line(metric.name, "_bucket", labels, Some(&le), &count.to_string());
+            let le = s
+                .bounds
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), f64::to_string);
+            self.line(
+                metric.name,
+                "_bucket",
+                labels,
+                Some(&le),
+                &count.to_string(),
+            );
         }
         let total = s.cumulative.last().copied().unwrap_or(0);
-        self.line(metric.name, "_sum", labels, None, &s.sum_seconds.to_string());
+        self.line(
+            metric.name,
+            "_sum",
+            labels,
+            None,
+            &s.sum_seconds.to_string(),
+        );
         self.line(metric.name, "_count", labels, None, &total.to_string());
     }
 
@@ -105,9 +120,16 @@ mod tests {
         let h = Histogram::new(BOUNDS);
         h.observe(std::time::Duration::from_millis(700));
         e.metric(&names::SERVER_SESSION_DURATION);
-        e.histogram(&names::SERVER_SESSION_DURATION, &[("transport", "stdio")], &h.snapshot());
+        e.histogram(
+            &names::SERVER_SESSION_DURATION,
+            &[("transport", "stdio")],
+            &h.snapshot(),
+        );
         let text = e.finish();
-        assert!(text.contains("# TYPE manifold_upstream_up gauge\n"), "{text}");
+        assert!(
+            text.contains("# TYPE manifold_upstream_up gauge\n"),
+            "{text}"
+        );
         assert!(
             text.contains("manifold_upstream_up{upstream=\"a \\\"b\\\"\\\\c\\nd\"} 1\n"),
             "{text}"

@@ -140,12 +140,19 @@ mod tests {
         h.observe(Duration::from_millis(3));
         h.observe(Duration::from_secs(1000));
         let s = h.snapshot();
-        assert_eq!(s.cumulative[0], 2, "le 0.0005 holds 100 us and exactly 500 us");
+        assert_eq!(
+            s.cumulative[0], 2,
+            "le 0.0005 holds 100 us and exactly 500 us"
+        );
         assert_eq!(s.cumulative[2], 2, "le 0.0025 does not hold 3 ms");
         assert_eq!(s.cumulative[3], 3);
         assert_eq!(s.cumulative[OPERATION_BUCKETS.len() - 1], 3);
         assert_eq!(*s.cumulative.last().unwrap(), 4, "+Inf counts everything");
-        assert!((s.sum_seconds - 1000.0036).abs() < 1e-6, "{}", s.sum_seconds);
+        assert!(
+            (s.sum_seconds - 1000.0036).abs() < 1e-6,
+            "{}",
+            s.sum_seconds
+        );
     }
 
     #[test]

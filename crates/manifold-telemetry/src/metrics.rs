@@ -174,7 +174,11 @@ pub fn method_label(method: &str) -> &'static str {
         "sampling/createMessage",
         "elicitation/create",
     ];
-    KNOWN.iter().find(|m| **m == method).copied().unwrap_or("other")
+    KNOWN
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
 }
 
 impl Metrics {
@@ -275,7 +279,11 @@ impl Metrics {
         for (key, c) in &upstreams {
             for (counter, name) in [(&c.bytes_in, "in"), (&c.bytes_out, "out")] {
                 let labels = [(label::UPSTREAM, &**key), (label::DIRECTION, name)];
-                e.sample(&names::UPSTREAM_BYTES, &labels, counter.load(Ordering::Relaxed));
+                e.sample(
+                    &names::UPSTREAM_BYTES,
+                    &labels,
+                    counter.load(Ordering::Relaxed),
+                );
             }
         }
         e.metric(&names::UPSTREAM_RESTARTS);

@@ -130,7 +130,11 @@ pub fn start(cfg: &TelemetryConfig) -> Result<Option<(Tracing, Tracer)>, String>
         .with_resource(resource(cfg, env));
     // `OTEL_TRACES_SAMPLER` is read by the SDK itself and wins over the file.
     if env("OTEL_TRACES_SAMPLER").is_none() {
-        if let Some(sampler) = cfg.sampler.as_deref().and_then(|s| sampler(s, cfg.sampler_arg)) {
+        if let Some(sampler) = cfg
+            .sampler
+            .as_deref()
+            .and_then(|s| sampler(s, cfg.sampler_arg))
+        {
             builder = builder.with_sampler(sampler);
         }
     }

@@ -165,7 +165,9 @@ impl UpstreamActor {
         }
         self.generation += 1;
         if self.generation > 1 {
-            self.counters.restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.counters
+                .restarts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.refresh = RefreshState::default();
         let generation = self.generation;

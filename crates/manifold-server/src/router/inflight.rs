@@ -96,7 +96,8 @@ impl Exchange for Inflight {
                 let code = RawObject::parse(error)
                     .ok()
                     .and_then(|e| e.get("code").and_then(|c| c.parse().ok()));
-                self.hop.ended(&ctx, self.method, Ended::ProtocolError, code);
+                self.hop
+                    .ended(&ctx, self.method, Ended::ProtocolError, code);
                 let mapped = self.map(|prefix| {
                     rewrite::error_data(error, prefix, |original| self.exposed_name(original))
                 });
@@ -109,7 +110,8 @@ impl Exchange for Inflight {
             Outcome::Failed(err) => {
                 tracing::debug!(error = %err, "request failed");
                 let obj = error_object(&err);
-                self.hop.ended(&ctx, self.method, upstream_outcome(&err), Some(obj.code));
+                self.hop
+                    .ended(&ctx, self.method, upstream_outcome(&err), Some(obj.code));
                 let mut out = Vec::new();
                 write::error_response(&mut out, Some(&ctx.id), &obj);
                 ctx.outlet.answer(&[&out]);
@@ -289,7 +291,9 @@ mod tests {
         assert!(is_tool_error(r#"{"content":[],"isError":true}"#));
         assert!(is_tool_error(r#"{"isError" : true,"content":[]}"#));
         assert!(!is_tool_error(r#"{"content":[],"isError":false}"#));
-        assert!(!is_tool_error(r#"{"content":[{"type":"text","text":"\"isError\":true"}]}"#));
+        assert!(!is_tool_error(
+            r#"{"content":[{"type":"text","text":"\"isError\":true"}]}"#
+        ));
         assert!(!is_tool_error(r#"{"content":[{"isError":true}]}"#));
         let big = "x".repeat(100_000);
         let flagged = format!(r#"{{"content":[{{"type":"text","text":"{big}"}}],"isError":true}}"#);
