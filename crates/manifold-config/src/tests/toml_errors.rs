@@ -323,3 +323,46 @@ fn http_server_settings_are_checked() {
         assert!(problem.contains(says), "{body}: {problem}");
     }
 }
+
+#[test]
+fn telemetry_settings_are_checked() {
+    let cases = [
+        ("[server]\nadmin = \"metrics\"", "server.admin", "IP:PORT"),
+        (
+            "[server]\nadmin = \"0.0.0.0:9464\"",
+            "server.admin",
+            "allow_remote",
+        ),
+        (
+            "[telemetry]\nlog_format = \"xml\"",
+            "telemetry.log_format",
+            "\"json\"",
+        ),
+        (
+            "[telemetry]\notlp_protocol = \"http/json\"",
+            "telemetry.otlp_protocol",
+            "grpc",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"collector:4317\"",
+            "telemetry.otlp_endpoint",
+            "http://",
+        ),
+        (
+            "[telemetry]\nsampler = \"sometimes\"",
+            "telemetry.sampler",
+            "parentbased_always_on",
+        ),
+        (
+            "[telemetry]\nsampler_arg = 2.0",
+            "telemetry.sampler_arg",
+            "between 0 and 1",
+        ),
+        ("[telemetry]\ntraces = true", "telemetry", "unknown key"),
+    ];
+    for (body, want_key, says) in cases {
+        let (key, problem) = toml_err(&format!("{body}\n"));
+        assert!(key.starts_with(want_key), "{body}: {key}");
+        assert!(problem.contains(says), "{body}: {problem}");
+    }
+}

@@ -286,3 +286,33 @@ url = "http://127.0.0.1:9000/mcp"
     assert_eq!(defaults.workers, 2);
     assert_eq!(defaults.max_sessions, 4096);
 }
+
+#[test]
+fn telemetry_settings_are_read_with_their_defaults() {
+    let c = toml("").unwrap();
+    assert!(c.telemetry.metrics, "metrics are on by default");
+    assert_eq!(c.telemetry.log_format, crate::LogFormat::Text);
+    assert_eq!(c.telemetry.otlp_endpoint, None);
+    assert_eq!(c.server.admin, None);
+    let c = toml(
+        "[server]\nadmin = \"9464\"\n\n[telemetry]\nlog_level = \"debug\"\nlog_format = \"json\"\n\
+         metrics = false\notlp_endpoint = \"http://127.0.0.1:4317\"\notlp_protocol = \"grpc\"\n\
+         service_name = \"gw\"\nsampler = \"parentbased_traceidratio\"\nsampler_arg = 0.25\n\
+         resource_attributes = { \"deployment.environment\" = \"staging\" }\n",
+    )
+    .unwrap();
+    assert_eq!(c.server.admin, Some(([127, 0, 0, 1], 9464).into()));
+    let t = &c.telemetry;
+    assert_eq!(t.log_level.as_deref(), Some("debug"));
+    assert_eq!(t.log_format, crate::LogFormat::Json);
+    assert!(!t.metrics);
+    assert_eq!(t.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4317"));
+    assert_eq!(t.otlp_protocol, Some(crate::OtlpProtocol::Grpc));
+    assert_eq!(t.service_name.as_deref(), Some("gw"));
+    assert_eq!(t.sampler.as_deref(), Some("parentbased_traceidratio"));
+    assert_eq!(t.sampler_arg, Some(0.25));
+    assert_eq!(
+        t.resource_attributes,
+        vec![("deployment.environment".to_owned(), "staging".to_owned())]
+    );
+}
