@@ -105,6 +105,7 @@ pub fn run(
         "add_tool" => add_tool(state, args),
         "log" => log(state, call, args),
         "cancelled_count" => text_result(state.cancelled_count().to_string()),
+        "trace_context" => trace_context(call, params),
         other if tools::is_extra(state, other) || is_dynamic(state, other) => echo(args),
         other => match flagged_tool(state, call, other, params, token) {
             Some(result) => result,
@@ -300,6 +301,16 @@ fn add_tool(state: &State, args: &Value) -> Value {
     let changed = rpc::notification("notifications/tools/list_changed", &json!({}));
     state.transport.broadcast(&changed);
     text_result(format!("added {name}"))
+}
+
+/// What arrived of the caller's trace context: `params._meta` (where MCP carries it) and the
+/// `traceparent` header of the HTTP request (where HTTP carries it).
+fn trace_context(call: &Call, params: &Value) -> Value {
+    let seen = json!({
+        "meta": params.get("_meta").cloned().unwrap_or(Value::Null),
+        "header": call.traceparent(),
+    });
+    text_result(seen.to_string())
 }
 
 fn log(state: &State, call: &Call, args: &Value) -> Value {

@@ -29,6 +29,51 @@ pub trait Sink: Send + Sync {
     /// Names the client (empty over stdio), so that request ids of different HTTP sessions
     /// never clash in the fixture's process-wide tables.
     fn client(&self) -> &str;
+    /// The `traceparent` header of the HTTP request that carried the request, if it had one
+    /// (the `trace_context` tool reports it).
+    fn traceparent(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// A sink that also knows the `traceparent` header of the POST that carried its request;
+/// everything else is the inner sink's. Only requests that came with the header get one.
+struct Traced {
+    inner: Arc<dyn Sink>,
+    traceparent: String,
+}
+
+impl Sink for Traced {
+    fn send(&self, line: Vec<u8>) {
+        self.inner.send(line);
+    }
+
+    fn answer(&self, line: Vec<u8>) {
+        self.inner.answer(line);
+    }
+
+    fn close_stream(&self) {
+        self.inner.close_stream();
+    }
+
+    fn client(&self) -> &str {
+        self.inner.client()
+    }
+
+    fn traceparent(&self) -> Option<&str> {
+        Some(&self.traceparent)
+    }
+}
+
+/// `sink`, knowing the `traceparent` header value if there is one.
+pub fn traced(sink: Arc<dyn Sink>, traceparent: Option<&str>) -> Arc<dyn Sink> {
+    match traceparent {
+        Some(value) => Arc::new(Traced {
+            inner: sink,
+            traceparent: value.to_owned(),
+        }),
+        None => sink,
+    }
 }
 
 /// Messages that belong to no request, and leaving.
@@ -56,6 +101,11 @@ impl Call {
     /// The client that sent this request (see [`Sink::client`]).
     pub fn client(&self) -> &str {
         self.sink.client()
+    }
+
+    /// The `traceparent` HTTP header that came with this request (never over stdio).
+    pub fn traceparent(&self) -> Option<&str> {
+        self.sink.traceparent()
     }
 
     /// This request's key in the fixture's process-wide tables.

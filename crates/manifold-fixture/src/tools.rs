@@ -18,7 +18,7 @@ type Spec = (
 const TEXT_PROP: &str = r#"{"text": {"type": "string", "description": "Text to echo back"}}"#;
 
 #[rustfmt::skip]
-const SPECS: [Spec; 14] = [
+const SPECS: [Spec; 15] = [
     ("echo", "Echoes `text` back as text and structuredContent", TEXT_PROP, &["text"]),
     ("add", "Adds two numbers", r#"{"a": {"type": "number"}, "b": {"type": "number"}}"#, &["a", "b"]),
     ("sleep", "Sleeps `ms` milliseconds (cancellable) then answers", r#"{"ms": {"type": "integer", "minimum": 0}}"#, &["ms"]),
@@ -33,6 +33,7 @@ const SPECS: [Spec; 14] = [
     ("log", "Sends a notifications/message with `level` (default info) and `message`", r#"{"level": {"type": "string"}, "message": {"type": "string"}}"#, &["message"]),
     ("cancelled_count", "Returns how many in-flight calls were cancelled", "{}", &[]),
     ("null_id_error", "Answers with a parse error whose id is null, as a server that could not read the request would", "{}", &[]),
+    ("trace_context", "Returns as text a JSON object: `meta`, the request's params._meta (or null), and `header`, the traceparent header of the HTTP request that carried it (or null)", "{}", &[]),
 ];
 
 fn properties(json_text: &str) -> Value {

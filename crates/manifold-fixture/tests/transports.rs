@@ -8,7 +8,7 @@ mod support;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use support::{bounded, call, initialize, Events, HttpFixture, StdioFixture};
+use support::{bounded, call, initialize, text, Events, HttpFixture, StdioFixture};
 
 #[tokio::test]
 async fn streamable_sessions_are_required_and_end_on_delete() {
@@ -205,10 +205,48 @@ fn without_conformance_the_catalog_and_methods_stay_as_they_were() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(names.len(), 14);
+    assert_eq!(names.len(), 15);
     assert!(!names.iter().any(|n| n.starts_with("test_")));
     let subscribe = json!({ "jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
                             "params": { "uri": "fixture://fixture/readme" } });
     fixture.send(&subscribe);
     assert_eq!(fixture.receive()["error"]["code"], -32601);
+}
+
+#[tokio::test]
+async fn trace_context_reports_meta_and_the_traceparent_header() {
+    let server = HttpFixture::start(&[]);
+    let session = server.initialize().await;
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut traced = call(2, "trace_context", json!({}));
+    traced["params"]["_meta"] = json!({ "traceparent": parent, "progressToken": 1 });
+    let request = server
+        .client
+        .post(server.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &session)
+        .header("traceparent", parent)
+        .body(traced.to_string());
+    let response = bounded(request.send()).await.expect("POST");
+    let answer: Value = serde_json::from_slice(&bounded(response.bytes()).await.unwrap()).unwrap();
+    let seen: Value = serde_json::from_str(text(&answer)).unwrap();
+    assert_eq!(
+        seen,
+        json!({ "meta": { "traceparent": parent, "progressToken": 1 }, "header": parent })
+    );
+    // Without either, both are null.
+    let plain = server
+        .request(&session, &call(3, "trace_context", json!({})))
+        .await;
+    let seen: Value = serde_json::from_str(text(&plain)).unwrap();
+    assert_eq!(seen, json!({ "meta": null, "header": null }));
+    // Over stdio there is no header.
+    let mut fixture = StdioFixture::start(&[]);
+    fixture.initialize();
+    fixture.send(&traced);
+    let (_, answer) = fixture.until_answer(&json!(2));
+    let seen: Value = serde_json::from_str(text(&answer)).unwrap();
+    assert_eq!(seen["header"], Value::Null);
+    assert_eq!(seen["meta"]["traceparent"], parent);
 }

@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use super::session::{Kind, Sessions};
 use super::sink::SessionSink;
-use super::{check, refuse, sse, Shared};
+use super::{check, refuse, sse, traceparent, Shared};
+use crate::exchange::traced;
 use crate::methods;
 use crate::rpc::{self, Incoming};
 
@@ -73,7 +74,8 @@ pub(super) async fn post(
     }
     match Incoming::parse(&body) {
         Ok(msg) => {
-            methods::dispatch(&shared.state, msg, Arc::new(SessionSink(session)));
+            let sink = traced(Arc::new(SessionSink(session)), traceparent(&req));
+            methods::dispatch(&shared.state, msg, sink);
             HttpResponse::Accepted().body("Accepted")
         }
         Err(error) => {

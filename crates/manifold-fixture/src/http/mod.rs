@@ -153,6 +153,13 @@ fn is_loopback_host(host: &str) -> bool {
             || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()))
 }
 
+/// The request's `traceparent` header (the `trace_context` tool reports it).
+fn traceparent(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+}
+
 /// An HTTP error whose body is a JSON-RPC error without id.
 fn refuse(status: StatusCode, message: &str) -> HttpResponse {
     rpc_error(status, RpcError::new(-32600, message))

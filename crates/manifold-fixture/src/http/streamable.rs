@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use super::session::{parse_event_id, Kind, Session};
 use super::sink::{First, PostSink, SessionSink};
-use super::{check, refuse, rpc_error, sse, Shared};
+use super::{check, refuse, rpc_error, sse, traceparent, Shared};
+use crate::exchange::traced;
 use crate::methods::{self, LATEST_VERSION};
 use crate::rpc::Incoming;
 
@@ -47,7 +48,8 @@ pub(super) async fn post(
         return HttpResponse::Accepted().finish();
     }
     let (sink, first) = PostSink::new(Arc::clone(&session));
-    methods::dispatch(&shared.state, msg, Arc::new(sink));
+    let sink = traced(Arc::new(sink), traceparent(&req));
+    methods::dispatch(&shared.state, msg, sink);
     let mut response = match first.await {
         Ok(First::Answer(answer)) => HttpResponse::Ok()
             .content_type("application/json")
