@@ -245,10 +245,11 @@ impl Client {
     async fn post_streamable(self: Arc<Self>, body: Bytes) {
         let initialize = is_initialize(&body);
         let had_session = self.state().session.is_some();
-        let sent = self
+        let request = self
             .request(reqwest::Method::POST, self.url.clone())
             .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_TYPE, "application/json");
+        let sent = with_trace_context(request, &body)
             .body(body.clone())
             .send()
             .await;
@@ -595,11 +596,12 @@ impl Client {
     }
 
     async fn post_legacy(self: Arc<Self>, post: Url, body: Bytes) {
-        let sent = self
+        let request = self
             .http
             .post(post)
             .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_TYPE, "application/json");
+        let sent = with_trace_context(request, &body)
             .body(body.clone())
             .send()
             .await;
@@ -640,6 +642,39 @@ fn request_id(body: &[u8]) -> Option<u64> {
         .and_then(|env| env.id.and_then(|id| id.parse().ok()))
 }
 
+/// `request` with the W3C trace context that `body` carries in `params._meta` also sent as
+/// HTTP headers (`traceparent`, `tracestate`, `baggage`), where an HTTP server's own
+/// instrumentation looks for it. Only while traces are exported (then Manifold wrote that
+/// context); a message without one costs a substring search.
+fn with_trace_context(request: reqwest::RequestBuilder, body: &[u8]) -> reqwest::RequestBuilder {
+    if !manifold_telemetry::trace::active()
+        || manifold_protocol::needle::TRACEPARENT.find(body).is_none()
+    {
+        return request;
+    }
+    match trace_headers(body) {
+        Some(headers) => request.headers(headers),
+        None => request,
+    }
+}
+
+/// The trace context members of the message's `params._meta`, as headers (`None`: none).
+fn trace_headers(body: &[u8]) -> Option<HeaderMap> {
+    let env = Envelope::decode(body).ok()?;
+    let params = RawObject::parse(env.params?).ok()?;
+    let meta = RawObject::parse(params.get("_meta")?).ok()?;
+    let mut headers = HeaderMap::new();
+    for key in manifold_telemetry::trace::Carrier::KEYS {
+        let value = meta
+            .get_str(key)
+            .and_then(|v| HeaderValue::from_str(&v).ok());
+        if let Some(value) = value {
+            headers.insert(HeaderName::from_static(key), value);
+        }
+    }
+    (!headers.is_empty()).then_some(headers)
+}
+
 fn is_initialize(body: &[u8]) -> bool {
     memchr::memmem::find(body, b"\"initialize\"").is_some()
         && Envelope::decode(body).is_ok_and(|env| env.method.as_deref() == Some("initialize"))
@@ -660,4 +695,28 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 fn preview(text: &str) -> String {
     let cut = text.char_indices().nth(200).map_or(text.len(), |(i, _)| i);
     text[..cut].trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_context_in_meta_becomes_headers() {
+        let body = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t","_meta":{"progressToken":3,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"k=v","baggage":"a=b"}}}"#;
+        let headers = trace_headers(body);
+        let headers = headers.as_ref();
+        let get = |k: &str| headers.and_then(|h| h.get(k)).and_then(|v| v.to_str().ok());
+        assert_eq!(
+            get("traceparent"),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        assert_eq!(get("tracestate"), Some("k=v"));
+        assert_eq!(get("baggage"), Some("a=b"));
+        let plain = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t"}}"#;
+        assert!(trace_headers(plain).is_none());
+        // The word elsewhere than in `_meta` is no trace context.
+        let text = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"arguments":{"traceparent":"x"}}}"#;
+        assert!(trace_headers(text).is_none());
+    }
 }
