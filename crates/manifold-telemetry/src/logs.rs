@@ -71,6 +71,14 @@ pub fn init(cfg: &TelemetryConfig) -> Option<Tracing> {
             None
         }
     };
+    if let Some(t) = &tracing {
+        let endpoint = t.export.endpoint.as_deref();
+        tracing::info!(
+            protocol = ?t.export.protocol,
+            endpoint = endpoint.unwrap_or("(from OTEL_EXPORTER_OTLP_*)"),
+            "exporting traces over OTLP"
+        );
+    }
     if let Some(bad) = bad {
         tracing::warn!("the log level is not a valid filter, using info: {bad}");
     }

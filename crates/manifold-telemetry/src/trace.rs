@@ -27,6 +27,8 @@ pub fn active() -> bool {
 /// exporter's timeout) and stops the exporter.
 pub struct Tracing {
     provider: SdkTracerProvider,
+    /// Where spans go (logged once logging is set up).
+    pub(crate) export: Export,
     /// The gRPC exporter's I/O runs here, apart from the runtime that serves hosts.
     _runtime: Option<tokio::runtime::Runtime>,
 }
@@ -141,10 +143,10 @@ pub fn start(cfg: &TelemetryConfig) -> Result<Option<(Tracing, Tracer)>, String>
     let provider = builder.build();
     let tracer = provider.tracer("manifold");
     ACTIVE.store(true, Ordering::Relaxed);
-    tracing::info!(protocol = ?export.protocol, endpoint = export.endpoint.as_deref().unwrap_or("(from OTEL_EXPORTER_OTLP_*)"), "exporting traces over OTLP");
     Ok(Some((
         Tracing {
             provider,
+            export,
             _runtime: runtime,
         },
         tracer,
