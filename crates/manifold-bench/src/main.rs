@@ -8,6 +8,7 @@
 
 mod floor;
 mod mcp;
+mod otlp;
 mod procstat;
 mod report;
 mod scenario;
@@ -35,6 +36,8 @@ enum Scenario {
     List,
     Big,
     Rss,
+    /// What metrics and trace export cost a small call over stdio.
+    Telemetry,
     /// The three HTTP scenarios.
     Http,
     HttpLatency,
@@ -54,12 +57,13 @@ impl Scenario {
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 8] = [
+const RUNS: [(Scenario, &str, Run); 9] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
     (Scenario::Big, "big", scenario::big),
     (Scenario::Rss, "rss", scenario::rss),
+    (Scenario::Telemetry, "telemetry", scenario::telemetry),
     (
         Scenario::HttpLatency,
         "http-latency",

@@ -50,7 +50,11 @@ pub fn goals(doc: &Value) -> Value {
     let s = &doc["scenarios"];
     let stdio = rows(s).into_iter().map(|r| (r.figure, r.goal));
     let http = http_rows(s).into_iter().map(|r| (r.figure, r.goal));
+    let telemetry = telemetry_rows(&s["telemetry"])
+        .into_iter()
+        .map(|r| (r.figure, r.goal));
     stdio
+        .chain(telemetry)
         .chain(http)
         .filter_map(|(figure, goal)| {
             goal.map(|(goal, met)| json!({ "figure": figure, "goal": goal, "met": met }))
@@ -68,6 +72,7 @@ pub fn table(doc: &Value) -> String {
     if !stdio.is_empty() {
         stdio_table(&mut out, &stdio);
     }
+    telemetry_table(&mut out, &doc["scenarios"]["telemetry"]);
     let http = http_rows(&doc["scenarios"]);
     if !http.is_empty() {
         http_table(&mut out, &http);
@@ -76,10 +81,15 @@ pub fn table(doc: &Value) -> String {
 }
 
 fn stdio_table(out: &mut String, rows: &[Row]) {
+    row_table(out, rows, ["direct", "through"]);
+}
+
+/// Rows of `Row`, the two compared columns named by `sides`.
+fn row_table(out: &mut String, rows: &[Row], sides: [&str; 2]) {
     let header = [
         "figure (median of rounds)",
-        "direct",
-        "through",
+        sides[0],
+        sides[1],
         "added",
         "ratio",
         "spread",
@@ -124,6 +134,98 @@ fn rows(s: &Value) -> Vec<Row> {
 }
 
 const PCT: [&str; 4] = ["p50", "p90", "p99", "max"];
+
+/// The sides of the `telemetry` scenario and their names in the table.
+const TELEMETRY_SIDES: [(&str, &str); 4] = [
+    ("direct", "direct to the fixture"),
+    ("off", "Manifold, telemetry off"),
+    ("metrics", "Manifold, metrics (default)"),
+    ("tracing", "Manifold, metrics + tracing"),
+];
+
+/// Each setting's percentiles and server CPU, then what metrics and tracing add over
+/// telemetry off (with the goal), then what the OTLP receiver got.
+fn telemetry_table(out: &mut String, v: &Value) {
+    if v.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nTelemetry, small tools/call over stdio ({} rounds of {} calls, interleaved)",
+        v["rounds"], v["calls_per_round"]
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9}",
+        "setting (median of rounds)",
+        "p50",
+        "p90",
+        "p99",
+        "max",
+        "spread of p50",
+        "CPU/call",
+        "switches"
+    );
+    for (key, name) in TELEMETRY_SIDES {
+        let side = &v[key];
+        let cpu = &side["server_cpu_per_call"];
+        let _ = writeln!(
+            out,
+            "{name:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9}",
+            us(num(&side["p50_us"])),
+            us(num(&side["p90_us"])),
+            us(num(&side["p99_us"])),
+            us(num(&side["max_us"])),
+            range(&side["spread"]["p50_us"], us),
+            us(num(&cpu["cpu_us"])),
+            two(num(&cpu["switches"])),
+        );
+    }
+    out.push('\n');
+    row_table(out, &telemetry_rows(v), ["off", "with"]);
+    let (during, total) = (&v["otlp"]["during_rounds"], &v["otlp"]["total"]);
+    let _ = writeln!(
+        out,
+        "OTLP receiver: {} export requests, {} bytes, {} spans ({} per traced call; during the rounds: {} requests, {} spans)",
+        total["requests"],
+        total["bytes"],
+        total["spans"],
+        v["otlp"]["spans_per_call"],
+        during["requests"],
+        during["spans"],
+    );
+}
+
+/// What metrics, and metrics with tracing, add over telemetry off; the goal is on tracing.
+fn telemetry_rows(v: &Value) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if v.is_null() {
+        return rows;
+    }
+    let limit = num(&v["goal_added_p50_us"]);
+    for (key, what) in [
+        ("metrics_vs_off", "telemetry: metrics, added"),
+        ("tracing_vs_off", "telemetry: metrics + tracing, added"),
+    ] {
+        let c = &v[key];
+        for (i, p) in PCT.iter().take(3).enumerate() {
+            let k = format!("{p}_us");
+            let added = num(&c["added"][&k]);
+            let goal = (key == "tracing_vs_off" && i == 0)
+                .then(|| (format!("added <= {}", us(limit)), added <= limit));
+            rows.push(Row {
+                figure: format!("{what} {p}"),
+                direct: us(num(&c["direct"][&k])),
+                through: us(num(&c["through"][&k])),
+                added: us(added),
+                ratio: format!("{:.2}", num(&c["ratio"][*p])),
+                spread: range(&c["added"]["spread"][&k], us),
+                goal,
+            });
+        }
+    }
+    rows
+}
 
 /// A line of the HTTP table: Manifold beside the peer gateway.
 struct HttpRow {

@@ -8,6 +8,7 @@ mod http_throughput;
 mod latency;
 mod list;
 mod rss;
+mod telemetry;
 mod throughput;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ pub use http_throughput::http_throughput;
 pub use latency::{big, latency};
 pub use list::list;
 pub use rss::rss;
+pub use telemetry::telemetry;
 pub use throughput::throughput;
 
 use crate::session::Session;

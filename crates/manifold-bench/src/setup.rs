@@ -173,15 +173,42 @@ impl Setup {
         label: &str,
         upstreams: &[Upstream],
     ) -> Result<TargetSpec> {
+        self.through_extra(manifold, label, upstreams, "", Vec::new())
+    }
+
+    /// Manifold over stdio with `tables` (TOML, e.g. a `[telemetry]` table) added to its
+    /// config and `env` applied to the environment it inherits (see `StdioSpec::env`).
+    pub fn through_tuned(
+        &self,
+        label: &str,
+        upstreams: &[Upstream],
+        tables: &str,
+        env: Vec<(String, Option<String>)>,
+    ) -> Result<TargetSpec> {
+        self.through_extra(&self.manifold, label, upstreams, tables, env)
+    }
+
+    fn through_extra(
+        &self,
+        manifold: &Path,
+        label: &str,
+        upstreams: &[Upstream],
+        tables: &str,
+        env: Vec<(String, Option<String>)>,
+    ) -> Result<TargetSpec> {
         let path = self.dir.join(format!("{label}.toml"));
-        std::fs::write(&path, config(&self.fixture, upstreams, &self.manifold_cpus))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let mut text = config(&self.fixture, upstreams, &self.manifold_cpus);
+        if !tables.is_empty() {
+            text.push('\n');
+            text.push_str(tables);
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
         let args = vec![
             "serve".into(),
             "--config".into(),
             path.display().to_string(),
         ];
-        Ok(self.stdio(label, manifold, args))
+        Ok(self.stdio_with(label, manifold, args, env))
     }
 
     /// Manifold serving `upstreams` over Streamable HTTP on a free port of 127.0.0.1, with
@@ -231,11 +258,22 @@ impl Setup {
     }
 
     fn stdio(&self, label: &str, program: &Path, args: Vec<String>) -> TargetSpec {
+        self.stdio_with(label, program, args, Vec::new())
+    }
+
+    fn stdio_with(
+        &self,
+        label: &str,
+        program: &Path,
+        args: Vec<String>,
+        env: Vec<(String, Option<String>)>,
+    ) -> TargetSpec {
         let log = self.dir.join(format!("{label}.stderr"));
         TargetSpec::Stdio(StdioSpec {
             label: label.into(),
             program: program.into(),
             args,
+            env,
             log,
         })
     }

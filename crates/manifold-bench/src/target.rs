@@ -54,6 +54,9 @@ pub struct StdioSpec {
     pub label: String,
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// Changes to the environment it inherits from the load generator: `Some` sets the
+    /// variable, `None` removes it. Only this child (and what it starts) sees them.
+    pub env: Vec<(String, Option<String>)>,
     /// The child's stderr goes here, so a failure can quote what the server said.
     pub log: PathBuf,
 }

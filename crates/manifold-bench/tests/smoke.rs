@@ -1,6 +1,7 @@
-//! Runs `manifold-load latency --quick` and `http-latency --quick` against the debug binaries
-//! to prove the tool works end to end, over stdio and over Streamable HTTP (without the peer
-//! gateway: no network, no peer build). It checks the shape and sanity of the JSON output,
+//! Runs `manifold-load latency --quick`, `http-latency --quick` and `telemetry --quick` against
+//! the debug binaries to prove the tool works end to end, over stdio and over Streamable HTTP
+//! (without the peer gateway: no network, no peer build), and with spans exported to the
+//! tool's own OTLP receiver. It checks the shape and sanity of the JSON output,
 //! never a timing threshold: timings on a shared two-core machine are for BENCHMARKS.md, not
 //! for pass/fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -151,4 +152,49 @@ fn quick_http_latency_run_writes_sane_json() {
         "{goals:?}"
     );
     assert!(goals.iter().all(|g| g["met"].is_boolean()));
+}
+
+#[test]
+fn quick_telemetry_run_exports_spans_and_writes_sane_json() {
+    let Some(doc) = run_quick("telemetry", "telemetry: metrics + tracing, added p50") else {
+        return;
+    };
+    let t = &doc["scenarios"]["telemetry"];
+    let (rounds, calls) = (
+        t["rounds"].as_u64().unwrap(),
+        t["calls_per_round"].as_u64().unwrap(),
+    );
+    assert_eq!((rounds, calls), (2, 300), "{t}");
+    for side in ["direct", "off", "metrics", "tracing"] {
+        check_percentiles(side, &t[side], rounds, calls);
+        assert!(f(&t[side]["answer_bytes"]) > 100.0, "{side}: {t}");
+        assert!(f(&t[side]["server_cpu_per_call"]["switches"]) > 0.0);
+    }
+    for (pair, base, side) in [
+        ("off_vs_direct", "direct", "off"),
+        ("metrics_vs_off", "off", "metrics"),
+        ("tracing_vs_off", "off", "tracing"),
+    ] {
+        let added = f(&t[pair]["added"]["p50_us"]);
+        let (d, w) = (f(&t[base]["p50_us"]), f(&t[side]["p50_us"]));
+        assert!(
+            (added - (w - d)).abs() < 0.11,
+            "{pair}: {added} vs {w} - {d}"
+        );
+    }
+    // Every traced call gave a server span and a client span, and they reached the receiver.
+    let otlp = &t["otlp"];
+    assert!(f(&otlp["total"]["requests"]) >= 1.0, "{otlp}");
+    assert!(f(&otlp["total"]["bytes"]) > 0.0, "{otlp}");
+    assert_eq!(otlp["total"]["other_requests"], 0, "{otlp}");
+    assert_eq!(otlp["total"]["uncounted_bodies"], 0, "{otlp}");
+    let traced = f(&otlp["calls_traced"]);
+    assert!(f(&otlp["total"]["spans"]) >= 2.0 * traced, "{otlp}");
+    assert_eq!(otlp["env"]["OTEL_TRACES_SAMPLER"], "always_on");
+    let goals = doc["goals"].as_array().unwrap();
+    assert_eq!(goals.len(), 1, "{goals:?}");
+    assert_eq!(
+        goals[0]["figure"], "telemetry: metrics + tracing, added p50",
+        "{goals:?}"
+    );
 }

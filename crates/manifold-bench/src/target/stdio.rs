@@ -33,7 +33,14 @@ impl StdioTarget {
     pub fn launch(spec: &StdioSpec, limits: Limits) -> Result<Self> {
         let log = File::create(&spec.log)
             .with_context(|| format!("cannot create {}", spec.log.display()))?;
-        let mut child = Command::new(&spec.program)
+        let mut command = Command::new(&spec.program);
+        for (key, value) in &spec.env {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        let mut child = command
             .args(&spec.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -156,6 +163,7 @@ mod tests {
             label: "unit".into(),
             program: program.into(),
             args: args.iter().map(|s| (*s).to_owned()).collect(),
+            env: Vec::new(),
             log,
         }
     }
@@ -179,6 +187,20 @@ mod tests {
         drop(target);
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
         let _ = std::fs::remove_file(log);
+    }
+
+    #[test]
+    fn the_environment_changes_reach_the_child_only() {
+        let script = r#"printf '%s %s\n' "$MANIFOLD_LOAD_SET" "${HOME-removed}""#;
+        let mut spec = spec("env", "sh", &["-c", script]);
+        spec.env = vec![
+            ("MANIFOLD_LOAD_SET".into(), Some("set".into())),
+            ("HOME".into(), None),
+        ];
+        let mut target = StdioTarget::launch(&spec, limits()).unwrap();
+        assert_eq!(target.recv().unwrap(), b"set removed");
+        assert!(std::env::var_os("MANIFOLD_LOAD_SET").is_none());
+        let _ = std::fs::remove_file(&target.spec.log);
     }
 
     #[test]
