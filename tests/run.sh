@@ -15,6 +15,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build (the fixture server is a crate of its own; tests run its binary)"
 cargo build --workspace --locked
 
+step "install Prometheus (Debian package; the prometheus test evaluates dashboards/ with it)"
+if ! command -v prometheus >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+fi
+
 step "unit and integration tests (fixture upstreams over stdio and HTTP, rmcp client)"
 cargo test --workspace --locked
 
