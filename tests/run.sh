@@ -15,12 +15,17 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build (the fixture server is a crate of its own; tests run its binary)"
 cargo build --workspace --locked
 
-step "install Prometheus (Debian package; the prometheus test evaluates dashboards/ with it)"
-if ! command -v prometheus >/dev/null 2>&1; then
+step "install Prometheus (Debian package, unpacked under tests/.cache: no service is started)"
+# The prometheus test evaluates every dashboard query with a real Prometheus. The package is
+# unpacked rather than installed, so that no system service starts listening on this machine.
+prom_dir="$PWD/tests/.cache/prometheus"
+if ! command -v prometheus >/dev/null 2>&1 && [ ! -x "$prom_dir/usr/bin/prometheus" ]; then
     sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
     $sudo apt-get update
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+    mkdir -p "$prom_dir"
+    (cd "$prom_dir" && apt-get download prometheus && dpkg -x prometheus_*.deb . && rm -f prometheus_*.deb)
 fi
+export PATH="$prom_dir/usr/bin:$PATH"
 
 step "unit and integration tests (fixture upstreams over stdio and HTTP, rmcp client)"
 cargo test --workspace --locked

@@ -3,8 +3,9 @@
 //! `dashboards/` is evaluated against that Prometheus. A query that does not parse, that finds
 //! no data, or that names a metric or label Manifold does not export fails the test.
 //!
-//! Needs the `prometheus` binary on PATH (the Debian package `prometheus`); `tests/run.sh`
-//! installs it. Everything listens on 127.0.0.1 only, and every wait is bounded.
+//! Needs the `prometheus` binary on PATH: `tests/run.sh` unpacks the Debian package
+//! `prometheus` under `tests/.cache`. Everything listens on 127.0.0.1 only, and every wait is
+//! bounded.
 
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -342,8 +343,8 @@ fn prometheus_on_path() -> PathBuf {
         .unwrap_or_else(|| {
             panic!(
                 "`prometheus` is not on PATH. This test evaluates the dashboards against a \
-                 real Prometheus; tests/run.sh installs it (the Debian package `prometheus`: \
-                 apt-get install -y --no-install-recommends prometheus)"
+                 real Prometheus; tests/run.sh unpacks the Debian package `prometheus` under \
+                 tests/.cache and puts it on PATH"
             )
         })
 }

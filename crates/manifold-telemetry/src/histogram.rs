@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// Upper bounds (seconds) for request durations: from well under a millisecond (answers
-/// from the catalog, a fast local tool) to the five minutes a long tool call may take.
+/// Upper bounds (seconds) for request durations: from 100 us (answers from the catalog, a
+/// fast local tool, and so Manifold's own share of a call) to the five minutes a long tool
+/// call may take.
 pub const OPERATION_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    60.0, 120.0, 300.0,
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
 /// Upper bounds (seconds) for session lifetimes: a second to a day.
@@ -140,12 +141,10 @@ mod tests {
         h.observe(Duration::from_millis(3));
         h.observe(Duration::from_secs(1000));
         let s = h.snapshot();
-        assert_eq!(
-            s.cumulative[0], 2,
-            "le 0.0005 holds 100 us and exactly 500 us"
-        );
-        assert_eq!(s.cumulative[2], 2, "le 0.0025 does not hold 3 ms");
-        assert_eq!(s.cumulative[3], 3);
+        assert_eq!(s.cumulative[0], 1, "le 0.0001 holds exactly 100 us");
+        assert_eq!(s.cumulative[2], 2, "le 0.0005 holds exactly 500 us");
+        assert_eq!(s.cumulative[4], 2, "le 0.0025 does not hold 3 ms");
+        assert_eq!(s.cumulative[5], 3);
         assert_eq!(s.cumulative[OPERATION_BUCKETS.len() - 1], 3);
         assert_eq!(*s.cumulative.last().unwrap(), 4, "+Inf counts everything");
         assert!(

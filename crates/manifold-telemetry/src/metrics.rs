@@ -134,6 +134,8 @@ pub struct Metrics {
     host_bytes: [[AtomicU64; 2]; 3],
     /// By upstream key; locked only when a connection is made and when scraped.
     upstreams: Mutex<BTreeMap<Arc<str>, Arc<UpstreamCounters>>>,
+    /// Seconds since the Unix epoch when the metrics were first used (at start).
+    started: u64,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -143,6 +145,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     sessions: std::array::from_fn(|_| Histogram::new(SESSION_BUCKETS)),
     host_bytes: Default::default(),
     upstreams: Mutex::new(BTreeMap::new()),
+    started: std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()),
 });
 
 /// The process's metrics.
@@ -234,6 +239,14 @@ impl Metrics {
 
     /// Writes everything recorded here.
     pub fn render(&self, e: &mut Exposition) {
+        e.metric(&names::BUILD_INFO);
+        e.sample(
+            &names::BUILD_INFO,
+            &[(label::VERSION, env!("CARGO_PKG_VERSION"))],
+            1,
+        );
+        e.metric(&names::PROCESS_START);
+        e.sample(&names::PROCESS_START, &[], self.started);
         for (metric, family) in [
             (&names::SERVER_OPERATION_DURATION, &self.server_ops),
             (&names::CLIENT_OPERATION_DURATION, &self.client_ops),

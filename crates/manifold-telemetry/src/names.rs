@@ -79,6 +79,18 @@ pub const CATALOG_ITEMS: Metric = Metric {
     kind: Kind::Gauge,
 };
 
+pub const BUILD_INFO: Metric = Metric {
+    name: "manifold_build_info",
+    help: "Always 1; its version label names the running build.",
+    kind: Kind::Gauge,
+};
+
+pub const PROCESS_START: Metric = Metric {
+    name: "process_start_time_seconds",
+    help: "When the process started, in seconds since the Unix epoch (a restart resets every counter).",
+    kind: Kind::Gauge,
+};
+
 /// Labels. Each has a bounded set of values: never ids, arguments or names a host made up.
 pub mod label {
     /// The MCP method (`mcp.method.name`); methods Manifold does not know are `other`.
@@ -98,6 +110,8 @@ pub mod label {
     pub const DIRECTION: &str = "direction";
     /// `tools`, `prompts`, `resources` or `resource_templates`.
     pub const KIND: &str = "kind";
+    /// The build's version.
+    pub const VERSION: &str = "version";
 }
 
 /// The `tracing` target of the spans that become OpenTelemetry spans (see `spans`); nothing
