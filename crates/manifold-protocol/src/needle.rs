@@ -23,6 +23,9 @@ pub static DATA_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new
 pub static TRACEPARENT: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"traceparent\""));
 
+/// `"_meta"`: a request's metadata member.
+pub static META_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"_meta\""));
+
 /// A tool result's error flag.
 pub static IS_ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"isError\""));
 

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use manifold_protocol::write;
+use manifold_telemetry::spans::{self, ServerDone, Subject};
 use manifold_telemetry::trace::Carrier;
-use manifold_telemetry::{metrics, spans, HostTransport, OpLabels, Outcome};
+use manifold_telemetry::{metrics, HostTransport, OpLabels, Outcome};
 
 use crate::error::RouteError;
 use crate::outlet::Outlet;
@@ -36,6 +37,25 @@ impl Origin {
     }
 }
 
+/// Where a request was routed.
+pub struct Route {
+    /// The upstream's key.
+    pub upstream: Arc<str>,
+    /// The method sent upstream.
+    pub method: &'static str,
+    /// The tool or prompt name, or the URI, as the host named it.
+    pub exposed: Option<Arc<str>>,
+}
+
+impl Route {
+    /// The tool's name as hosts see it, for a tool call (the `tool` label).
+    pub fn tool(&self) -> Option<&Arc<str>> {
+        self.exposed
+            .as_ref()
+            .filter(|_| self.method == "tools/call")
+    }
+}
+
 /// One host request. When it is dropped (answered, or cancelled) its duration is recorded
 /// with how it ended, and its span ends.
 pub struct Context {
@@ -55,9 +75,8 @@ pub struct Context {
     transport: HostTransport,
     /// The method as a metric label.
     method: &'static str,
-    /// Where it went: the upstream's key and, for a tool call, the tool's name as hosts see
-    /// it. `None`: answered by Manifold itself.
-    route: Option<(Arc<str>, Option<Arc<str>>)>,
+    /// Where it went; `None`: answered by Manifold itself.
+    route: Option<Route>,
     /// How it ended: an [`Outcome`] as a number, 0 while unanswered (dropped unanswered means
     /// cancelled).
     outcome: AtomicU8,
@@ -79,16 +98,7 @@ impl Context {
         let transport = session
             .as_ref()
             .map_or(HostTransport::Http, |s| s.transport().metric());
-        let parent = parent.or(origin.trace.as_deref());
-        let span = spans::server(
-            method,
-            session.as_ref().map_or(0, |s| s.id()),
-            id,
-            version,
-            transport,
-            &principal,
-            parent,
-        );
+        let span = spans::server(parent.or(origin.trace.as_deref()));
         Self {
             session,
             outlet: Arc::clone(&origin.outlet),
@@ -106,13 +116,13 @@ impl Context {
         }
     }
 
-    /// Notes where the request is going (for its metrics; the span is told by the router).
-    pub fn routed(&mut self, upstream: Arc<str>, tool: Option<Arc<str>>) {
-        self.route = Some((upstream, tool));
+    /// Notes where the request is going, for its metrics and span.
+    pub fn routed(&mut self, route: Route) {
+        self.route = Some(route);
     }
 
-    /// The upstream and tool it was routed to, for the metrics of its hops.
-    pub fn route(&self) -> Option<&(Arc<str>, Option<Arc<str>>)> {
+    /// Where it was routed, for the metrics of its hops.
+    pub fn route(&self) -> Option<&Route> {
         self.route.as_ref()
     }
 
@@ -157,12 +167,29 @@ impl Drop for Context {
             n => Outcome::ALL[usize::from(n - 1)],
         };
         let code = Some(self.code.load(Ordering::Relaxed)).filter(|c| *c != 0);
-        spans::ended(&self.span, outcome, code, None);
-        let (upstream, tool) = self.route.take().unzip();
+        let route = self.route.take();
+        spans::server_done(
+            &self.span,
+            &ServerDone {
+                method: self.method,
+                subject: route.as_ref().map_or(Subject::None, |r| {
+                    Subject::of(r.method, r.exposed.as_deref())
+                }),
+                session: self.session_id(),
+                id: &self.id,
+                version: self.version,
+                transport: self.transport,
+                team: &self.principal,
+                upstream: route.as_ref().map(|r| &*r.upstream),
+                outcome,
+                code,
+            },
+        );
+        let tool = route.as_ref().and_then(Route::tool).cloned();
         let labels = OpLabels {
             method: self.method,
-            tool: tool.flatten(),
-            upstream,
+            tool,
+            upstream: route.map(|r| r.upstream),
             team: Arc::clone(&self.principal),
             transport: self.transport.label(),
             outcome,

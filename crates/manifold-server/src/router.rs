@@ -25,7 +25,7 @@ use manifold_telemetry::{spans, trace};
 use manifold_upstream::{Connection, Forward, Hub, Isolation, UpstreamError, UpstreamHandle};
 use tokio::sync::mpsc;
 
-use crate::context::{reply_error, Context, Origin};
+use crate::context::{reply_error, Context, Origin, Route};
 use crate::error::RouteError;
 use crate::initialize;
 use crate::layer::{Check, Layer};
@@ -495,12 +495,11 @@ impl Router {
 
     /// Tells the request's metrics and span where it is going.
     fn note_route(&self, ctx: &mut Context, target: &Target) {
-        let key = self.upstreams[target.upstream].key_arc();
-        let tool = (target.method == "tools/call")
-            .then(|| target.exposed.clone())
-            .flatten();
-        spans::routed(&ctx.span, target.method, subject(target, false), &key);
-        ctx.routed(key, tool);
+        ctx.routed(Route {
+            upstream: self.upstreams[target.upstream].key_arc(),
+            method: target.method,
+            exposed: target.exposed.clone(),
+        });
     }
 
     /// Sends the request to its upstream as a new request whose answer returns to the host:
@@ -640,14 +639,7 @@ impl Router {
     fn send_on(&self, conn: &Connection, ctx: Context, target: Target) {
         let handle = &self.upstreams[target.upstream];
         let upstream_id = conn.next_id();
-        let hop = spans::client(
-            &ctx.span,
-            target.method,
-            subject(&target, true),
-            handle.key(),
-            upstream_id,
-            handle.transport(),
-        );
+        let hop = spans::client(&ctx.span);
         let (params, progress_token) =
             match resolve::map_progress_token(&target.params, upstream_id) {
                 Some((params, token)) => (params, Some(token)),
@@ -660,7 +652,7 @@ impl Router {
         let mut line = Vec::with_capacity(params.len() + 64);
         write::request(&mut line, upstream_id, target.method, Some(&params));
         let (upstream, tool) = match ctx.route() {
-            Some((upstream, tool)) => (Arc::clone(upstream), tool.clone()),
+            Some(route) => (Arc::clone(&route.upstream), route.tool().cloned()),
             None => (handle.key_arc(), None),
         };
         let exchange = inflight::Inflight {
@@ -674,6 +666,8 @@ impl Router {
                 started: std::time::Instant::now(),
                 upstream,
                 tool,
+                original: target.original,
+                id: upstream_id,
                 transport: handle.transport(),
             },
         };
@@ -778,21 +772,6 @@ impl Router {
 
 /// What makes a well-formed request unacceptable before it is routed: a breach of I-JSON
 /// (inside params: -32602; elsewhere: -32600) or params that are not an object.
-/// What a request names, for its spans: as the host named it, or as the upstream knows it.
-fn subject(target: &Target, original: bool) -> spans::Subject<'_> {
-    let name = if original {
-        target.original.as_deref()
-    } else {
-        target.exposed.as_deref()
-    };
-    match (target.method, name) {
-        ("tools/call", Some(n)) => spans::Subject::Tool(n),
-        ("prompts/get", Some(n)) => spans::Subject::Prompt(n),
-        ("resources/read", Some(n)) => spans::Subject::Resource(n),
-        _ => spans::Subject::None,
-    }
-}
-
 fn refusal(env: &Envelope<'_>) -> Option<RouteError> {
     if let Some((v, place)) = env.violation() {
         return Some(match place {

@@ -7,7 +7,8 @@ use std::time::Instant;
 use manifold_catalog::{rewrite, Kind};
 use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::{codes, write, RawObject};
-use manifold_telemetry::{metrics, spans, OpLabels, Outcome as Ended};
+use manifold_telemetry::spans::{self, ClientDone, Subject};
+use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
 use manifold_upstream::{error_object, Exchange, Hub, Outcome, Peer, ServerRequest};
 
 use super::tasks::{self, Tasks};
@@ -36,15 +37,31 @@ pub(super) struct Hop {
     pub upstream: Arc<str>,
     /// The tool's name as hosts see it, for a tool call.
     pub tool: Option<Arc<str>>,
-    /// The upstream's transport: `stdio` or `http`.
+    /// The tool or prompt name, or the URI, as the upstream knows it.
+    pub original: Option<Arc<str>>,
+    /// The upstream request's id.
+    pub id: u64,
+    /// The upstream's transport: `stdio`, `http` or `sse`.
     pub transport: &'static str,
 }
 
 impl Hop {
     /// Records the hop's duration and, on its span and on the host request, how it ended.
+    /// Called once the answer has gone to the host.
     fn ended(&self, ctx: &Context, method: &'static str, outcome: Ended, code: Option<i64>) {
         ctx.ended(outcome, code);
-        spans::ended(&self.span, outcome, code, None);
+        spans::client_done(
+            &self.span,
+            &ClientDone {
+                method,
+                subject: Subject::of(method, self.original.as_deref()),
+                upstream: &self.upstream,
+                id: self.id,
+                transport: self.transport,
+                outcome,
+                code,
+            },
+        );
         let labels = OpLabels {
             method,
             tool: self.tool.clone(),
@@ -68,14 +85,8 @@ impl Exchange for Inflight {
     fn finish(mut self: Box<Self>, outcome: Outcome<'_>) {
         let Some(ctx) = self.ctx.take() else { return };
         let _entered = self.hop.span.enter();
-        match outcome {
+        let (ended, code) = match outcome {
             Outcome::Result(result) => {
-                let ended = if self.method == "tools/call" && is_tool_error(result) {
-                    Ended::ToolError
-                } else {
-                    Ended::Ok
-                };
-                self.hop.ended(&ctx, self.method, ended, None);
                 let tasked = self
                     .tasks
                     .as_ref()
@@ -91,13 +102,13 @@ impl Exchange for Inflight {
                     .and_then(|_| self.map(|p| rewrite::result_uris(method, result, p)));
                 let result = mapped.as_deref().unwrap_or(result);
                 ctx.outlet.answer(&write::response_parts(&ctx.id, result));
+                if self.method == "tools/call" && is_tool_error(result) {
+                    (Ended::ToolError, None)
+                } else {
+                    (Ended::Ok, None)
+                }
             }
             Outcome::Error(error) => {
-                let code = RawObject::parse(error)
-                    .ok()
-                    .and_then(|e| e.get("code").and_then(|c| c.parse().ok()));
-                self.hop
-                    .ended(&ctx, self.method, Ended::ProtocolError, code);
                 let mapped = self.map(|prefix| {
                     rewrite::error_data(error, prefix, |original| self.exposed_name(original))
                 });
@@ -106,17 +117,21 @@ impl Exchange for Inflight {
                 let mut out = Vec::with_capacity(64 + error.len());
                 write::raw_error_response(&mut out, &ctx.id, error);
                 ctx.outlet.answer(&[&out]);
+                let code = RawObject::parse(error)
+                    .ok()
+                    .and_then(|e| e.get("code").and_then(|c| c.parse().ok()));
+                (Ended::ProtocolError, code)
             }
             Outcome::Failed(err) => {
                 tracing::debug!(error = %err, "request failed");
                 let obj = error_object(&err);
-                self.hop
-                    .ended(&ctx, self.method, upstream_outcome(&err), Some(obj.code));
                 let mut out = Vec::new();
                 write::error_response(&mut out, Some(&ctx.id), &obj);
                 ctx.outlet.answer(&[&out]);
+                (upstream_outcome(&err), Some(obj.code))
             }
-        }
+        };
+        self.hop.ended(&ctx, self.method, ended, code);
     }
 
     fn session(&self) -> u64 {

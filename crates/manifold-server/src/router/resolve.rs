@@ -201,6 +201,12 @@ pub(super) fn meta_trace_context(params: Option<&str>) -> Option<Carrier> {
 /// replaced: the upstream's parent is Manifold's span, in the same trace). `None` when the
 /// params are not an object.
 pub(super) fn with_trace_context(params: &str, carrier: &Carrier) -> Option<String> {
+    if manifold_protocol::needle::META_MEMBER
+        .find(params.as_bytes())
+        .is_none()
+    {
+        return Some(prepend_meta(params, carrier)?);
+    }
     let mut obj = RawObject::parse(params).ok()?;
     let mut meta = match obj.get("_meta") {
         Some(m) => RawObject::parse(m).ok()?,
@@ -212,4 +218,62 @@ pub(super) fn with_trace_context(params: &str, carrier: &Carrier) -> Option<Stri
     let meta = meta.to_text();
     obj.set_raw("_meta", meta);
     Some(obj.to_text())
+}
+
+/// `params` (an object without `_meta`) with a `_meta` of the carrier's members put first,
+/// without parsing the rest: the usual case, and the one on every traced call.
+fn prepend_meta(params: &str, carrier: &Carrier) -> Option<String> {
+    let rest = params.trim_start().strip_prefix('{')?;
+    let empty = rest.trim_start().starts_with('}');
+    let mut out = String::with_capacity(params.len() + 128);
+    out.push_str("{\"_meta\":{");
+    for (i, (key, value)) in carrier.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&manifold_protocol::object::json_string(key));
+        out.push(':');
+        out.push_str(&manifold_protocol::object::json_string(value));
+    }
+    out.push('}');
+    if !empty {
+        out.push(',');
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn carrier() -> Carrier {
+        let mut c = Carrier::default();
+        c.set("traceparent", "00-ab-cd-01".into());
+        c
+    }
+
+    #[test]
+    fn trace_context_goes_into_meta_whether_or_not_there_is_one() {
+        let tp = r#""_meta":{"traceparent":"00-ab-cd-01"}"#;
+        assert_eq!(
+            with_trace_context(r#"{"name":"x"}"#, &carrier()).unwrap(),
+            format!(r#"{{{tp},"name":"x"}}"#)
+        );
+        assert_eq!(
+            with_trace_context("{ }", &carrier()).unwrap(),
+            format!("{{{tp} }}"),
+            "the rest is kept as it was"
+        );
+        let replaced = with_trace_context(
+            r#"{"name":"x","_meta":{"traceparent":"00-old-old-01","progressToken":3}}"#,
+            &carrier(),
+        )
+        .unwrap();
+        assert_eq!(
+            replaced,
+            r#"{"name":"x","_meta":{"traceparent":"00-ab-cd-01","progressToken":3}}"#
+        );
+        assert_eq!(with_trace_context("[1]", &carrier()), None);
+    }
 }
