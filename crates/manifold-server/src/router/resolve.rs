@@ -205,7 +205,7 @@ pub(super) fn with_trace_context(params: &str, carrier: &Carrier) -> Option<Stri
         .find(params.as_bytes())
         .is_none()
     {
-        return Some(prepend_meta(params, carrier)?);
+        return prepend_meta(params, carrier);
     }
     let mut obj = RawObject::parse(params).ok()?;
     let mut meta = match obj.get("_meta") {
