@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use rustc_hash::FxBuildHasher;
+
 /// Upper bounds (seconds) for request durations: from 100 us (answers from the catalog, a
 /// fast local tool, and so Manifold's own share of a call) to the five minutes a long tool
 /// call may take.
@@ -82,15 +84,17 @@ impl Histogram {
 /// bounded (see `names::label`), so the family is too.
 pub struct Family<K> {
     bounds: &'static [f64],
-    /// Read-locked to find a series (the usual case), write-locked only to add one.
-    series: RwLock<HashMap<K, Arc<Histogram>>>,
+    /// Read-locked to find a series (the usual case), write-locked only to add one. Hashed
+    /// with FxHash: label values are bounded and not chosen by hosts, and SipHash was most of
+    /// the cost of recording (BENCHMARKS.md).
+    series: RwLock<HashMap<K, Arc<Histogram>, FxBuildHasher>>,
 }
 
 impl<K: Hash + Eq + Clone + Ord> Family<K> {
     pub fn new(bounds: &'static [f64]) -> Self {
         Self {
             bounds,
-            series: RwLock::new(HashMap::new()),
+            series: RwLock::new(HashMap::default()),
         }
     }
 

@@ -55,9 +55,13 @@ pub fn init(cfg: &TelemetryConfig) -> Option<Tracing> {
         layers.push(
             tracing_opentelemetry::layer()
                 .with_tracer(tracer.clone())
+                // Attributes the conventions do not ask for, and per-enter context
+                // activation nothing here reads: each costs on every request.
                 .with_tracked_inactivity(false)
                 .with_threads(false)
                 .with_location(false)
+                .with_target(false)
+                .with_context_activation(false)
                 .with_filter(filter_fn(|m| m.is_span() && m.target() == SPAN_TARGET))
                 .boxed(),
         );

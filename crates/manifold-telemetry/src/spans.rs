@@ -3,7 +3,8 @@
 //! They are `debug` spans of the target [`SPAN_TARGET`]: free when neither logs at debug level
 //! nor trace export wants them, and the only spans exported when it does.
 
-use opentelemetry::trace::TraceContextExt as _;
+use opentelemetry::trace::{Status, TraceContextExt as _};
+use opentelemetry::KeyValue;
 use tracing::field::Empty;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -77,7 +78,8 @@ pub struct ServerDone<'a> {
     pub subject: Subject<'a>,
     pub session: u64,
     pub id: &'a str,
-    pub version: &'a str,
+    /// One of the protocol's version constants.
+    pub version: &'static str,
     pub transport: HostTransport,
     pub team: &'a str,
     pub upstream: Option<&'a str>,
@@ -90,62 +92,114 @@ pub fn server_done(span: &Span, done: &ServerDone<'_>) {
     if span.is_disabled() {
         return;
     }
-    describe(span, done.method, done.subject);
-    span.record("mcp.session.id", done.session);
-    span.record("mcp.protocol.version", done.version);
-    span.record("jsonrpc.request.id", done.id);
-    span.record(
-        "network.transport",
-        network_transport(done.transport.label()),
+    let mut a = Attrs::new(done.method, done.subject);
+    a.push(
+        "mcp.session.id",
+        Val::Int(i64::try_from(done.session).unwrap_or(i64::MAX)),
     );
-    span.record("manifold.team", done.team);
+    a.push("mcp.protocol.version", Val::Static(done.version));
+    a.push("jsonrpc.request.id", Val::Str(done.id.to_owned()));
+    a.push(
+        "network.transport",
+        Val::Static(network_transport(done.transport.label())),
+    );
+    a.push("manifold.team", Val::Str(done.team.to_owned()));
     if let Some(upstream) = done.upstream {
-        span.record("manifold.upstream", upstream);
+        a.push("manifold.upstream", Val::Str(upstream.to_owned()));
     }
-    status(span, done.outcome, done.code);
+    a.status(done.outcome, done.code);
+    a.apply(span);
 }
 
-fn describe(span: &Span, method: &str, subject: Subject<'_>) {
-    span.record("mcp.method.name", method);
-    let name = match subject {
-        Subject::Tool(name) => {
-            span.record("gen_ai.tool.name", name);
-            span.record("gen_ai.operation.name", "execute_tool");
-            format!("{method} {name}")
-        }
-        Subject::Prompt(name) => {
-            span.record("gen_ai.prompt.name", name);
-            format!("{method} {name}")
-        }
-        Subject::Resource(uri) => {
-            span.record("mcp.resource.uri", uri);
-            method.to_owned()
-        }
-        Subject::None => method.to_owned(),
-    };
-    // An exported span has started by now (its context went upstream); a started span is
-    // renamed through its context, not by recording `otel.name`.
-    if trace::active() {
-        span.context().span().update_name(name);
-    } else {
-        span.record("otel.name", name);
-    }
+/// A span attribute's value.
+enum Val {
+    Str(String),
+    Static(&'static str),
+    Int(i64),
 }
 
-/// An error status with `error.type`: the JSON-RPC code when there is one, as the
-/// conventions ask, else the outcome.
-fn status(span: &Span, outcome: Outcome, code: Option<i64>) {
-    if !outcome.is_error() {
-        return;
-    }
-    span.record("otel.status_code", "error");
-    match code {
-        Some(code) => {
-            span.record("error.type", code.to_string());
-            span.record("rpc.response.status_code", code.to_string());
+/// What a span gets when its request ends: its name, attributes and status.
+struct Attrs {
+    name: String,
+    list: Vec<(&'static str, Val)>,
+    /// `error.type`, when the request failed.
+    error: Option<String>,
+}
+
+impl Attrs {
+    fn new(method: &str, subject: Subject<'_>) -> Self {
+        let mut a = Self {
+            name: method.to_owned(),
+            list: Vec::with_capacity(12),
+            error: None,
+        };
+        a.push("mcp.method.name", Val::Str(method.to_owned()));
+        match subject {
+            Subject::Tool(name) => {
+                a.name = format!("{method} {name}");
+                a.push("gen_ai.tool.name", Val::Str(name.to_owned()));
+                a.push("gen_ai.operation.name", Val::Static("execute_tool"));
+            }
+            Subject::Prompt(name) => {
+                a.name = format!("{method} {name}");
+                a.push("gen_ai.prompt.name", Val::Str(name.to_owned()));
+            }
+            Subject::Resource(uri) => a.push("mcp.resource.uri", Val::Str(uri.to_owned())),
+            Subject::None => {}
         }
-        None => {
-            span.record("error.type", outcome.label());
+        a
+    }
+
+    fn push(&mut self, key: &'static str, value: Val) {
+        self.list.push((key, value));
+    }
+
+    /// An error status with `error.type`: the JSON-RPC code when there is one, as the
+    /// conventions ask, else the outcome.
+    fn status(&mut self, outcome: Outcome, code: Option<i64>) {
+        if !outcome.is_error() {
+            return;
+        }
+        let error = match code {
+            Some(code) => {
+                self.push("rpc.response.status_code", Val::Str(code.to_string()));
+                code.to_string()
+            }
+            None => outcome.label().to_owned(),
+        };
+        self.push("error.type", Val::Str(error.clone()));
+        self.error = Some(error);
+    }
+
+    /// Sets it all on the span: straight on the OpenTelemetry span when traces are exported
+    /// (it has started by now, its context having gone upstream; one call instead of a
+    /// `record` per attribute through the subscriber), else as the `tracing` fields that
+    /// debug logs show.
+    fn apply(self, span: &Span) {
+        if trace::active() {
+            let cx = span.context();
+            let otel = cx.span();
+            otel.update_name(self.name);
+            otel.set_attributes(self.list.into_iter().map(|(k, v)| match v {
+                Val::Str(s) => KeyValue::new(k, s),
+                Val::Static(s) => KeyValue::new(k, s),
+                Val::Int(n) => KeyValue::new(k, n),
+            }));
+            if let Some(error) = self.error {
+                otel.set_status(Status::error(error));
+            }
+            return;
+        }
+        span.record("otel.name", self.name);
+        for (k, v) in &self.list {
+            match v {
+                Val::Str(s) => span.record(*k, s.as_str()),
+                Val::Static(s) => span.record(*k, *s),
+                Val::Int(n) => span.record(*k, *n),
+            };
+        }
+        if self.error.is_some() {
+            span.record("otel.status_code", "error");
         }
     }
 }
@@ -192,11 +246,18 @@ pub fn client_done(span: &Span, done: &ClientDone<'_>) {
     if span.is_disabled() {
         return;
     }
-    describe(span, done.method, done.subject);
-    span.record("jsonrpc.request.id", done.id);
-    span.record("network.transport", network_transport(done.transport));
-    span.record("manifold.upstream", done.upstream);
-    status(span, done.outcome, done.code);
+    let mut a = Attrs::new(done.method, done.subject);
+    a.push(
+        "jsonrpc.request.id",
+        Val::Int(i64::try_from(done.id).unwrap_or(i64::MAX)),
+    );
+    a.push(
+        "network.transport",
+        Val::Static(network_transport(done.transport)),
+    );
+    a.push("manifold.upstream", Val::Str(done.upstream.to_owned()));
+    a.status(done.outcome, done.code);
+    a.apply(span);
 }
 
 /// The trace context to send with a request made under `span` (`traceparent`, and
