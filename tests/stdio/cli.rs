@@ -161,3 +161,15 @@ fn every_shipped_config_loads() {
     }
     assert!(seen >= 2, "config/ should hold the demo and examples");
 }
+
+#[test]
+fn serve_logs_the_upstreams_it_skips() {
+    let config = format!(
+        "{}{}enabled = false\n",
+        fixture_upstream("alpha", &["--name", "alpha"]),
+        fixture_upstream("off", &["--name", "off"]),
+    );
+    let mut m = Manifold::start(&config);
+    m.initialize();
+    m.assert_logged("skipped: disabled");
+}

@@ -24,9 +24,6 @@ pub fn load(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
     if let Err(problems) = UpstreamDef::validate_all(&defs) {
         anyhow::bail!("{}: upstreams: {}", path.display(), problems.join("; "));
     }
-    for (key, why) in &config.skipped {
-        tracing::warn!(upstream = %key, "skipped: {why}");
-    }
     Ok((config, defs))
 }
 
@@ -106,6 +103,9 @@ pub fn serve(
     // dropping it exports the last spans.
     let _tracing = manifold_telemetry::logs::init(&config.telemetry);
     manifold_telemetry::metrics().set_enabled(config.telemetry.metrics);
+    for (key, why) in &config.skipped {
+        tracing::warn!(upstream = %key, "skipped: {why}");
+    }
     // Before any thread or child exists, so that all of them inherit it.
     pin_to(&config.server.cpus)?;
     let system = actix::System::new();
