@@ -84,6 +84,22 @@ impl TargetSpec {
 /// How much of a server's stderr an error shows.
 const STDERR_TAIL: u64 = 1500;
 
+/// An error naming a server, why it failed (`killed`: why the watchdog killed it) and the end
+/// of its stderr log.
+fn failure(
+    label: &str,
+    log: &std::path::Path,
+    pid: u32,
+    what: &str,
+    killed: Option<String>,
+) -> anyhow::Error {
+    let why = match killed {
+        Some(why) => format!("was killed: {why}"),
+        None => format!("{what} (pid {pid})"),
+    };
+    anyhow::anyhow!("{label} {why}; its stderr ends with:\n{}", stderr_tail(log))
+}
+
 /// The end of a server's stderr log, for an error that names why it failed.
 fn stderr_tail(log: &std::path::Path) -> String {
     use std::io::{Read, Seek, SeekFrom};

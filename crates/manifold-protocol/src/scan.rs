@@ -373,7 +373,7 @@ impl<'a, const STRICT: bool> Scanner<'a, STRICT> {
         }
     }
 
-    /// The UTF-16 unit of the `\uXXXX` escape at `at`, if it is one.
+    /// The UTF-16 code unit of the `\u` escape (four hex digits) at `at`, if there is one.
     fn hex_unit(&self, at: usize) -> Option<u16> {
         let hex = self.b.get(at + 2..at + 6)?;
         if self.b.get(at..at + 2) != Some(&b"\\u"[..]) || !hex.iter().all(u8::is_ascii_hexdigit) {

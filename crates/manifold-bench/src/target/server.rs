@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 
 use super::watchdog::{Marker, Watchdog};
 use super::Limits;
@@ -136,20 +136,11 @@ impl HttpServer {
 
     /// An error naming the server, why it failed, and the end of its stderr.
     pub fn failed(&self, what: &str) -> anyhow::Error {
-        let why = if self.watchdog.fired() {
-            "was killed: it lived longer than the run's limit".to_owned()
-        } else {
-            format!("{what} (pid {})", self.pid)
-        };
-        anyhow!(
-            "{} {why}; its stderr ends with:\n{}",
-            self.spec.label,
-            self.stderr_tail()
-        )
-    }
-
-    fn stderr_tail(&self) -> String {
-        super::stderr_tail(&self.spec.log)
+        let killed = self
+            .watchdog
+            .fired()
+            .then(|| "it lived longer than the run's limit".to_owned());
+        super::failure(&self.spec.label, &self.spec.log, self.pid, what, killed)
     }
 }
 

@@ -77,23 +77,13 @@ impl StdioTarget {
 
     /// Why the stream ended, with the end of the server's stderr.
     fn ended(&self, what: &str) -> anyhow::Error {
-        let why = if self.watchdog.fired() {
+        let killed = self.watchdog.fired().then(|| {
             format!(
-                "was killed: blocked longer than {:?} or lived too long",
+                "blocked longer than {:?} or lived too long",
                 self.limits.stall
             )
-        } else {
-            format!("{what} (pid {})", self.pid)
-        };
-        anyhow!(
-            "{} {why}; its stderr ends with:\n{}",
-            self.spec.label,
-            self.stderr_tail()
-        )
-    }
-
-    fn stderr_tail(&self) -> String {
-        super::stderr_tail(&self.spec.log)
+        });
+        super::failure(&self.spec.label, &self.spec.log, self.pid, what, killed)
     }
 }
 

@@ -22,10 +22,16 @@ pub struct Target {
     pub timeout: Option<std::time::Duration>,
     /// Whether the answer may carry a task (a task-augmented call, or a `tasks/*` request).
     pub task: bool,
-    /// The tool or prompt name, or the URI, as the host named it; and as the upstream knows
-    /// it (for telemetry).
+    /// The tool or prompt name, or the URI, as the host named it (metric labels and spans).
     pub exposed: Option<Arc<str>>,
+    /// The same as the upstream knows it: only while traces are exported (the upstream hop's
+    /// span is its only reader).
     pub original: Option<Arc<str>>,
+}
+
+/// `name` for a span, when spans are exported; otherwise nothing is copied.
+fn for_spans(name: &str) -> Option<Arc<str>> {
+    manifold_telemetry::trace::active().then(|| Arc::from(name))
 }
 
 /// `tools/call` and `prompts/get`: routed by `name`.
@@ -59,7 +65,7 @@ pub(super) fn named(
         timeout,
         task,
         exposed: Some(item.exposed.as_str().into()),
-        original: Some(item.original.as_str().into()),
+        original: for_spans(&item.original),
     })
 }
 
@@ -79,7 +85,7 @@ pub(super) fn read(catalog: &Catalog, env: &Envelope<'_>) -> Result<Target, Rout
         timeout: None,
         task: false,
         exposed: Some(exposed),
-        original: Some(original.into()),
+        original: for_spans(&original),
     })
 }
 
