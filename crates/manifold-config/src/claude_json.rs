@@ -51,6 +51,9 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         server: validate::server(ctx, RawServer::default())?,
         names: validate::names(ctx, RawNames::default())?,
         telemetry: validate::telemetry(ctx, Default::default())?,
+        auth: Default::default(),
+        teams: Vec::new(),
+        limits: Default::default(),
         upstreams,
         skipped,
     })

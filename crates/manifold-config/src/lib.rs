@@ -16,6 +16,7 @@ mod command;
 mod error;
 mod glob;
 mod interpolate;
+mod policy;
 mod redact;
 mod schema;
 mod toml_format;
@@ -27,6 +28,11 @@ mod tests;
 
 pub use command::resolve_command;
 pub use glob::glob_match;
+pub use policy::{
+    auth_required, parse_per, redact_url, AuthConfig, JwtConfig, KeyHash, LimitBackend,
+    LimitConfig, LimitsConfig, QuotaConfig, RateConfig, RedisConfig, TeamConfig, Visibility,
+    ANONYMOUS,
+};
 
 /// A validated configuration.
 #[derive(Clone, Debug)]
@@ -36,6 +42,12 @@ pub struct Config {
     pub server: ServerSettings,
     pub names: NameSettings,
     pub telemetry: TelemetryConfig,
+    /// How HTTP hosts authenticate (`[auth]`).
+    pub auth: AuthConfig,
+    /// Teams, sorted by name (`[teams.NAME]`).
+    pub teams: Vec<TeamConfig>,
+    /// Rate limits and quotas (`[limits]`, and each team's own).
+    pub limits: LimitsConfig,
     /// Enabled upstreams, sorted by key so that everything derived from them is deterministic.
     pub upstreams: Vec<UpstreamConfig>,
     /// Entries that were skipped with the reason (`enabled = false`, `"disabled": true`).
@@ -68,6 +80,8 @@ pub struct ServerSettings {
     /// Where `/metrics`, `/healthz` and `/readyz` are served apart from hosts (`--admin`).
     /// Without it they are served on the HTTP listener, and not at all over stdio.
     pub admin: Option<std::net::SocketAddr>,
+    /// The team a stdio host runs as (`--team` overrides it); none: anonymous.
+    pub team: Option<String>,
 }
 
 /// Logs, metrics and traces (`[telemetry]`). The standard environment variables
@@ -130,8 +144,7 @@ pub const SAMPLERS: [&str; 6] = [
 #[derive(Clone, Debug)]
 pub struct HttpSettings {
     pub listen: Option<std::net::SocketAddr>,
-    /// Allows a non-loopback `listen` address; there is no authentication yet, so this must be
-    /// asked for explicitly.
+    /// Allows a non-loopback `listen` address without authentication configured.
     pub allow_remote: bool,
     /// Browser origins allowed besides loopback ones (`Origin` is checked against DNS
     /// rebinding); `"*"` allows any.
@@ -266,14 +279,20 @@ pub fn parse_listen(text: &str) -> Option<std::net::SocketAddr> {
     })
 }
 
-/// Why Manifold will not listen on `addr`, if it will not: without authentication, serving
-/// beyond this machine must be asked for by name (`server.allow_remote`).
-pub fn remote_refusal(addr: std::net::SocketAddr, allow_remote: bool) -> Option<String> {
-    (!addr.ip().is_loopback() && !allow_remote).then(|| {
+/// Why Manifold will not listen on `addr`, if it will not: without authentication
+/// (`authenticated` false), serving beyond this machine must be asked for by name
+/// (`server.allow_remote`).
+pub fn remote_refusal(
+    addr: std::net::SocketAddr,
+    allow_remote: bool,
+    authenticated: bool,
+) -> Option<String> {
+    (!addr.ip().is_loopback() && !allow_remote && !authenticated).then(|| {
         format!(
-            "{addr} is reachable from other machines, and Manifold has no authentication yet; \
-             listen on 127.0.0.1, or set server.allow_remote = true to accept that anyone who \
-             can reach it may use every upstream"
+            "{addr} is reachable from other machines, and no authentication is configured; \
+             listen on 127.0.0.1, configure API keys or JWTs for teams, or set \
+             server.allow_remote = true to accept that anyone who can reach it may use every \
+             upstream"
         )
     })
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::error::{self, child};
+use crate::policy::{self, RawAuth, RawLimits};
 use crate::schema::{RawNames, RawServer, RawTelemetry, RawUpstream};
 use crate::validate::{self, Ctx};
 use crate::{Config, ConfigError};
@@ -20,6 +21,13 @@ struct RawFile {
     names: RawNames,
     #[serde(default)]
     telemetry: RawTelemetry,
+    #[serde(default)]
+    auth: RawAuth,
+    /// Kept generic, like upstreams, for key paths in errors.
+    #[serde(default)]
+    teams: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    limits: RawLimits,
     /// Kept generic here; see the module comment.
     #[serde(default)]
     upstreams: BTreeMap<String, toml::Value>,
@@ -46,11 +54,19 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
             upstreams.push(validate::upstream(ctx, &path, &key, upstream)?);
         }
     }
+    let auth = policy::auth(ctx, raw.auth)?;
+    let teams = policy::teams(ctx, raw.teams, &upstreams)?;
+    let limits = policy::limits(ctx, raw.limits)?;
+    validate::check_listen(ctx, &server.http, policy::auth_required(&auth, &teams))?;
+    validate::check_team(ctx, &server, &teams)?;
     Ok(Config {
         source: ctx.file.to_path_buf(),
         server,
         names,
         telemetry,
+        auth,
+        teams,
+        limits,
         upstreams,
         skipped,
     })

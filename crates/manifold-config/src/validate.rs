@@ -55,7 +55,7 @@ impl Ctx<'_> {
         error::at(self.file, key, problem)
     }
 
-    fn interpolate(&self, key: &str, text: &str) -> Result<String, ConfigError> {
+    pub(crate) fn interpolate(&self, key: &str, text: &str) -> Result<String, ConfigError> {
         let value =
             crate::interpolate::interpolate(text, self.env).map_err(|p| self.err(key, p))?;
         // A NUL byte cannot be passed to a process (argv, environment and paths are C
@@ -109,6 +109,7 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         session_queue_bytes: to_usize(ctx, "server.session_queue_bytes", session_queue_bytes)?,
         http: http_settings(ctx, &raw)?,
         admin: admin_addr(ctx, &raw)?,
+        team: raw.team.clone(),
     })
 }
 
@@ -192,9 +193,6 @@ fn http_settings(ctx: &Ctx<'_>, raw: &RawServer) -> Result<HttpSettings, ConfigE
         Some(text) => Some(listen_addr(ctx, text)?),
     };
     let allow_remote = raw.allow_remote.unwrap_or(false);
-    if let Some(addr) = listen {
-        check_loopback(ctx, "server.listen", addr, allow_remote)?;
-    }
     let workers = raw.http_workers.unwrap_or(DEFAULT_HTTP_WORKERS);
     check_min(ctx, "server.http_workers", workers, 1)?;
     let idle = raw
@@ -233,6 +231,38 @@ fn http_settings(ctx: &Ctx<'_>, raw: &RawServer) -> Result<HttpSettings, ConfigE
     })
 }
 
+/// The listen address may be reachable from other machines when hosts must authenticate, or
+/// when `server.allow_remote` says so. (The admin address is never authenticated, so it is
+/// checked on its own, in `server`.)
+pub(crate) fn check_listen(
+    ctx: &Ctx<'_>,
+    http: &HttpSettings,
+    authenticated: bool,
+) -> Result<(), ConfigError> {
+    let Some(addr) = http.listen else {
+        return Ok(());
+    };
+    match crate::remote_refusal(addr, http.allow_remote, authenticated) {
+        None => Ok(()),
+        Some(problem) => Err(ctx.err("server.listen", problem)),
+    }
+}
+
+/// `server.team` must name a team.
+pub(crate) fn check_team(
+    ctx: &Ctx<'_>,
+    server: &ServerSettings,
+    teams: &[crate::TeamConfig],
+) -> Result<(), ConfigError> {
+    match &server.team {
+        Some(team) if !teams.iter().any(|t| &t.name == team) => Err(ctx.err(
+            "server.team",
+            format!("{team:?} names no team under [teams]"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn listen_addr(ctx: &Ctx<'_>, text: &str) -> Result<std::net::SocketAddr, ConfigError> {
     crate::parse_listen(text).ok_or_else(|| {
         ctx.err(
@@ -250,7 +280,7 @@ fn check_loopback(
     addr: std::net::SocketAddr,
     allow_remote: bool,
 ) -> Result<(), ConfigError> {
-    match crate::remote_refusal(addr, allow_remote) {
+    match crate::remote_refusal(addr, allow_remote, false) {
         None => Ok(()),
         Some(problem) => Err(ctx.err(key, problem)),
     }

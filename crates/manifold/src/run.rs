@@ -88,7 +88,11 @@ pub fn serve(
     let (mut config, defs) = load(path)?;
     for (flag, addr) in [("--listen", listen), ("--admin", admin)] {
         if let Some(problem) =
-            addr.and_then(|a| manifold_config::remote_refusal(a, config.server.http.allow_remote))
+            addr.and_then(|a| {
+                let authenticated = flag == "--listen"
+                    && manifold_config::auth_required(&config.auth, &config.teams);
+                manifold_config::remote_refusal(a, config.server.http.allow_remote, authenticated)
+            })
         {
             anyhow::bail!("{flag}: {problem}");
         }

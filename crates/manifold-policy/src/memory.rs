@@ -1,0 +1,1 @@
+//! Limits counted in this process (see the crate docs).
