@@ -13,3 +13,4 @@ mod hostile;
 mod lifecycle;
 mod protocol;
 mod routing;
+mod teams;

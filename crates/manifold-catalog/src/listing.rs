@@ -63,7 +63,7 @@ impl Kind {
 }
 
 /// One exposed entry.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Item {
     /// The name (tools, prompts) or URI (resources, templates) the host sees.
     pub exposed: String,
@@ -146,6 +146,13 @@ impl Listing {
             pages,
             fingerprint,
         }
+    }
+
+    /// The items `keep` admits, as a listing of their own (a team's view): same order, same
+    /// generation, pages serialized on first use.
+    pub fn filtered(&self, keep: impl Fn(&Item) -> bool) -> Listing {
+        let items = self.items.iter().filter(|i| keep(i)).cloned().collect();
+        Listing::new(self.kind, items, self.page_size, self.generation)
     }
 
     pub fn kind(&self) -> Kind {

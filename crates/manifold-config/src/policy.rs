@@ -377,8 +377,7 @@ pub(crate) fn auth(ctx: &Ctx<'_>, raw: RawAuth) -> Result<AuthConfig, ConfigErro
                     .unwrap_or_else(|| DEFAULT_TEAM_CLAIM.to_owned()),
                 leeway: Duration::from_millis(j.leeway_ms.unwrap_or(DEFAULT_LEEWAY_MS)),
                 jwks_min_refresh: Duration::from_millis(
-                    j.jwks_min_refresh_ms
-                        .unwrap_or(DEFAULT_JWKS_MIN_REFRESH_MS),
+                    j.jwks_min_refresh_ms.unwrap_or(DEFAULT_JWKS_MIN_REFRESH_MS),
                 ),
             })
         }
@@ -424,7 +423,7 @@ pub(crate) fn teams(
             ));
         }
         let team: RawTeam = RawTeam::deserialize(value)
-            .map_err(|e| ctx.err(&path, format!("{}", e.message().trim_end())))?;
+            .map_err(|e| crate::toml_format::value_error(ctx, &path, &e))?;
         let team = self::team(ctx, &path, name, team, upstreams)?;
         for key in &team.api_keys {
             if let Some(other) = owners.insert(*key, team.name.clone()) {
@@ -515,7 +514,10 @@ fn api_key(ctx: &Ctx<'_>, key: &str, text: &str) -> Result<KeyHash, ConfigError>
     if let Some(hex) = text.strip_prefix("sha256:") {
         let bytes: Option<Vec<u8>> = (0..hex.len())
             .step_by(2)
-            .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
             .collect();
         return match bytes.and_then(|b| <[u8; 32]>::try_from(b).ok()) {
             Some(hash) if hex.len() == 64 => Ok(KeyHash(hash)),
@@ -670,8 +672,14 @@ mod tests {
     #[test]
     fn rates_and_quotas_parse() {
         assert_eq!(parse_per("20/s"), Some((20, Duration::from_secs(1))));
-        assert_eq!(parse_per("5_000/day"), Some((5000, Duration::from_secs(86_400))));
-        assert_eq!(parse_per("200/hour"), Some((200, Duration::from_secs(3600))));
+        assert_eq!(
+            parse_per("5_000/day"),
+            Some((5000, Duration::from_secs(86_400)))
+        );
+        assert_eq!(
+            parse_per("200/hour"),
+            Some((200, Duration::from_secs(3600)))
+        );
         assert_eq!(parse_per("10/min"), Some((10, Duration::from_secs(60))));
         for bad in ["", "20", "/s", "x/s", "20/week", "-1/s", "20/2s"] {
             assert_eq!(parse_per(bad), None, "{bad}");

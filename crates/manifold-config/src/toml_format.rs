@@ -87,7 +87,7 @@ fn syntax_error(ctx: &Ctx<'_>, text: &str, e: &toml::de::Error) -> ConfigError {
 /// An error from deserializing a `toml::Value` at `base`. The toml crate records the keys it
 /// descended through but exposes them only in the Display form (as a final "in `a.b`" line
 /// after the message), so they are recovered from there.
-fn value_error(ctx: &Ctx<'_>, base: &str, e: &toml::de::Error) -> ConfigError {
+pub(crate) fn value_error(ctx: &Ctx<'_>, base: &str, e: &toml::de::Error) -> ConfigError {
     let message = e.message().trim_end();
     let shown = e.to_string();
     let keys = shown

@@ -23,6 +23,9 @@ pub fn call(state: &Arc<State>, call: Call, params: Value) {
         return tasks::start(state, call, params);
     }
     let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+    if name != "call_count" {
+        state.count(format!("tool:{name}"));
+    }
     let paced = progress_interval(&params) > 0;
     if !is_slow(state, name) && !paced && state.args.delay_us == 0 {
         if let Some(reply) = run(state, &call, &params, None) {
@@ -105,6 +108,10 @@ pub fn run(
         "add_tool" => add_tool(state, args),
         "log" => log(state, call, args),
         "cancelled_count" => text_result(state.cancelled_count().to_string()),
+        "call_count" => {
+            let what = args.get("what").and_then(Value::as_str).unwrap_or("");
+            text_result(state.counted(what).to_string())
+        }
         "trace_context" => trace_context(call, params),
         other if tools::is_extra(state, other) || is_dynamic(state, other) => echo(args),
         other => match flagged_tool(state, call, other, params, token) {

@@ -130,6 +130,7 @@ fn is_extra_prompt(state: &State, name: &str) -> bool {
 /// resources/read: the conformance resources (--conformance), then the fixture's own.
 pub fn read(state: &State, params: &Value) -> Result<Value, RpcError> {
     let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+    state.count(format!("read:{uri}"));
     if state.args.conformance {
         if let Some(contents) = conformance::read_resource(uri) {
             return Ok(json!({ "contents": [contents] }));

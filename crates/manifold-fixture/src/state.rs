@@ -42,6 +42,9 @@ pub struct State {
     pub tasks: Tasks,
     /// --subscriptions: the resources each client is subscribed to.
     pub subscriptions: Subscriptions,
+    /// How many times each tool was called and each resource read, by `tool:NAME` or
+    /// `read:URI` (what `call_count` reports).
+    served: Mutex<HashMap<String, u64>>,
 }
 
 impl State {
@@ -61,7 +64,27 @@ impl State {
             next_ask: AtomicU64::new(1),
             tasks: Tasks::default(),
             subscriptions: Subscriptions::default(),
+            served: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Counts one call of tool `name` or read of a resource (`what` = `tool:NAME`, `read:URI`).
+    pub fn count(&self, what: String) {
+        *self
+            .served
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(what)
+            .or_default() += 1;
+    }
+
+    pub fn counted(&self, what: &str) -> u64 {
+        self.served
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(what)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn exit(&self, code: i32) -> ! {

@@ -18,7 +18,7 @@ type Spec = (
 const TEXT_PROP: &str = r#"{"text": {"type": "string", "description": "Text to echo back"}}"#;
 
 #[rustfmt::skip]
-const SPECS: [Spec; 15] = [
+const SPECS: [Spec; 16] = [
     ("echo", "Echoes `text` back as text and structuredContent", TEXT_PROP, &["text"]),
     ("add", "Adds two numbers", r#"{"a": {"type": "number"}, "b": {"type": "number"}}"#, &["a", "b"]),
     ("sleep", "Sleeps `ms` milliseconds (cancellable) then answers", r#"{"ms": {"type": "integer", "minimum": 0}}"#, &["ms"]),
@@ -32,6 +32,7 @@ const SPECS: [Spec; 15] = [
     ("add_tool", "Adds an echo-like tool `name` and sends tools/list_changed", r#"{"name": {"type": "string"}}"#, &["name"]),
     ("log", "Sends a notifications/message with `level` (default info) and `message`", r#"{"level": {"type": "string"}, "message": {"type": "string"}}"#, &["message"]),
     ("cancelled_count", "Returns how many in-flight calls were cancelled", "{}", &[]),
+    ("call_count", "Returns how many times `what` happened: `tool:NAME` (calls of a tool) or `read:URI` (reads of a resource)", r#"{"what": {"type": "string"}}"#, &["what"]),
     ("null_id_error", "Answers with a parse error whose id is null, as a server that could not read the request would", "{}", &[]),
     ("trace_context", "Returns as text a JSON object: `meta`, the request's params._meta (or null), and `header`, the traceparent header of the HTTP request that carried it (or null)", "{}", &[]),
 ];

@@ -32,7 +32,7 @@ fn ask_roots_returns_the_roots_exactly_as_the_client_sent_them() {
     let mut fixture = StdioFixture::start(&["--client-tools"]);
     fixture.initialize();
     let names = fixture.tool_names(1);
-    assert_eq!(names.len(), 19, "{names:?}");
+    assert_eq!(names.len(), 20, "{names:?}");
     for tool in [
         "ask_roots",
         "ask_sampling",
@@ -285,7 +285,7 @@ fn subscriptions_are_kept_per_client_and_touch_notifies_them() {
         true
     );
     let names = fixture.tool_names(1);
-    assert_eq!(names.len(), 17, "{names:?}");
+    assert_eq!(names.len(), 18, "{names:?}");
     assert!(names.iter().any(|n| n == "touch") && names.iter().any(|n| n == "subscriptions"));
 
     let (readme, data) = ("fixture://fixture/readme", "fixture://fixture/data.json");

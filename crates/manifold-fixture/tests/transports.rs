@@ -205,7 +205,7 @@ fn without_conformance_the_catalog_and_methods_stay_as_they_were() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(names.len(), 15);
+    assert_eq!(names.len(), 16);
     assert!(!names.iter().any(|n| n.starts_with("test_")));
     let subscribe = json!({ "jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
                             "params": { "uri": "fixture://fixture/readme" } });

@@ -5,4 +5,5 @@
 pub mod limits;
 pub mod memory;
 
-pub use limits::{LimitDef, Refusal, RefusalKind};
+pub use limits::{LimitDef, Limits, Refusal, RefusalKind};
+pub use memory::Counter;

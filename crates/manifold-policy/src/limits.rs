@@ -1,10 +1,13 @@
 //! What the limit backends count: each configured limit under a stable id, and why a call
 //! was refused.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use manifold_config::{LimitConfig, QuotaConfig, RateConfig};
+use manifold_config::{LimitConfig, LimitsConfig, QuotaConfig, RateConfig, TeamConfig};
+
+use crate::memory::Counter;
 
 /// One configured limit, as the backends count it.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +38,16 @@ pub enum RefusalKind {
     QuotaExceeded,
 }
 
+impl RefusalKind {
+    /// As the `kind` of the error's data, and the outcome label.
+    pub fn label(self) -> &'static str {
+        match self {
+            RefusalKind::RateLimited => "rate_limited",
+            RefusalKind::QuotaExceeded => "quota_exceeded",
+        }
+    }
+}
+
 /// Why a call was refused, and when it may succeed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
@@ -42,4 +55,82 @@ pub struct Refusal {
     /// The id of the limit that refused it.
     pub limit: Arc<str>,
     pub retry_after: Duration,
+}
+
+/// Every configured limit, and which of them a tool call is counted against.
+pub struct Limits {
+    /// Per tool, for every caller together.
+    tools: HashMap<Box<str>, Arc<Counter>>,
+    teams: HashMap<Box<str>, TeamCounters>,
+}
+
+#[derive(Default)]
+struct TeamCounters {
+    all: Option<Arc<Counter>>,
+    tools: HashMap<Box<str>, Arc<Counter>>,
+    upstreams: HashMap<Box<str>, Arc<Counter>>,
+}
+
+impl Limits {
+    /// `None` when no limit is configured anywhere: no step is added to the path at all.
+    pub fn new(config: &LimitsConfig, teams: &[TeamConfig]) -> Option<Self> {
+        let counter =
+            |id: String, c: &LimitConfig| Arc::new(Counter::new(Arc::new(LimitDef::new(id, c))));
+        let tools: HashMap<Box<str>, Arc<Counter>> = config
+            .tools
+            .iter()
+            .map(|(tool, c)| (tool.as_str().into(), counter(format!("tool:{tool}"), c)))
+            .collect();
+        let teams: HashMap<Box<str>, TeamCounters> = teams
+            .iter()
+            .map(|t| {
+                let name = &t.name;
+                let counters = TeamCounters {
+                    all: t
+                        .limits
+                        .as_ref()
+                        .map(|c| counter(format!("team:{name}"), c)),
+                    tools: t
+                        .tool_limits
+                        .iter()
+                        .map(|(tool, c)| {
+                            (
+                                tool.as_str().into(),
+                                counter(format!("team:{name}:tool:{tool}"), c),
+                            )
+                        })
+                        .collect(),
+                    upstreams: t
+                        .upstream_limits
+                        .iter()
+                        .map(|(up, c)| {
+                            (
+                                up.as_str().into(),
+                                counter(format!("team:{name}:upstream:{up}"), c),
+                            )
+                        })
+                        .collect(),
+                };
+                (name.as_str().into(), counters)
+            })
+            .filter(|(_, c)| c.all.is_some() || !c.tools.is_empty() || !c.upstreams.is_empty())
+            .collect();
+        (!tools.is_empty() || !teams.is_empty()).then_some(Self { tools, teams })
+    }
+
+    /// The limits a call of `tool` (its exposed name) on `upstream` by `team` counts against,
+    /// in a fixed order: the tool's, the team's, the team's on the upstream, the team's on the
+    /// tool.
+    pub fn applicable(&self, team: Option<&str>, upstream: &str, tool: &str) -> Vec<&Counter> {
+        let mut found: Vec<&Counter> = Vec::new();
+        if let Some(c) = self.tools.get(tool) {
+            found.push(c);
+        }
+        if let Some(t) = team.and_then(|t| self.teams.get(t)) {
+            found.extend(t.all.as_deref());
+            found.extend(t.upstreams.get(upstream).map(|c| &**c));
+            found.extend(t.tools.get(tool).map(|c| &**c));
+        }
+        found
+    }
 }

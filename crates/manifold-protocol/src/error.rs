@@ -20,6 +20,13 @@ pub mod codes {
     pub const UPSTREAM_ANSWER_TOO_LARGE: i64 = -32012;
     /// Manifold: a session has as many requests in progress as it may have.
     pub const TOO_MANY_REQUESTS: i64 = -32013;
+    /// A tool call refused by a rate limit (`data.retryAfterMs` says when to retry).
+    pub const RATE_LIMITED: i64 = -32020;
+    /// A tool call refused by a quota (`data.retryAfterMs`: until the window ends).
+    pub const QUOTA_EXCEEDED: i64 = -32021;
+    /// A tool call refused because its limits could not be checked (the shared store is
+    /// unreachable and `limits.fail_open` is false).
+    pub const LIMIT_STORE_UNAVAILABLE: i64 = -32022;
 }
 
 /// A JSON-RPC error object.

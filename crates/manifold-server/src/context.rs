@@ -13,6 +13,7 @@ use manifold_telemetry::{metrics, HostTransport, OpLabels, Outcome};
 
 use crate::error::RouteError;
 use crate::outlet::Outlet;
+use crate::policy::Caller;
 use crate::session::{Client, Session};
 
 /// Who sent a message, and where what answers it goes.
@@ -25,6 +26,8 @@ pub struct Origin {
     pub outlet: Arc<dyn Outlet>,
     /// The trace context of the HTTP request that carried the message, if it had one.
     pub trace: Option<Arc<Carrier>>,
+    /// Who sent it, when there is no session to say so.
+    pub caller: Option<Arc<Caller>>,
 }
 
 impl Origin {
@@ -33,6 +36,16 @@ impl Origin {
             session,
             outlet,
             trace: None,
+            caller: None,
+        }
+    }
+
+    /// Who sent the message: the session's caller, else the one given, else anonymous.
+    pub fn caller(&self) -> Arc<Caller> {
+        match (&self.session, &self.caller) {
+            (Some(s), _) => Arc::clone(s.caller()),
+            (None, Some(c)) => Arc::clone(c),
+            (None, None) => Caller::anonymous(),
         }
     }
 }
@@ -65,7 +78,9 @@ pub struct Context {
     pub id: Box<str>,
     /// The protocol version the request is spoken in.
     pub version: &'static str,
-    /// Who asked; "anonymous" until authentication exists.
+    /// Who asked.
+    pub caller: Arc<Caller>,
+    /// The caller's team name, or "anonymous".
     pub principal: Arc<str>,
     /// When the host stops waiting, if it said so.
     pub deadline: Option<Instant>,
@@ -92,9 +107,8 @@ impl Context {
             .as_ref()
             .and_then(|s| s.version())
             .unwrap_or(manifold_protocol::version::LATEST);
-        let principal = session
-            .as_ref()
-            .map_or_else(|| Arc::from("anonymous"), |s| Arc::clone(s.principal()));
+        let caller = origin.caller();
+        let principal = Arc::clone(&caller.label);
         let transport = session
             .as_ref()
             .map_or(HostTransport::Http, |s| s.transport().metric());
@@ -104,6 +118,7 @@ impl Context {
             outlet: Arc::clone(&origin.outlet),
             id: id.into(),
             version,
+            caller,
             principal,
             deadline: None,
             span,

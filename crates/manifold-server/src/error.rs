@@ -2,6 +2,7 @@
 //! a JSON-RPC error object.
 
 use manifold_catalog::Collision;
+use manifold_policy::{Refusal, RefusalKind};
 use manifold_protocol::{codes, ErrorObject, MessageError};
 use manifold_telemetry::Outcome;
 use manifold_upstream::UpstreamError;
@@ -38,6 +39,16 @@ pub enum RouteError {
     Oversize { len: usize, max: usize },
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// Refused by a rate limit or quota; the upstream never saw the call.
+    #[error("{} for {tool:?} ({}); retry in {} ms", match .refusal.kind { RefusalKind::RateLimited => "Rate limit exceeded", RefusalKind::QuotaExceeded => "Quota exceeded" }, .refusal.limit, retry_ms(.refusal))]
+    Limited { tool: String, refusal: Refusal },
+    /// The shared limit store could not be reached and `limits.fail_open` is false.
+    #[error("Limits cannot be checked: the limit store is unreachable ({0}); retry later")]
+    LimitStore(String),
+    /// A name the caller's team may not see: the host gets exactly the error of an unknown
+    /// name (the inner error); metrics and spans record it as denied.
+    #[error(transparent)]
+    Hidden(Box<RouteError>),
 }
 
 impl RouteError {
@@ -59,6 +70,12 @@ impl RouteError {
     pub fn outcome(&self) -> Outcome {
         match self {
             RouteError::Upstream(e) => upstream_outcome(e),
+            RouteError::Hidden(_) => Outcome::Denied,
+            RouteError::Limited { refusal, .. } => match refusal.kind {
+                RefusalKind::RateLimited => Outcome::RateLimited,
+                RefusalKind::QuotaExceeded => Outcome::QuotaExceeded,
+            },
+            RouteError::LimitStore(_) => Outcome::Unavailable,
             _ => Outcome::ProtocolError,
         }
     }
@@ -79,6 +96,22 @@ impl RouteError {
             | RouteError::BadCursor => codes::INVALID_PARAMS,
             RouteError::UnknownResource(_) => codes::RESOURCE_NOT_FOUND,
             RouteError::Upstream(e) => return manifold_upstream::error_object(e),
+            RouteError::Hidden(inner) => return inner.to_error_object(),
+            RouteError::Limited { refusal, .. } => {
+                let code = match refusal.kind {
+                    RefusalKind::RateLimited => codes::RATE_LIMITED,
+                    RefusalKind::QuotaExceeded => codes::QUOTA_EXCEEDED,
+                };
+                return ErrorObject::new(code, self.to_string()).with_data(&serde_json::json!({
+                    "retryAfterMs": retry_ms(refusal),
+                    "limit": &*refusal.limit,
+                    "kind": refusal.kind.label(),
+                }));
+            }
+            RouteError::LimitStore(_) => {
+                return ErrorObject::new(codes::LIMIT_STORE_UNAVAILABLE, self.to_string())
+                    .with_data(&serde_json::json!({ "retryAfterMs": LIMIT_STORE_RETRY_MS }));
+            }
         };
         let obj = ErrorObject::new(code, self.to_string());
         match self {
@@ -86,6 +119,17 @@ impl RouteError {
             _ => obj,
         }
     }
+}
+
+/// What a host is told to wait when the limit store is unreachable.
+const LIMIT_STORE_RETRY_MS: u64 = 1000;
+
+/// Milliseconds until the refused call may succeed, rounded up (never 0).
+fn retry_ms(refusal: &Refusal) -> u64 {
+    let micros = refusal.retry_after.as_micros();
+    u64::try_from(micros.div_ceil(1000))
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// How a request that failed at the upstream boundary ended.

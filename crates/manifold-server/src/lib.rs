@@ -11,6 +11,7 @@ pub mod http;
 mod initialize;
 pub mod layer;
 pub mod outlet;
+pub mod policy;
 pub mod router;
 pub mod scrape;
 pub mod session;

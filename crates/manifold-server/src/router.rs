@@ -30,6 +30,7 @@ use crate::error::RouteError;
 use crate::initialize;
 use crate::layer::{Check, Layer};
 use crate::outlet::BatchOutlet;
+use crate::policy::{Caller, Teams};
 use crate::session::Client;
 use crate::sessions::Sessions;
 
@@ -84,6 +85,10 @@ pub struct Router {
     isolation: OnceLock<Isolation>,
     /// Those connections, by (upstream, session). Locked to look one up, add or remove it.
     isolated: Mutex<HashMap<(usize, u64), UpstreamHandle>>,
+    /// The configured teams (none until set).
+    teams: OnceLock<Arc<Teams>>,
+    /// Who a stdio host runs as (`server.team`, `--team`); anonymous until set.
+    stdio_caller: OnceLock<Arc<Caller>>,
     /// Itself, for work that continues on the runtime.
     this: Weak<Router>,
 }
@@ -119,6 +124,8 @@ impl Router {
             tasks: Arc::default(),
             isolation: OnceLock::new(),
             isolated: Mutex::new(HashMap::new()),
+            teams: OnceLock::new(),
+            stdio_caller: OnceLock::new(),
             this: this.clone(),
         });
         // The router decides which sessions hear what upstreams say.
@@ -131,6 +138,28 @@ impl Router {
     /// of its own (set once, at start).
     pub fn set_isolation(&self, isolation: Isolation) {
         let _ = self.isolation.set(isolation);
+    }
+
+    /// Sets the teams, and the one a stdio host runs as (set once, at start).
+    pub fn set_teams(&self, teams: Arc<Teams>, stdio_team: Option<&str>) {
+        if let Some(team) = stdio_team.and_then(|name| teams.get(name)) {
+            let id: Arc<str> = format!("stdio:{}", team.name).into();
+            let _ = self.stdio_caller.set(Caller::of_team(Arc::clone(team), id));
+        }
+        let _ = self.teams.set(teams);
+    }
+
+    /// The configured teams.
+    pub fn teams(&self) -> Option<&Arc<Teams>> {
+        self.teams.get()
+    }
+
+    /// Who a stdio host runs as.
+    pub fn stdio_caller(&self) -> Arc<Caller> {
+        self.stdio_caller
+            .get()
+            .cloned()
+            .unwrap_or_else(Caller::anonymous)
     }
 
     pub fn hub(&self) -> &Arc<Hub> {
@@ -294,11 +323,12 @@ impl Router {
             _ => {}
         }
         let catalog = self.hub.catalog();
+        let sight = ctx.caller.restricted().map(|t| &**t);
         // The forwarded methods parse their params once, for routing and rewriting together.
         let target = match method {
-            "tools/call" => resolve::named(&catalog, env, ListKind::Tools),
-            "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts),
-            "resources/read" => resolve::read(&catalog, env),
+            "tools/call" => resolve::named(&catalog, env, ListKind::Tools, sight),
+            "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
+            "resources/read" => resolve::read(&catalog, env, sight),
             _ => return self.local(ctx, method, env),
         };
         match target {
@@ -319,7 +349,8 @@ impl Router {
             "resources/list" => ListKind::Resources,
             "resources/templates/list" => ListKind::ResourceTemplates,
             "completion/complete" => {
-                return match resolve::complete(&self.hub.catalog(), env, &params) {
+                let sight = ctx.caller.restricted().map(|t| &**t);
+                return match resolve::complete(&self.hub.catalog(), env, &params, sight) {
                     Ok(target) => self.admit(ctx, target, 0),
                     Err(e) => ctx.fail(&e),
                 };
@@ -342,14 +373,21 @@ impl Router {
             }
             _ => return ctx.fail(&RouteError::UnknownMethod(method.to_owned())),
         };
-        match self
-            .hub
-            .catalog()
-            .listing(kind)
-            .page(params.cursor.as_deref())
-        {
-            Ok(body) => ctx.reply(body),
-            Err(_) => ctx.fail(&RouteError::BadCursor),
+        let catalog = self.hub.catalog();
+        let page = match ctx.caller.restricted() {
+            // Pages of a team's view are serialized once per view, like the catalog's.
+            Some(team) => team
+                .view(&catalog)
+                .listing(kind)
+                .page(params.cursor.as_deref())
+                .map(|body| ctx.reply(body)),
+            None => catalog
+                .listing(kind)
+                .page(params.cursor.as_deref())
+                .map(|body| ctx.reply(body)),
+        };
+        if page.is_err() {
+            ctx.fail(&RouteError::BadCursor);
         }
     }
 
@@ -422,8 +460,10 @@ impl Router {
             ));
         };
         let catalog = self.hub.catalog();
-        let Some((upstream, original)) = catalog.resolve_uri(exposed) else {
-            return ctx.fail(&RouteError::UnknownResource(exposed.to_owned()));
+        let sight = ctx.caller.restricted().map(|t| &**t);
+        let (upstream, original) = match resolve::resolve_uri(&catalog, exposed, sight) {
+            Ok(found) => found,
+            Err(e) => return ctx.fail(&e),
         };
         let first = if on {
             session.subscribe(exposed) && self.interest.subscribe(upstream, original)
@@ -753,6 +793,7 @@ impl Router {
             session: origin.session.clone(),
             outlet: Arc::new(BatchOutlet::new(Arc::clone(&origin.outlet), expected)),
             trace: origin.trace.clone(),
+            caller: origin.caller.clone(),
         };
         for d in decoded {
             match d {

@@ -11,6 +11,7 @@ use manifold_upstream::ServerReply;
 use tokio::sync::watch;
 
 use crate::outlet::Outlet;
+use crate::policy::Caller;
 
 /// How a session's host reaches Manifold (a label for logs and metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,8 +70,8 @@ pub struct Session {
     transport: Transport,
     /// Where messages for the session as a whole go (notifications, answers on stdio and SSE).
     stream: Arc<dyn Outlet>,
-    /// Who the host is; "anonymous" until authentication exists.
-    principal: Arc<str>,
+    /// Who the host is (set once, when the session is created); anonymous if never set.
+    caller: OnceLock<Arc<Caller>>,
     state: AtomicU8,
     version: OnceLock<&'static str>,
     client: OnceLock<Client>,
@@ -136,7 +137,7 @@ impl Session {
             id,
             transport,
             stream,
-            principal: Arc::from("anonymous"),
+            caller: OnceLock::new(),
             state: AtomicU8::new(NEW),
             version: OnceLock::new(),
             client: OnceLock::new(),
@@ -260,8 +261,19 @@ impl Session {
         &self.stream
     }
 
+    /// The team's name, or "anonymous".
     pub fn principal(&self) -> &Arc<str> {
-        &self.principal
+        &self.caller().label
+    }
+
+    /// Who the host is.
+    pub fn caller(&self) -> &Arc<Caller> {
+        self.caller.get_or_init(Caller::anonymous)
+    }
+
+    /// Sets who the host is; only before anything asked (later calls change nothing).
+    pub fn set_caller(&self, caller: Arc<Caller>) {
+        let _ = self.caller.set(caller);
     }
 
     /// Claims the one `initialize` of the session; false if it already happened.

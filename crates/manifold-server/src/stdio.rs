@@ -36,6 +36,7 @@ pub fn serve(
     let limit = router.settings().session_queue_bytes;
     let outlet = outlet_for(output, id, limit, router.sessions().ending())?;
     let session = Session::with_id(id, Transport::Stdio, outlet);
+    session.set_caller(router.stdio_caller());
     router
         .sessions()
         .add(Arc::clone(&session), None)

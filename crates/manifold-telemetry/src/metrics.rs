@@ -27,15 +27,17 @@ pub enum Outcome {
     Cancelled,
     /// The upstream was down, unreachable or lost while the request was in flight.
     Unavailable,
-    /// Refused by a rate limit or quota.
+    /// Refused by a rate limit.
     RateLimited,
+    /// Refused by a quota.
+    QuotaExceeded,
     /// Refused by policy (not allowed for the caller).
     Denied,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order (`Outcome::ALL[o as usize] == o`).
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Ok,
         Self::ToolError,
         Self::ProtocolError,
@@ -43,6 +45,7 @@ impl Outcome {
         Self::Cancelled,
         Self::Unavailable,
         Self::RateLimited,
+        Self::QuotaExceeded,
         Self::Denied,
     ];
 
@@ -55,6 +58,7 @@ impl Outcome {
             Self::Cancelled => "cancelled",
             Self::Unavailable => "unavailable",
             Self::RateLimited => "rate_limited",
+            Self::QuotaExceeded => "quota_exceeded",
             Self::Denied => "denied",
         }
     }
@@ -132,6 +136,8 @@ pub struct Metrics {
     client_ops: Family<OpLabels>,
     sessions: [Histogram; 3],
     host_bytes: [[AtomicU64; 2]; 3],
+    /// Calls whose limits the store could not check: [allowed, refused].
+    limit_store_errors: [AtomicU64; 2],
     /// By upstream key; locked only when a connection is made and when scraped.
     upstreams: Mutex<BTreeMap<Arc<str>, Arc<UpstreamCounters>>>,
     /// Seconds since the Unix epoch when the metrics were first used (at start).
@@ -144,6 +150,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     client_ops: Family::new(OPERATION_BUCKETS),
     sessions: std::array::from_fn(|_| Histogram::new(SESSION_BUCKETS)),
     host_bytes: Default::default(),
+    limit_store_errors: Default::default(),
     upstreams: Mutex::new(BTreeMap::new()),
     started: std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -223,6 +230,12 @@ impl Metrics {
         }
     }
 
+    /// A call's limits could not be checked (the shared store is unreachable); `allowed`:
+    /// it went on anyway (fail open).
+    pub fn limit_store_error(&self, allowed: bool) {
+        self.limit_store_errors[usize::from(!allowed)].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters of the upstream `key`, made on first use.
     pub fn upstream(&self, key: &str) -> Arc<UpstreamCounters> {
         let mut all = self
@@ -280,6 +293,15 @@ impl Metrics {
                 let labels = [(label::TRANSPORT, t.label()), (label::DIRECTION, name)];
                 e.sample(&names::HOST_BYTES, &labels, n);
             }
+        }
+        e.metric(&names::LIMIT_STORE_ERRORS);
+        for (i, decision) in ["allowed", "refused"].into_iter().enumerate() {
+            let n = self.limit_store_errors[i].load(Ordering::Relaxed);
+            e.sample(
+                &names::LIMIT_STORE_ERRORS,
+                &[(label::DECISION, decision)],
+                n,
+            );
         }
         let upstreams: Vec<(Arc<str>, Arc<UpstreamCounters>)> = self
             .upstreams

@@ -49,6 +49,12 @@ pub const HOST_BYTES: Metric = Metric {
     kind: Kind::Counter,
 };
 
+pub const LIMIT_STORE_ERRORS: Metric = Metric {
+    name: "manifold_limit_store_errors_total",
+    help: "Tool calls whose limits could not be checked because the shared limit store (Redis) was unreachable, by what the call got (allowed with fail_open, else refused).",
+    kind: Kind::Counter,
+};
+
 pub const UPSTREAM_BYTES: Metric = Metric {
     name: "manifold_upstream_bytes_total",
     help: "Bytes of messages from and to upstreams, by upstream and direction.",
@@ -108,6 +114,8 @@ pub mod label {
     pub const OUTCOME: &str = "outcome";
     /// `in` (received by Manifold) or `out` (sent by it).
     pub const DIRECTION: &str = "direction";
+    /// What a call got when its limits could not be checked: `allowed` or `refused`.
+    pub const DECISION: &str = "decision";
     /// `tools`, `prompts`, `resources` or `resource_templates`.
     pub const KIND: &str = "kind";
     /// The build's version.

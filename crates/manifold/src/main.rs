@@ -43,6 +43,9 @@ enum Command {
         /// Overrides `server.admin`.
         #[arg(long, value_parser = listen_addr)]
         admin: Option<std::net::SocketAddr>,
+        /// The team a stdio host runs as (its view and limits). Overrides `server.team`.
+        #[arg(long)]
+        team: Option<String>,
     },
     /// Validate a config, start its upstreams and print the merged catalog.
     Check {
@@ -65,7 +68,8 @@ fn main() -> ExitCode {
             config,
             listen,
             admin,
-        } => run::serve(&config, listen, admin),
+            team,
+        } => run::serve(&config, listen, admin, team),
         Command::Check { config, no_start } => {
             manifold_telemetry::logs::init(&Default::default());
             check::check(&config, no_start)

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use manifold_catalog::UpstreamDef;
 use manifold_config::Config;
+use manifold_server::layer::Layer;
+use manifold_server::policy::{LimitLayer, Teams};
 use manifold_server::{http, stdio, Router, Sessions};
 use manifold_upstream::{Hub, Isolation, Timing, UpstreamHandle};
 use tokio::signal::unix::{signal, SignalKind};
@@ -84,16 +86,24 @@ pub fn serve(
     path: &Path,
     listen: Option<std::net::SocketAddr>,
     admin: Option<std::net::SocketAddr>,
+    team: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let (mut config, defs) = load(path)?;
+    if let Some(team) = team {
+        if !config.teams.iter().any(|t| t.name == team) {
+            anyhow::bail!(
+                "--team: {team:?} names no team under [teams] in {}",
+                path.display()
+            );
+        }
+        config.server.team = Some(team);
+    }
     for (flag, addr) in [("--listen", listen), ("--admin", admin)] {
-        if let Some(problem) =
-            addr.and_then(|a| {
-                let authenticated = flag == "--listen"
-                    && manifold_config::auth_required(&config.auth, &config.teams);
-                manifold_config::remote_refusal(a, config.server.http.allow_remote, authenticated)
-            })
-        {
+        if let Some(problem) = addr.and_then(|a| {
+            let authenticated =
+                flag == "--listen" && manifold_config::auth_required(&config.auth, &config.teams);
+            manifold_config::remote_refusal(a, config.server.http.allow_remote, authenticated)
+        }) {
             anyhow::bail!("{flag}: {problem}");
         }
     }
@@ -123,12 +133,21 @@ pub fn serve(
         let (sessions, ending) = Sessions::new(limit);
         let (hub, handles) = start_upstreams(&config, &defs);
         let runtime = tokio::runtime::Handle::current();
-        let router = Router::new(
+        let layers: Vec<Arc<dyn Layer>> = LimitLayer::new(&config.limits, &config.teams)
+            .into_iter()
+            .map(|l| l as Arc<dyn Layer>)
+            .collect();
+        let router = Router::with_layers(
             hub,
             handles.clone(),
             sessions,
             config.server.clone(),
             runtime,
+            layers,
+        );
+        router.set_teams(
+            Arc::new(Teams::new(&config.teams)),
+            config.server.team.as_deref(),
         );
         router.run_reaper(ending);
         router.set_isolation(Isolation::new(

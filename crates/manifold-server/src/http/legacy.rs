@@ -111,6 +111,7 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> Ht
         outlet: Arc::clone(session.stream()),
         session: Some(session),
         trace: trace_context(req),
+        caller: None,
     };
     // Answers, including errors, go on the stream; the POST only says it was taken.
     match shared.router.handle_line(&origin, &body) {

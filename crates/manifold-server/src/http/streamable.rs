@@ -68,6 +68,7 @@ async fn handle_post(req: &HttpRequest, shared: &Shared, body: &Bytes) -> HttpRe
         session: Some(Arc::clone(&session)),
         outlet: Arc::new(outlet),
         trace: trace_context(req),
+        caller: None,
     };
     let handled = shared.router.handle_line(&origin, body);
     drop(origin);

@@ -182,17 +182,39 @@ impl Router {
 
 impl Listener for Router {
     fn lists_changed(&self, kinds: &[Kind]) {
-        let sessions = self.sessions.ready();
-        let mut sent: Vec<&str> = Vec::new();
+        // A team whose view hides something hears only of changes to its view; the others
+        // see the whole catalog. Each team's view is compared once.
+        let catalog = self.hub.catalog();
+        let mut by_team: HashMap<Arc<str>, Vec<Kind>> = HashMap::new();
+        let mut hearing: Vec<(Arc<Session>, Vec<Kind>)> = Vec::new();
+        for session in self.sessions.ready() {
+            let changed = match session.caller().restricted() {
+                None => kinds.to_vec(),
+                Some(team) => by_team
+                    .entry(Arc::clone(&team.name))
+                    .or_insert_with(|| team.changed(&catalog, kinds))
+                    .clone(),
+            };
+            hearing.push((session, changed));
+        }
         for kind in kinds {
             let method = kind.list_changed();
-            if sent.contains(&method) {
+            // Templates share the resources notification.
+            if kinds
+                .iter()
+                .take_while(|k| *k != kind)
+                .any(|k| k.list_changed() == method)
+            {
                 continue;
             }
-            sent.push(method);
             let mut line = Vec::new();
             write::notification(&mut line, method, None);
-            Self::send_to(&sessions, &line);
+            let recipients: Vec<Arc<Session>> = hearing
+                .iter()
+                .filter(|(_, changed)| changed.iter().any(|k| k.list_changed() == method))
+                .map(|(s, _)| Arc::clone(s))
+                .collect();
+            Self::send_to(&recipients, &line);
         }
     }
 
@@ -203,15 +225,26 @@ impl Listener for Router {
         method: &str,
         params: Option<&str>,
     ) {
-        // A session's own connection speaks to that session alone.
-        let recipients = || match session {
-            Some(id) => self
-                .sessions
-                .get(id)
-                .into_iter()
-                .filter(|s| s.is_ready())
-                .collect(),
-            None => self.sessions.ready(),
+        // A session's own connection speaks to that session alone; a team that may not use
+        // the upstream hears nothing from it.
+        let key = self.upstreams.get(upstream).map_or("", UpstreamHandle::key);
+        let recipients = || -> Vec<Arc<Session>> {
+            let all = match session {
+                Some(id) => self
+                    .sessions
+                    .get(id)
+                    .into_iter()
+                    .filter(|s| s.is_ready())
+                    .collect(),
+                None => self.sessions.ready(),
+            };
+            all.into_iter()
+                .filter(|s| {
+                    s.caller()
+                        .restricted()
+                        .is_none_or(|t| t.config.admits_upstream(key))
+                })
+                .collect()
         };
         match (method, params) {
             ("notifications/message", Some(p)) => self.log_message(upstream, p, recipients()),

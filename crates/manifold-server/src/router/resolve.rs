@@ -10,6 +10,7 @@ use manifold_protocol::{Envelope, Params, RawObject};
 use manifold_telemetry::trace::Carrier;
 
 use crate::error::RouteError;
+use crate::policy::Team;
 
 /// Where a request goes, and what it says there.
 #[derive(Debug)]
@@ -39,6 +40,7 @@ pub(super) fn named(
     catalog: &Catalog,
     env: &Envelope<'_>,
     kind: Kind,
+    sight: Option<&Team>,
 ) -> Result<Target, RouteError> {
     let method = match kind {
         Kind::Tools => "tools/call",
@@ -47,7 +49,7 @@ pub(super) fn named(
     let mut params = params_object(env)?;
     let item = {
         let name = string_member(&params, "name")?;
-        resolve_named(catalog, kind, &name)?
+        resolve_named(catalog, kind, &name, sight)?
     };
     params.set_str("name", &item.original);
     let task = kind == Kind::Tools && params.get("task").is_some();
@@ -70,11 +72,15 @@ pub(super) fn named(
 }
 
 /// `resources/read`: routed by `uri`.
-pub(super) fn read(catalog: &Catalog, env: &Envelope<'_>) -> Result<Target, RouteError> {
+pub(super) fn read(
+    catalog: &Catalog,
+    env: &Envelope<'_>,
+    sight: Option<&Team>,
+) -> Result<Target, RouteError> {
     let mut params = params_object(env)?;
     let (upstream, exposed, original) = {
         let uri = string_member(&params, "uri")?;
-        let (upstream, original) = resolve_uri(catalog, &uri)?;
+        let (upstream, original) = resolve_uri(catalog, &uri, sight)?;
         (upstream, Arc::from(&*uri), original.to_owned())
     };
     params.set_str("uri", &original);
@@ -94,6 +100,7 @@ pub(super) fn complete(
     catalog: &Catalog,
     env: &Envelope<'_>,
     params: &Params<'_>,
+    sight: Option<&Team>,
 ) -> Result<Target, RouteError> {
     let bad = |m: &str| RouteError::InvalidParams(m.to_owned());
     let reference = params.reference.ok_or_else(|| bad("missing \"ref\""))?;
@@ -102,7 +109,7 @@ pub(super) fn complete(
     let (upstream, raw) = match string_member(&reference, "type").as_deref() {
         Ok("ref/prompt") => {
             let name = string_member(&reference, "name").map_err(in_ref)?;
-            let item = resolve_named(catalog, Kind::Prompts, &name)?;
+            let item = resolve_named(catalog, Kind::Prompts, &name, sight)?;
             (
                 item.upstream,
                 rewrite::set_ref_member(all, "name", &item.original),
@@ -110,7 +117,7 @@ pub(super) fn complete(
         }
         Ok("ref/resource") => {
             let uri = string_member(&reference, "uri").map_err(in_ref)?;
-            let (upstream, original) = resolve_uri(catalog, &uri)?;
+            let (upstream, original) = resolve_uri(catalog, &uri, sight)?;
             (upstream, rewrite::set_ref_member(all, "uri", original))
         }
         _ => {
@@ -156,9 +163,33 @@ fn in_ref(e: RouteError) -> RouteError {
     }
 }
 
-/// The tool or prompt exposed as `name`, or the error a host should see.
-fn resolve_named<'c>(catalog: &'c Catalog, kind: Kind, name: &str) -> Result<&'c Item, RouteError> {
-    match catalog.resolve_name(kind, name) {
+/// The tool or prompt exposed as `name`, or the error a host should see. A name the team
+/// may not see gets exactly the error of a name that does not exist.
+fn resolve_named<'c>(
+    catalog: &'c Catalog,
+    kind: Kind,
+    name: &str,
+    sight: Option<&Team>,
+) -> Result<&'c Item, RouteError> {
+    let found = catalog.resolve_name(kind, name);
+    if let Some(team) = sight {
+        let visible = match &found {
+            Resolved::Found(item) => sees(team, catalog, kind, item.upstream, name),
+            // A collision's claimants are named in its error: only for names the team sees.
+            Resolved::Ambiguous(c) => c.owners.iter().all(|(key, _)| {
+                team.config.admits_upstream(key) && visibility(team, kind).admits(name)
+            }),
+            Resolved::Unknown => true,
+        };
+        if !visible {
+            let unknown = match kind {
+                Kind::Tools => RouteError::UnknownTool(name.to_owned()),
+                _ => RouteError::UnknownPrompt(name.to_owned()),
+            };
+            return Err(RouteError::Hidden(Box::new(unknown)));
+        }
+    }
+    match found {
         Resolved::Found(item) => Ok(item),
         Resolved::Ambiguous(c) if kind == Kind::Tools => Err(RouteError::ambiguous("tool", c)),
         Resolved::Ambiguous(c) => Err(RouteError::ambiguous("prompt", c)),
@@ -167,11 +198,36 @@ fn resolve_named<'c>(catalog: &'c Catalog, kind: Kind, name: &str) -> Result<&'c
     }
 }
 
-/// The upstream and original URI behind an exposed URI or template.
-fn resolve_uri<'u>(catalog: &Catalog, uri: &'u str) -> Result<(usize, &'u str), RouteError> {
+/// The upstream and original URI behind an exposed URI or template (one the team may see).
+pub(super) fn resolve_uri<'u>(
+    catalog: &Catalog,
+    uri: &'u str,
+    sight: Option<&Team>,
+) -> Result<(usize, &'u str), RouteError> {
+    let unknown = || RouteError::UnknownResource(uri.to_owned());
+    let (upstream, original) = catalog.resolve_uri(uri).ok_or_else(unknown)?;
+    match sight {
+        Some(team) if !sees(team, catalog, Kind::Resources, upstream, uri) => {
+            Err(RouteError::Hidden(Box::new(unknown())))
+        }
+        _ => Ok((upstream, original)),
+    }
+}
+
+/// Whether `team` may see the item of `kind` that upstream `upstream` exposes as `exposed`.
+fn sees(team: &Team, catalog: &Catalog, kind: Kind, upstream: usize, exposed: &str) -> bool {
     catalog
-        .resolve_uri(uri)
-        .ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))
+        .defs()
+        .get(upstream)
+        .is_some_and(|d| team.sees(kind, &d.key, exposed))
+}
+
+fn visibility(team: &Team, kind: Kind) -> &manifold_config::Visibility {
+    match kind {
+        Kind::Tools => &team.config.tools,
+        Kind::Prompts => &team.config.prompts,
+        Kind::Resources | Kind::ResourceTemplates => &team.config.resources,
+    }
 }
 
 /// Replaces a host's `_meta.progressToken` with the upstream request id, which is unique on

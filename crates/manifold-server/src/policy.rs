@@ -1,0 +1,225 @@
+//! Teams as the router sees them: who a request runs as ([`Caller`]), what its team may see
+//! (a [`View`] of the catalog, with list pages serialized once per view), and the limits its
+//! tool calls are counted against ([`LimitLayer`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use manifold_catalog::{Catalog, Item, Kind, Listing};
+use manifold_config::{LimitsConfig, TeamConfig, ANONYMOUS};
+use manifold_policy::{Limits, Refusal};
+
+use crate::context::Context;
+use crate::error::RouteError;
+use crate::layer::{Check, Layer};
+use crate::router::Target;
+
+/// A configured team.
+pub struct Team {
+    pub name: Arc<str>,
+    pub config: TeamConfig,
+    /// The team's view of the latest catalog it was asked about (only for teams whose view
+    /// hides something; the others see the catalog itself).
+    view: ArcSwapOption<View>,
+}
+
+impl Team {
+    pub fn new(config: TeamConfig) -> Arc<Self> {
+        Arc::new(Self {
+            name: config.name.as_str().into(),
+            config,
+            view: ArcSwapOption::empty(),
+        })
+    }
+
+    /// Whether the team may see the item of `kind` exposed as `exposed` by upstream `key`.
+    pub fn sees(&self, kind: Kind, key: &str, exposed: &str) -> bool {
+        let c = &self.config;
+        c.admits_upstream(key)
+            && match kind {
+                Kind::Tools => c.tools.admits(exposed),
+                Kind::Prompts => c.prompts.admits(exposed),
+                Kind::Resources | Kind::ResourceTemplates => c.resources.admits(exposed),
+            }
+    }
+
+    /// The team's view of `catalog`: built once per catalog generation.
+    pub fn view(&self, catalog: &Catalog) -> Arc<View> {
+        if let Some(view) = self.view.load_full() {
+            if view.generation == catalog.generation() {
+                return view;
+            }
+        }
+        let view = Arc::new(View::of(self, catalog));
+        self.view.store(Some(Arc::clone(&view)));
+        view
+    }
+
+    /// Builds the view of `catalog` and says which of `kinds` differ from the view the team
+    /// had before (all of them if it had none).
+    pub fn changed(&self, catalog: &Catalog, kinds: &[Kind]) -> Vec<Kind> {
+        let old = self.view.load_full();
+        let new = self.view(catalog);
+        kinds
+            .iter()
+            .copied()
+            .filter(|&k| {
+                old.as_ref()
+                    .is_none_or(|o| o.listing(k).fingerprint() != new.listing(k).fingerprint())
+            })
+            .collect()
+    }
+}
+
+/// What one team sees of one catalog generation.
+pub struct View {
+    generation: u64,
+    listings: [Listing; 4],
+}
+
+impl View {
+    fn of(team: &Team, catalog: &Catalog) -> Self {
+        let defs = catalog.defs();
+        let keep = |kind: Kind| {
+            move |item: &Item| {
+                defs.get(item.upstream)
+                    .is_some_and(|d| team.sees(kind, &d.key, &item.exposed))
+            }
+        };
+        let listing = |kind: Kind| catalog.listing(kind).filtered(keep(kind));
+        Self {
+            generation: catalog.generation(),
+            listings: Kind::ALL.map(listing),
+        }
+    }
+
+    pub fn listing(&self, kind: Kind) -> &Listing {
+        let index = Kind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        &self.listings[index]
+    }
+}
+
+/// Who a request runs as.
+pub struct Caller {
+    /// `None`: no team (anonymous), which sees everything and is counted only against the
+    /// global per-tool limits.
+    pub team: Option<Arc<Team>>,
+    /// Who exactly (an API key's label, a JWT's issuer and subject): a session answers only
+    /// to the caller that created it.
+    pub id: Arc<str>,
+    /// The team's name, or "anonymous": the `team` of metrics, spans and logs.
+    pub label: Arc<str>,
+}
+
+impl Caller {
+    /// The caller of every request no team was given for (one, shared).
+    pub fn anonymous() -> Arc<Self> {
+        static ANON: std::sync::OnceLock<Arc<Caller>> = std::sync::OnceLock::new();
+        Arc::clone(ANON.get_or_init(|| {
+            Arc::new(Self {
+                team: None,
+                id: ANONYMOUS.into(),
+                label: ANONYMOUS.into(),
+            })
+        }))
+    }
+
+    pub fn of_team(team: Arc<Team>, id: Arc<str>) -> Arc<Self> {
+        Arc::new(Self {
+            label: Arc::clone(&team.name),
+            team: Some(team),
+            id,
+        })
+    }
+
+    /// The team, if its view hides anything.
+    pub fn restricted(&self) -> Option<&Arc<Team>> {
+        self.team.as_ref().filter(|t| t.config.restricts())
+    }
+}
+
+/// The configured teams, by name.
+#[derive(Default)]
+pub struct Teams {
+    by_name: HashMap<Box<str>, Arc<Team>>,
+}
+
+impl Teams {
+    pub fn new(configs: &[TeamConfig]) -> Self {
+        Self {
+            by_name: configs
+                .iter()
+                .map(|c| (c.name.as_str().into(), Team::new(c.clone())))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Team>> {
+        self.by_name.get(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Team>> {
+        self.by_name.values()
+    }
+}
+
+/// Counts every tool call against the limits that apply to it (see
+/// [`manifold_policy::Limits::applicable`]); a refused call never reaches the upstream.
+pub struct LimitLayer {
+    limits: Limits,
+    store: Store,
+}
+
+enum Store {
+    /// Counted in this process.
+    Memory,
+}
+
+impl LimitLayer {
+    /// `None` when no limit is configured: nothing is added to the path.
+    pub fn new(config: &LimitsConfig, teams: &[TeamConfig]) -> Option<Arc<Self>> {
+        let limits = Limits::new(config, teams)?;
+        Some(Arc::new(Self {
+            limits,
+            store: Store::Memory,
+        }))
+    }
+
+    fn refuse(ctx: &Context, tool: &str, refusal: Refusal) -> RouteError {
+        tracing::info!(
+            team = &*ctx.principal,
+            tool,
+            limit = &*refusal.limit,
+            kind = refusal.kind.label(),
+            retry_after_ms = refusal.retry_after.as_millis() as u64,
+            "tool call refused by a limit"
+        );
+        RouteError::Limited {
+            tool: tool.to_owned(),
+            refusal,
+        }
+    }
+}
+
+impl Layer for LimitLayer {
+    fn check(&self, ctx: &Context, target: &Target) -> Check {
+        if target.method != "tools/call" {
+            return Check::Pass;
+        }
+        let (Some(tool), Some(route)) = (&target.exposed, ctx.route()) else {
+            return Check::Pass;
+        };
+        let team = ctx.caller.team.as_ref().map(|t| &*t.name);
+        let counters = self.limits.applicable(team, &route.upstream, tool);
+        if counters.is_empty() {
+            return Check::Pass;
+        }
+        match self.store {
+            Store::Memory => match manifold_policy::memory::check(&counters) {
+                None => Check::Pass,
+                Some(refusal) => Check::Refuse(Self::refuse(ctx, tool, refusal)),
+            },
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Teams over stdio (`--team`, `server.team`): a team's view of the catalog, hidden names
+//! answered exactly like unknown ones, list_changed only when the view changed, and limits
+//! counted per tool call before anything reaches the upstream.
+
+use serde_json::{json, Value};
+
+use crate::common::{error_code, fixture_upstream, text_of, two_fixtures, Manifold, TempDir};
+
+/// alpha and beta fixtures, and team `red`, which sees only alpha's tools (not `crash`, not
+/// the `hidden_*` ones), none of its prompts, and one of its resources; pages of two items.
+fn config(extra: &str) -> String {
+    format!(
+        r#"[server]
+page_size = 2
+
+[teams.red]
+upstreams = ["alpha", "beta"]
+tools = {{ include = ["alpha__*", "beta__add_tool", "beta__shown_*"], exclude = ["alpha__crash"] }}
+prompts = {{ include = ["nothing"] }}
+resources = {{ exclude = ["*beta*"] }}
+
+[teams.blue]
+
+{extra}
+{}"#,
+        two_fixtures()
+    )
+}
+
+fn start_as(team: &str, config: &str) -> Manifold {
+    let dir = TempDir::new("teams");
+    let path = dir.write("manifold.toml", config);
+    let mut m = Manifold::start_with(
+        &["serve", "--config", path.to_str().unwrap(), "--team", team],
+        dir,
+    );
+    m.initialize();
+    m
+}
+
+/// The error `response` carries, with `name` replaced by `with`, to compare the error of a
+/// hidden name with that of an unknown one.
+fn error_renamed(response: &Value, name: &str, with: &str) -> String {
+    response
+        .get("error")
+        .unwrap_or_else(|| panic!("not an error: {response}"))
+        .to_string()
+        .replace(name, with)
+}
+
+#[test]
+fn a_team_sees_only_its_view_and_hidden_names_are_unknown() {
+    let mut m = start_as("red", &config(""));
+    let tools = m.names("tools/list", "tools", "name");
+    assert!(tools.contains(&"alpha__echo".to_owned()), "{tools:?}");
+    assert!(tools.contains(&"beta__add_tool".to_owned()), "{tools:?}");
+    for name in &tools {
+        let beta_allowed = name == "beta__add_tool" || name.starts_with("beta__shown_");
+        assert!(
+            name.starts_with("alpha__") || beta_allowed,
+            "{name} is not in red's view"
+        );
+        assert_ne!(name, "alpha__crash");
+    }
+    assert!(m.names("prompts/list", "prompts", "name").is_empty());
+    let uris = m.names("resources/list", "resources", "uri");
+    assert!(!uris.is_empty());
+    assert!(uris.iter().all(|u| !u.contains("beta")), "{uris:?}");
+    for template in m.names(
+        "resources/templates/list",
+        "resourceTemplates",
+        "uriTemplate",
+    ) {
+        assert!(!template.contains("beta"), "{template}");
+    }
+
+    // Calling, getting or reading a hidden name answers exactly as an unknown one does.
+    let unknown = m.call("alpha__no_such_tool", json!({}));
+    for hidden in ["alpha__crash", "beta__echo"] {
+        let r = m.call(hidden, json!({"text": "x"}));
+        assert_eq!(
+            error_renamed(&r, hidden, "alpha__no_such_tool"),
+            unknown["error"].to_string(),
+            "{hidden}"
+        );
+    }
+    let prompt_unknown = m.request("prompts/get", json!({"name": "alpha__nope"}));
+    let prompt_hidden = m.request("prompts/get", json!({"name": "alpha__with_resource"}));
+    assert_eq!(
+        error_renamed(&prompt_hidden, "alpha__with_resource", "alpha__nope"),
+        prompt_unknown["error"].to_string()
+    );
+    // A resource of beta's, as anyone else sees it.
+    let mut blue = start_as("blue", &config(""));
+    let beta_uri = blue
+        .names("resources/list", "resources", "uri")
+        .into_iter()
+        .find(|u| u.contains("beta"))
+        .expect("blue sees beta's resources");
+    let read_hidden = m.request("resources/read", json!({"uri": beta_uri}));
+    let fake = beta_uri.replace("beta", "gamma");
+    let read_unknown = m.request("resources/read", json!({"uri": fake}));
+    assert_eq!(error_code(&read_hidden), error_code(&read_unknown));
+    assert_eq!(
+        error_renamed(&read_hidden, &beta_uri, &fake),
+        read_unknown["error"].to_string()
+    );
+    let sub = m.request("resources/subscribe", json!({"uri": beta_uri}));
+    assert_eq!(error_code(&sub), error_code(&read_unknown));
+    // What the team may see works as before.
+    assert_eq!(text_of(&m.call("alpha__echo", json!({"text": "hi"}))), "hi");
+    // The other team sees everything.
+    assert!(blue
+        .names("tools/list", "tools", "name")
+        .contains(&"beta__echo".to_owned()));
+}
+
+#[test]
+fn list_changed_reaches_a_team_only_when_its_view_changed() {
+    let mut m = start_as("red", &config(""));
+    m.names("tools/list", "tools", "name");
+    // beta gets a tool red may not see: red's view is the same, so red hears nothing.
+    let r = m.call("beta__add_tool", json!({"name": "hidden_one"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let heard = m.sees_within(std::time::Duration::from_millis(800), |msg| {
+        msg["method"] == "notifications/tools/list_changed"
+    });
+    assert!(!heard, "red heard of a change outside its view");
+    // Then one it may see.
+    m.call("beta__add_tool", json!({"name": "shown_one"}));
+    m.wait_for(|msg| msg["method"] == "notifications/tools/list_changed");
+    let tools = m.names("tools/list", "tools", "name");
+    assert!(tools.contains(&"beta__shown_one".to_owned()), "{tools:?}");
+    assert!(!tools.contains(&"beta__hidden_one".to_owned()), "{tools:?}");
+}
+
+fn calls(m: &mut Manifold, tool: &str, n: usize) -> Vec<Value> {
+    let ids: Vec<u64> = (0..n)
+        .map(|i| {
+            m.send_request(
+                "tools/call",
+                json!({"name": tool, "arguments": {"a": i, "b": 1}}),
+            )
+        })
+        .collect();
+    ids.into_iter().map(|id| m.response(&json!(id))).collect()
+}
+
+fn upstream_count(m: &mut Manifold, upstream: &str, what: &str) -> u64 {
+    let r = m.call(&format!("{upstream}__call_count"), json!({"what": what}));
+    text_of(&r).parse().unwrap()
+}
+
+#[test]
+fn quotas_and_rates_refuse_before_the_upstream() {
+    let limits = r#"
+[teams.blue.tool_limits.alpha__add]
+quota = "3/day"
+
+[teams.blue.upstream_limits.beta]
+rate = "2/hour"
+
+[limits.tools.alpha__echo]
+rate = "1/hour"
+burst = 2
+"#;
+    let mut m = start_as("blue", &config(limits));
+    // 10 calls sent at once against a quota of 3: exactly 3 pass.
+    let answers = calls(&mut m, "alpha__add", 10);
+    let passed = answers.iter().filter(|a| a.get("result").is_some()).count();
+    assert_eq!(passed, 3, "{answers:?}");
+    let refused = answers.iter().find(|a| a.get("error").is_some()).unwrap();
+    assert_eq!(error_code(refused), -32021, "{refused}");
+    let data = &refused["error"]["data"];
+    assert_eq!(data["kind"], "quota_exceeded");
+    assert_eq!(data["limit"], "team:blue:tool:alpha__add");
+    let retry = data["retryAfterMs"].as_u64().unwrap();
+    assert!(retry > 0 && retry <= 86_400_000, "{retry}");
+    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 3);
+
+    // A (team, upstream) rate over all of beta's tools: 2 pass, then -32020.
+    let answers = calls(&mut m, "beta__add", 4);
+    assert_eq!(
+        answers.iter().filter(|a| a.get("result").is_some()).count(),
+        2
+    );
+    let refused = answers.iter().find(|a| a.get("error").is_some()).unwrap();
+    assert_eq!(error_code(refused), -32020, "{refused}");
+    assert_eq!(refused["error"]["data"]["kind"], "rate_limited");
+    let retry = refused["error"]["data"]["retryAfterMs"].as_u64().unwrap();
+    assert!(
+        retry > 1_000_000 && retry <= 1_800_000,
+        "half an hour: {retry}"
+    );
+    // Other tools of other upstreams are not limited.
+    assert!(m.call("alpha__whoami", json!({})).get("result").is_some());
+
+    // A global per-tool rate with a burst of 2.
+    let answers: Vec<Value> = (0..3)
+        .map(|_| m.call("alpha__echo", json!({"text": "x"})))
+        .collect();
+    assert_eq!(
+        answers.iter().filter(|a| a.get("result").is_some()).count(),
+        2
+    );
+    assert_eq!(answers[2]["error"]["data"]["limit"], "tool:alpha__echo");
+    assert_eq!(upstream_count(&mut m, "alpha", "tool:echo"), 2);
+    m.assert_logged("tool call refused by a limit");
+}
+
+#[test]
+fn the_team_comes_from_the_config_or_the_flag() {
+    // server.team; no --team.
+    let config = format!(
+        "[server]\nteam = \"red\"\n\n[teams.red]\nupstreams = [\"alpha\"]\n\n{}",
+        two_fixtures()
+    );
+    let mut m = Manifold::ready(&config);
+    let tools = m.names("tools/list", "tools", "name");
+    assert!(tools.iter().all(|t| t.starts_with("alpha__")), "{tools:?}");
+    // An unknown team is refused at start, naming it.
+    let dir = TempDir::new("teams");
+    let path = dir.write(
+        "manifold.toml",
+        &format!("[teams.red]\n\n{}", fixture_upstream("alpha", &[])),
+    );
+    let mut bad = Manifold::start_with(
+        &[
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--team",
+            "green",
+        ],
+        dir,
+    );
+    assert_ne!(bad.wait_exit(), Some(0));
+    assert!(bad.stderr().contains("\"green\""), "{}", bad.stderr());
+}
