@@ -2,8 +2,10 @@
 //! the rate limits and quotas of tool calls, counted in this process or in Redis.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod limits;
 pub mod memory;
 
+pub use auth::{AuthError, Authenticator, Principal};
 pub use limits::{LimitDef, Limits, Refusal, RefusalKind};
 pub use memory::Counter;
