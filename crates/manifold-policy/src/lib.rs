@@ -4,5 +4,6 @@
 
 pub mod limits;
 pub mod memory;
+pub mod redis_backend;
 
 pub use limits::{LimitDef, Refusal, RefusalKind};
