@@ -27,6 +27,10 @@ if ! command -v prometheus >/dev/null 2>&1 && [ ! -x "$prom_dir/usr/bin/promethe
 fi
 export PATH="$prom_dir/usr/bin:$PATH"
 
+step "install redis-server (Debian packages, unpacked under tests/.cache: no service is started)"
+# The Redis limit backend's tests start their own server on a loopback port.
+bash tests/redis/install.sh
+
 step "unit and integration tests (fixture upstreams over stdio and HTTP, rmcp client)"
 cargo test --workspace --locked
 

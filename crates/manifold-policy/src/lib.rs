@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod limits;
 pub mod memory;
+pub mod redis_backend;
 
 pub use auth::{AuthError, Authenticator, Principal};
 pub use limits::{LimitDef, Limits, Refusal, RefusalKind};

@@ -1,0 +1,602 @@
+//! Limits counted in Redis, so that every replica using the same Redis and key prefix shares
+//! the counts.
+//!
+//! A call is checked against all the limits that apply to it in one round trip: one Lua script
+//! (`EVALSHA`, or `EVAL` when Redis does not have it cached) reads every counter, and consumes
+//! all of them only if every one admits the call. Time is Redis's own (`TIME` inside the
+//! script), so replicas whose clocks disagree still agree on windows and rates.
+//!
+//! Keys written (`{prefix}` is `limits.key_prefix`, `{id}` a [`LimitDef`]'s id):
+//! - `{prefix}:rate:{id}`: a rate's theoretical arrival time (GCRA), in microseconds of Redis's
+//!   clock; it expires once it is in the past, where it would count as "now" anyway.
+//! - `{prefix}:quota:{id}:{window_secs}:{window_index}`: the calls counted in one window of a
+//!   quota, `window_index` being Redis's time divided by the window; it expires a minute after
+//!   its window ends.
+//!
+//! Connections: `pool_size` [`ConnectionManager`]s used in turn, each opened on first use and
+//! reopened after a failure. A check never waits on Redis longer than the configured timeout.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use manifold_config::{redact_url, RedisConfig};
+use parking_lot::Mutex;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, ErrorKind, ServerErrorKind, Value};
+
+use crate::{LimitDef, Refusal, RefusalKind};
+
+/// Checks one call against several limits, atomically, on Redis's clock.
+///
+/// KEYS[i] is a rate's key (`{prefix}:rate:{id}`) or the base of a quota's key
+/// (`{prefix}:quota:{id}:{window_secs}`, to which `:{window_index}` is appended here: the window
+/// depends on Redis's time, which the caller does not know). Keys are distinct.
+/// ARGV has three entries per key:
+/// - `ARGV[3i-2]`: `r` for a rate (GCRA), `q` for a quota (fixed window);
+/// - a rate: `ARGV[3i-1]` the emission interval T and `ARGV[3i]` the tolerance, burst × T, both
+///   in microseconds (T may have a fraction);
+/// - a quota: `ARGV[3i-1]` the window in seconds and `ARGV[3i]` the calls allowed per window.
+///
+/// GCRA: with `tat` the stored theoretical arrival time (or now, if absent or past), the call is
+/// admitted iff `tat + T - now <= tolerance`, and then `tat + T` is stored, expiring when it is
+/// reached. Otherwise it would be admitted after `tat + T - tolerance - now`. A quota admits
+/// the call iff the window's counter is below its count; otherwise capacity returns when the
+/// window ends.
+///
+/// Returns nil when every limit admits the call, after consuming all of them; otherwise
+/// `{i, wait_us}` for the refusing key with the longest wait, and nothing is consumed.
+/// Numbers are written with `%.0f` / `%.17g` so that microsecond timestamps (16 digits) are
+/// kept exactly.
+const SCRIPT: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local worst, worst_wait = 0, 0
+local writes = {}
+for i = 1, #KEYS do
+  local kind = ARGV[3 * i - 2]
+  local a = tonumber(ARGV[3 * i - 1])
+  local b = tonumber(ARGV[3 * i])
+  if kind == 'r' then
+    local tat = tonumber(redis.call('GET', KEYS[i])) or now
+    if tat < now then tat = now end
+    local new_tat = tat + a
+    local wait = new_tat - now - b
+    if wait > 0 then
+      if wait > worst_wait then worst, worst_wait = i, wait end
+    else
+      writes[i] = {KEYS[i], new_tat}
+    end
+  elseif kind == 'q' then
+    local window = a * 1000000
+    local index = math.floor(now / window)
+    local key = KEYS[i] .. ':' .. string.format('%.0f', index)
+    local used = tonumber(redis.call('GET', key)) or 0
+    local wait = (index + 1) * window - now
+    if used + 1 > b then
+      if wait > worst_wait then worst, worst_wait = i, wait end
+    else
+      writes[i] = {key, wait}
+    end
+  else
+    return redis.error_reply('unknown limit kind ' .. tostring(kind))
+  end
+end
+if worst > 0 then
+  return {worst, math.ceil(worst_wait)}
+end
+for i = 1, #KEYS do
+  local w = writes[i]
+  if ARGV[3 * i - 2] == 'r' then
+    local ttl_ms = math.ceil((w[2] - now) / 1000) + 1
+    redis.call('SET', w[1], string.format('%.17g', w[2]), 'PX', string.format('%.0f', ttl_ms))
+  else
+    local ttl_ms = math.ceil(w[2] / 1000) + 60000
+    redis.call('INCR', w[1])
+    redis.call('PEXPIRE', w[1], string.format('%.0f', ttl_ms))
+  end
+end
+return nil
+"#;
+
+/// Why Redis could not answer a check.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisError {
+    /// No connection, no answer within the timeout, or Redis cannot serve right now (loading,
+    /// read-only replica, ...).
+    #[error("Redis is unreachable: {0}")]
+    Unreachable(String),
+    /// Redis answered, but not as expected (an error reply to the script, a reply of the wrong
+    /// shape).
+    #[error("unexpected answer from Redis: {0}")]
+    Protocol(String),
+}
+
+/// Rate limits and quotas counted in Redis. Cheap to clone (clones share the connections).
+#[derive(Clone)]
+pub struct RedisLimiter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    manager_config: ConnectionManagerConfig,
+    slots: Box<[Mutex<Slot>]>,
+    next: AtomicUsize,
+    timeout: Duration,
+    prefix: String,
+    /// SHA-1 of [`SCRIPT`], for `EVALSHA`.
+    sha: String,
+    /// The URL without its password, for logs.
+    url: String,
+}
+
+/// One pooled connection; created on first use, dropped (and so reopened on next use) when it
+/// stops answering.
+#[derive(Default)]
+struct Slot {
+    /// Counts replacements, so that callers that failed on the same connection replace it once.
+    generation: u64,
+    manager: Option<ConnectionManager>,
+}
+
+impl fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("url", &self.inner.url)
+            .field("pool_size", &self.inner.slots.len())
+            .field("timeout", &self.inner.timeout)
+            .field("key_prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+impl RedisLimiter {
+    /// Does not connect yet (connections are opened on first use and reopened after failures).
+    pub fn new(config: &RedisConfig) -> Result<Self, RedisError> {
+        let url = redact_url(&config.url);
+        let client = Client::open(config.url.as_str())
+            .map_err(|e| RedisError::Unreachable(format!("unusable Redis URL {url:?}: {e}")))?;
+        let timeout = config.timeout;
+        // The manager's own timeouts bound each connection attempt and each reply; `check`
+        // bounds the whole exchange on top. No retries inside the manager: a failed attempt
+        // fails the checks waiting on it at once, and the next check starts a new attempt.
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(0);
+        let slots = (0..config.pool_size.max(1))
+            .map(|_| Mutex::new(Slot::default()))
+            .collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                manager_config,
+                slots,
+                next: AtomicUsize::new(0),
+                timeout,
+                prefix: config.key_prefix.clone(),
+                sha: redis::Script::new(SCRIPT).get_hash().to_owned(),
+                url,
+            }),
+        })
+    }
+
+    /// Checks one call against every limit in `limits` in one atomic round trip (one `EVALSHA`
+    /// of a Lua script, falling back to `EVAL` on `NOSCRIPT`). All or nothing: if every rate
+    /// and quota admits the call, all are consumed and the result is `Ok(None)`; if any
+    /// refuses, nothing is consumed and the result names the refusing limit, its kind and when
+    /// to retry (for a rate: when the call would be admitted; for a quota: when the current
+    /// window ends; if several refuse, the longest wait).
+    ///
+    /// Bounded by the configured timeout: a timeout or connection error gives
+    /// [`RedisError::Unreachable`]. A call that timed out after it was sent may still be
+    /// counted, when Redis gets to it.
+    pub async fn check(&self, limits: &[Arc<LimitDef>]) -> Result<Option<Refusal>, RedisError> {
+        let plan = Plan::new(&self.inner.prefix, limits);
+        if plan.entries.is_empty() {
+            return Ok(None);
+        }
+        let inner = &self.inner;
+        let (slot, generation, manager) = inner.manager()?;
+        match tokio::time::timeout(inner.timeout, inner.eval(manager, &plan)).await {
+            Ok(Ok(value)) => plan.decode(value),
+            Ok(Err(e)) => {
+                if needs_new_connection(&e) {
+                    inner.replace(slot, generation, &e);
+                }
+                Err(classify(&inner.url, &e))
+            }
+            Err(_) => {
+                // A connection that does not answer may be half-open and never recover by
+                // itself: open a new one next time.
+                inner.replace(slot, generation, &"no answer within the timeout");
+                Err(RedisError::Unreachable(format!(
+                    "no answer from {} within {} ms",
+                    inner.url,
+                    inner.timeout.as_millis()
+                )))
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The next pooled connection, round robin, created if the slot has none.
+    fn manager(&self) -> Result<(usize, u64, ConnectionManager), RedisError> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut slot = self.slots[index].lock();
+        let manager = match &slot.manager {
+            Some(manager) => manager.clone(),
+            None => {
+                let manager = ConnectionManager::new_lazy_with_config(
+                    self.client.clone(),
+                    self.manager_config.clone(),
+                )
+                .map_err(|e| RedisError::Unreachable(e.to_string()))?;
+                slot.manager = Some(manager.clone());
+                manager
+            }
+        };
+        Ok((index, slot.generation, manager))
+    }
+
+    /// Drops the connection of `slot` unless someone already replaced it.
+    fn replace(&self, slot: usize, generation: u64, why: &dyn fmt::Display) {
+        let mut slot = self.slots[slot].lock();
+        if slot.generation == generation {
+            slot.generation += 1;
+            slot.manager = None;
+            tracing::debug!(url = %self.url, error = %why, "Redis connection dropped; a new one will be opened");
+        }
+    }
+
+    /// `EVALSHA`, then `EVAL` if Redis does not have the script. A call that failed because
+    /// the connection was refused or had been dropped is sent once more, on the connection the
+    /// manager opens in its place (a refused one was never sent; a dropped one almost always
+    /// died idle, before the call was written).
+    async fn eval(
+        &self,
+        mut manager: ConnectionManager,
+        plan: &Plan<'_>,
+    ) -> redis::RedisResult<Value> {
+        let mut resent = false;
+        loop {
+            let result = plan
+                .command("EVALSHA", &self.sha)
+                .query_async::<Value>(&mut manager)
+                .await;
+            let result = match result {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    plan.command("EVAL", SCRIPT)
+                        .query_async::<Value>(&mut manager)
+                        .await
+                }
+                other => other,
+            };
+            match result {
+                Err(e) if !resent && (e.is_connection_refusal() || e.is_connection_dropped()) => {
+                    resent = true;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Whether the connection behind an error should be replaced rather than left to the manager,
+/// which reconnects by itself only after I/O errors that close the connection.
+fn needs_new_connection(e: &redis::RedisError) -> bool {
+    match e.kind() {
+        ErrorKind::Io => e.is_timeout(),
+        ErrorKind::Server(_) => false,
+        // Authentication failures, unparsable replies, client-side errors: a fresh connection
+        // starts over (e.g. once a password is fixed on the server).
+        _ => true,
+    }
+}
+
+fn classify(url: &str, e: &redis::RedisError) -> RedisError {
+    match e.kind() {
+        ErrorKind::Io
+        | ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly,
+        ) => RedisError::Unreachable(format!("{url}: {e}")),
+        _ => RedisError::Protocol(format!("{url}: {e}")),
+    }
+}
+
+/// The script's KEYS and ARGV for one call, and what each key stands for.
+struct Plan<'a> {
+    entries: Vec<Entry<'a>>,
+}
+
+struct Entry<'a> {
+    limit: &'a Arc<str>,
+    key: String,
+    params: Params,
+}
+
+/// What the script needs besides the key.
+enum Params {
+    /// GCRA, in microseconds (with a fraction when the interval is not a whole number).
+    Rate { interval: f64, tolerance: f64 },
+    /// A fixed window, in whole seconds, and the calls allowed in it.
+    Quota { window: u64, count: u64 },
+}
+
+impl Entry<'_> {
+    fn kind(&self) -> RefusalKind {
+        match self.params {
+            Params::Rate { .. } => RefusalKind::RateLimited,
+            Params::Quota { .. } => RefusalKind::QuotaExceeded,
+        }
+    }
+}
+
+impl<'a> Plan<'a> {
+    /// Keys are made distinct: a limit id given twice counts once, and two quotas of one limit
+    /// over the same window share a counter, bounded by the smaller count.
+    fn new(prefix: &str, limits: &'a [Arc<LimitDef>]) -> Self {
+        let mut entries: Vec<Entry<'a>> = Vec::new();
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for def in limits {
+            if let Some(rate) = &def.rate {
+                let key = format!("{prefix}:rate:{}", def.id);
+                if !seen.contains_key(&key) {
+                    // period / count in µs, kept as a float: a rate of more than a million a
+                    // second has an interval below a microsecond.
+                    let t = rate.period.as_secs_f64() * 1e6 / f64::from(rate.count.max(1));
+                    seen.insert(key.clone(), entries.len());
+                    entries.push(Entry {
+                        limit: &def.id,
+                        key,
+                        params: Params::Rate {
+                            interval: t,
+                            tolerance: t * f64::from(rate.burst),
+                        },
+                    });
+                }
+            }
+            for quota in &def.quotas {
+                // Windows are whole seconds (the configuration has s, min, hour, day).
+                let window = quota.window.as_secs().max(1);
+                let key = format!("{prefix}:quota:{}:{window}", def.id);
+                match seen.get(&key) {
+                    Some(&i) => {
+                        if let Params::Quota { count, .. } = &mut entries[i].params {
+                            *count = (*count).min(quota.count);
+                        }
+                    }
+                    None => {
+                        seen.insert(key.clone(), entries.len());
+                        entries.push(Entry {
+                            limit: &def.id,
+                            key,
+                            params: Params::Quota {
+                                window,
+                                count: quota.count,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        Self { entries }
+    }
+
+    /// `EVALSHA sha n KEYS... ARGV...` or `EVAL script n KEYS... ARGV...`.
+    fn command(&self, verb: &str, script: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(script).arg(self.entries.len());
+        for entry in &self.entries {
+            cmd.arg(&entry.key);
+        }
+        for entry in &self.entries {
+            match entry.params {
+                Params::Rate {
+                    interval,
+                    tolerance,
+                } => cmd
+                    .arg("r")
+                    .arg(interval.to_string())
+                    .arg(tolerance.to_string()),
+                Params::Quota { window, count } => cmd.arg("q").arg(window).arg(count),
+            };
+        }
+        cmd
+    }
+
+    /// nil: admitted; `{i, wait_us}`: refused by entry i (1-based).
+    fn decode(&self, value: Value) -> Result<Option<Refusal>, RedisError> {
+        match value {
+            Value::Nil => Ok(None),
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(i), Value::Int(wait)] => {
+                    let entry = usize::try_from(*i)
+                        .ok()
+                        .and_then(|i| i.checked_sub(1))
+                        .and_then(|i| self.entries.get(i))
+                        .ok_or_else(|| {
+                            RedisError::Protocol(format!(
+                                "the script named limit {i} of {}",
+                                self.entries.len()
+                            ))
+                        })?;
+                    Ok(Some(Refusal {
+                        kind: entry.kind(),
+                        limit: entry.limit.clone(),
+                        retry_after: Duration::from_micros(u64::try_from(*wait).unwrap_or(0)),
+                    }))
+                }
+                _ => Err(RedisError::Protocol(format!(
+                    "the script returned {items:?}"
+                ))),
+            },
+            other => Err(RedisError::Protocol(format!(
+                "the script returned {other:?}"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use manifold_config::{QuotaConfig, RateConfig};
+
+    fn def(id: &str, rate: Option<RateConfig>, quotas: &[QuotaConfig]) -> Arc<LimitDef> {
+        Arc::new(LimitDef {
+            id: id.into(),
+            rate,
+            quotas: quotas.to_vec(),
+        })
+    }
+
+    fn args(plan: &Plan<'_>) -> Vec<String> {
+        let cmd = plan.command("EVALSHA", "sha");
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keys_and_arguments() {
+        let limits = [
+            def(
+                "team:a",
+                Some(RateConfig {
+                    count: 50,
+                    period: Duration::from_secs(3600),
+                    burst: 10,
+                }),
+                &[QuotaConfig {
+                    count: 5000,
+                    window: Duration::from_secs(86_400),
+                }],
+            ),
+            def(
+                "team:a:tool:x",
+                None,
+                &[
+                    QuotaConfig {
+                        count: 100,
+                        window: Duration::from_secs(60),
+                    },
+                    // The same window again: one counter, the smaller count.
+                    QuotaConfig {
+                        count: 40,
+                        window: Duration::from_secs(60),
+                    },
+                ],
+            ),
+        ];
+        let plan = Plan::new("m", &limits);
+        assert_eq!(
+            args(&plan),
+            [
+                "EVALSHA",
+                "sha",
+                "3",
+                "m:rate:team:a",
+                "m:quota:team:a:86400",
+                "m:quota:team:a:tool:x:60",
+                "r",
+                "72000000",
+                "720000000",
+                "q",
+                "86400",
+                "5000",
+                "q",
+                "60",
+                "40",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_limit_given_twice_counts_once() {
+        let rate = RateConfig {
+            count: 3,
+            period: Duration::from_secs(1),
+            burst: 1,
+        };
+        let a = def("a", Some(rate), &[]);
+        let limits = [a.clone(), a];
+        let plan = Plan::new("m", &limits);
+        assert_eq!(plan.entries.len(), 1);
+        // A fractional interval is passed as such.
+        assert_eq!(
+            args(&plan)[4..],
+            ["r", "333333.3333333333", "333333.3333333333"]
+        );
+    }
+
+    #[test]
+    fn replies_are_decoded() {
+        let limits = [def(
+            "a",
+            None,
+            &[QuotaConfig {
+                count: 1,
+                window: Duration::from_secs(60),
+            }],
+        )];
+        let plan = Plan::new("m", &limits);
+        assert_eq!(plan.decode(Value::Nil).ok(), Some(None));
+        let refusal = plan
+            .decode(Value::Array(vec![Value::Int(1), Value::Int(1_500_000)]))
+            .ok()
+            .flatten();
+        assert_eq!(
+            refusal,
+            Some(Refusal {
+                kind: RefusalKind::QuotaExceeded,
+                limit: "a".into(),
+                retry_after: Duration::from_millis(1500),
+            })
+        );
+        for bad in [
+            Value::Array(vec![Value::Int(2), Value::Int(1)]),
+            Value::Array(vec![Value::Int(0), Value::Int(1)]),
+            Value::Int(1),
+        ] {
+            assert!(matches!(plan.decode(bad), Err(RedisError::Protocol(_))));
+        }
+    }
+
+    #[test]
+    fn new_does_not_connect_and_rejects_bad_urls() {
+        let config = |url: &str| RedisConfig {
+            url: url.to_owned(),
+            pool_size: 2,
+            timeout: Duration::from_millis(100),
+            key_prefix: "m".to_owned(),
+        };
+        // Nothing listens on port 1; no runtime is needed either.
+        assert!(RedisLimiter::new(&config("redis://127.0.0.1:1/")).is_ok());
+        let err = RedisLimiter::new(&config("redis://:secret@[nope/"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("unusable Redis URL"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+        // TLS is not built in: refused here, not at the first check.
+        let tls = RedisLimiter::new(&config("rediss://:secret@127.0.0.1:1/"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(tls.contains("TLS"), "{tls}");
+        assert!(!tls.contains("secret"), "{tls}");
+    }
+}
