@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth;
 mod harness;
 mod health;
 mod legacy;

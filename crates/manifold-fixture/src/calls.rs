@@ -311,11 +311,13 @@ fn add_tool(state: &State, args: &Value) -> Value {
 }
 
 /// What arrived of the caller's trace context: `params._meta` (where MCP carries it) and the
-/// `traceparent` header of the HTTP request (where HTTP carries it).
+/// `traceparent` header of the HTTP request (where HTTP carries it); and the request's
+/// `Authorization` header, so that tests can see which credentials a gateway sent.
 fn trace_context(call: &Call, params: &Value) -> Value {
     let seen = json!({
         "meta": params.get("_meta").cloned().unwrap_or(Value::Null),
         "header": call.traceparent(),
+        "authorization": call.authorization(),
     });
     text_result(seen.to_string())
 }

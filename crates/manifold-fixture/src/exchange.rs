@@ -34,13 +34,19 @@ pub trait Sink: Send + Sync {
     fn traceparent(&self) -> Option<&str> {
         None
     }
+    /// The `Authorization` header of the HTTP request that carried the request, if any (the
+    /// `trace_context` tool reports it too).
+    fn authorization(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A sink that also knows the `traceparent` header of the POST that carried its request;
 /// everything else is the inner sink's. Only requests that came with the header get one.
 struct Traced {
     inner: Arc<dyn Sink>,
-    traceparent: String,
+    traceparent: Option<String>,
+    authorization: Option<String>,
 }
 
 impl Sink for Traced {
@@ -61,19 +67,28 @@ impl Sink for Traced {
     }
 
     fn traceparent(&self) -> Option<&str> {
-        Some(&self.traceparent)
+        self.traceparent.as_deref()
+    }
+
+    fn authorization(&self) -> Option<&str> {
+        self.authorization.as_deref()
     }
 }
 
-/// `sink`, knowing the `traceparent` header value if there is one.
-pub fn traced(sink: Arc<dyn Sink>, traceparent: Option<&str>) -> Arc<dyn Sink> {
-    match traceparent {
-        Some(value) => Arc::new(Traced {
-            inner: sink,
-            traceparent: value.to_owned(),
-        }),
-        None => sink,
+/// `sink`, knowing the `traceparent` and `Authorization` header values if there are any.
+pub fn traced(
+    sink: Arc<dyn Sink>,
+    traceparent: Option<&str>,
+    authorization: Option<&str>,
+) -> Arc<dyn Sink> {
+    if traceparent.is_none() && authorization.is_none() {
+        return sink;
     }
+    Arc::new(Traced {
+        inner: sink,
+        traceparent: traceparent.map(str::to_owned),
+        authorization: authorization.map(str::to_owned),
+    })
 }
 
 /// Messages that belong to no request, and leaving.
@@ -106,6 +121,10 @@ impl Call {
     /// The `traceparent` HTTP header that came with this request (never over stdio).
     pub fn traceparent(&self) -> Option<&str> {
         self.sink.traceparent()
+    }
+
+    pub fn authorization(&self) -> Option<&str> {
+        self.sink.authorization()
     }
 
     /// This request's key in the fixture's process-wide tables.

@@ -85,6 +85,9 @@ pub struct Router {
     isolation: OnceLock<Isolation>,
     /// Those connections, by (upstream, session). Locked to look one up, add or remove it.
     isolated: Mutex<HashMap<(usize, u64), UpstreamHandle>>,
+    /// Connections of HTTP upstreams that send a team's own headers, by (upstream, team);
+    /// started on the team's first use.
+    team_conns: Mutex<HashMap<(usize, Arc<str>), UpstreamHandle>>,
     /// The configured teams (none until set).
     teams: OnceLock<Arc<Teams>>,
     /// Who a stdio host runs as (`server.team`, `--team`); anonymous until set.
@@ -124,6 +127,7 @@ impl Router {
             tasks: Arc::default(),
             isolation: OnceLock::new(),
             isolated: Mutex::new(HashMap::new()),
+            team_conns: Mutex::new(HashMap::new()),
             teams: OnceLock::new(),
             stdio_caller: OnceLock::new(),
             this: this.clone(),
@@ -585,6 +589,12 @@ impl Router {
         let Some(isolation) = self.isolation.get() else {
             return Ok(None);
         };
+        if let Some(team) = &ctx.caller.team {
+            let key = self.upstreams[upstream].key();
+            if let Some(headers) = team.config.headers.get(key) {
+                return Ok(self.team_handle(isolation, upstream, &team.name, headers));
+            }
+        }
         let (Some(limit), Some(session)) = (isolation.limit(upstream), &ctx.session) else {
             return Ok(None);
         };
@@ -615,6 +625,33 @@ impl Router {
         );
         isolated.insert((upstream, session.id()), handle.clone());
         Ok(Some(handle))
+    }
+
+    /// The connection to `upstream` that carries `team`'s own headers (started now, if this
+    /// is the team's first call there). The host's own credentials are never passed on: the
+    /// upstream sees the configured headers only.
+    fn team_handle(
+        &self,
+        isolation: &Isolation,
+        upstream: usize,
+        team: &Arc<str>,
+        headers: &std::collections::BTreeMap<String, String>,
+    ) -> Option<UpstreamHandle> {
+        let mut conns = self
+            .team_conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(handle) = conns.get(&(upstream, Arc::clone(team))) {
+            return Some(handle.clone());
+        }
+        let handle = isolation.start_for_team(upstream, headers)?;
+        tracing::info!(
+            upstream = self.upstreams[upstream].key(),
+            team = &**team,
+            "started a connection with the team's own headers"
+        );
+        conns.insert((upstream, Arc::clone(team)), handle.clone());
+        Some(handle)
     }
 
     /// Requests in flight to upstream `index`, on its shared connection and on every

@@ -30,12 +30,15 @@ pub(crate) enum Role {
         capabilities: Arc<str>,
         peer: Arc<dyn Peer>,
     },
+    /// One team's sessions (an HTTP upstream with headers of the team's own): otherwise like
+    /// the shared connection, but the merged catalog does not change with it.
+    Team,
 }
 
 impl Role {
     fn session(&self) -> Option<u64> {
         match self {
-            Role::Shared => None,
+            Role::Shared | Role::Team => None,
             Role::Isolated { session, .. } => Some(*session),
         }
     }
@@ -179,6 +182,7 @@ impl UpstreamActor {
             index: self.index,
             generation,
             session: self.role.session(),
+            catalog: matches!(self.role, Role::Shared),
         });
         let addr = ctx.address();
         let exited = move |reason: String| addr.do_send(Exited { generation, reason });
@@ -215,7 +219,7 @@ impl UpstreamActor {
         self.link = Some(link);
         self.current = Some(Arc::clone(&conn));
         let capabilities = match &self.role {
-            Role::Shared => None,
+            Role::Shared | Role::Team => None,
             Role::Isolated {
                 capabilities, peer, ..
             } => {
@@ -256,7 +260,9 @@ impl UpstreamActor {
                         self.hub.settle(self.index);
                         self.hub.ready(self.index);
                     }
-                    Role::Isolated { .. } => self.published.store(self.current.clone()),
+                    Role::Isolated { .. } | Role::Team => {
+                        self.published.store(self.current.clone());
+                    }
                 }
                 if let Some(Link::Http(client)) = &self.link {
                     client.ready();
@@ -423,6 +429,8 @@ struct ConnectionEvents {
     generation: u64,
     /// The one session an isolated connection serves.
     session: Option<u64>,
+    /// Whether the merged catalog follows this connection's list changes (the shared one).
+    catalog: bool,
 }
 
 impl Events for ConnectionEvents {
@@ -444,8 +452,8 @@ impl Events for ConnectionEvents {
                 return;
             }
         };
-        if self.session.is_some() {
-            // The merged catalog comes from the shared connection, not a session's own.
+        if !self.catalog {
+            // The merged catalog comes from the shared connection, not a session's or team's.
             tracing::debug!(
                 upstream = self.index,
                 method,

@@ -182,6 +182,38 @@ impl Isolation {
         }
     }
 
+    /// A connection to HTTP upstream `index` for one team's sessions, sending `headers` (the
+    /// team's own) in place of the upstream's headers of the same names.
+    pub fn start_for_team(
+        &self,
+        index: usize,
+        headers: &std::collections::BTreeMap<String, String>,
+    ) -> Option<UpstreamHandle> {
+        let mut cfg = self.configs.get(index)?.clone();
+        if let manifold_config::Transport::Http(http) = &mut cfg.transport {
+            for (name, value) in headers {
+                http.headers
+                    .retain(|existing, _| !existing.eq_ignore_ascii_case(name));
+                http.headers.insert(name.clone(), value.clone());
+            }
+        }
+        let published = Published::new();
+        let key: Arc<str> = cfg.key.as_str().into();
+        let timing = timing(&cfg, self.defaults);
+        let transport = transport_label(&cfg);
+        let (hub, grace, slot) = (Arc::clone(&self.hub), self.grace, Arc::clone(&published));
+        let addr = UpstreamActor::start_in_arbiter(&self.arbiter, move |_| {
+            UpstreamActor::new(index, cfg, timing, grace, hub, slot, Role::Team)
+        });
+        Some(UpstreamHandle {
+            index,
+            key,
+            transport,
+            addr,
+            published,
+        })
+    }
+
     /// A connection to upstream `index` for session `session` alone: started with the host's
     /// `capabilities` (JSON text), its requests to a client go to `peer`.
     pub fn start(

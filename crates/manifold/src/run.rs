@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use manifold_catalog::UpstreamDef;
 use manifold_config::Config;
+use manifold_policy::Authenticator;
 use manifold_server::layer::Layer;
 use manifold_server::policy::{LimitLayer, Teams};
 use manifold_server::{http, stdio, Router, Sessions};
@@ -122,6 +123,11 @@ pub fn serve(
     }
     // Before any thread or child exists, so that all of them inherit it.
     pin_to(&config.server.cpus)?;
+    let layers: Vec<Arc<dyn Layer>> = LimitLayer::new(&config.limits, &config.teams)
+        .map_err(anyhow::Error::msg)?
+        .into_iter()
+        .map(|l| l as Arc<dyn Layer>)
+        .collect();
     let system = actix::System::new();
     system.block_on(async move {
         let http = config.server.http.listen;
@@ -133,10 +139,6 @@ pub fn serve(
         let (sessions, ending) = Sessions::new(limit);
         let (hub, handles) = start_upstreams(&config, &defs);
         let runtime = tokio::runtime::Handle::current();
-        let layers: Vec<Arc<dyn Layer>> = LimitLayer::new(&config.limits, &config.teams)
-            .into_iter()
-            .map(|l| l as Arc<dyn Layer>)
-            .collect();
         let router = Router::with_layers(
             hub,
             handles.clone(),
@@ -215,7 +217,11 @@ async fn serve_http(
     addr: std::net::SocketAddr,
 ) -> anyhow::Result<()> {
     let required = config.upstreams.iter().map(|u| u.required).collect();
-    let (server, bound) = http::serve(Arc::clone(router), addr, required)
+    let auth = http::HttpAuth {
+        authenticator: Arc::new(Authenticator::new(&config.auth, &config.teams)),
+        resource: config.auth.resource.clone(),
+    };
+    let (server, bound) = http::serve(Arc::clone(router), addr, required, Some(auth))
         .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(
         "listening on {bound}: Streamable HTTP at http://{bound}/mcp, HTTP+SSE at http://{bound}/sse"

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::session::{Kind, Sessions};
 use super::sink::SessionSink;
-use super::{check, refuse, sse, traceparent, Shared};
+use super::{authorization, check, refuse, sse, traceparent, Shared};
 use crate::exchange::traced;
 use crate::methods;
 use crate::rpc::{self, Incoming};
@@ -74,7 +74,11 @@ pub(super) async fn post(
     }
     match Incoming::parse(&body) {
         Ok(msg) => {
-            let sink = traced(Arc::new(SessionSink(session)), traceparent(&req));
+            let sink = traced(
+                Arc::new(SessionSink(session)),
+                traceparent(&req),
+                authorization(&req),
+            );
             methods::dispatch(&shared.state, msg, sink);
             HttpResponse::Accepted().body("Accepted")
         }

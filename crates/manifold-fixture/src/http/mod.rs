@@ -160,6 +160,13 @@ fn traceparent(req: &HttpRequest) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
 }
 
+/// The request's `Authorization` header (the `trace_context` tool reports it).
+fn authorization(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+}
+
 /// An HTTP error whose body is a JSON-RPC error without id.
 fn refuse(status: StatusCode, message: &str) -> HttpResponse {
     rpc_error(status, RpcError::new(-32600, message))

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::session::{parse_event_id, Kind, Session};
 use super::sink::{First, PostSink, SessionSink};
-use super::{check, refuse, rpc_error, sse, traceparent, Shared};
+use super::{authorization, check, refuse, rpc_error, sse, traceparent, Shared};
 use crate::exchange::traced;
 use crate::methods::{self, LATEST_VERSION};
 use crate::rpc::Incoming;
@@ -48,7 +48,7 @@ pub(super) async fn post(
         return HttpResponse::Accepted().finish();
     }
     let (sink, first) = PostSink::new(Arc::clone(&session));
-    let sink = traced(Arc::new(sink), traceparent(&req));
+    let sink = traced(Arc::new(sink), traceparent(&req), authorization(&req));
     methods::dispatch(&shared.state, msg, sink);
     let mut response = match first.await {
         Ok(First::Answer(answer)) => HttpResponse::Ok()

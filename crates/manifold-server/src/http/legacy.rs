@@ -13,7 +13,8 @@ use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::streams::{EventBody, LegacyOutlet};
 use super::{
-    check_origin, cors, new_token, read_body, rpc_error, sse_response, trace_context, Shared,
+    caller_of, check_origin, cors, new_token, read_body, rpc_error, sse_response, trace_context,
+    Shared,
 };
 use crate::context::Origin;
 use crate::router::Handled;
@@ -23,6 +24,10 @@ pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpRes
     if let Err(refusal) = check_origin(&req, &shared.settings) {
         return refusal;
     }
+    let caller = match caller_of(&req, &shared).await {
+        Ok(caller) => caller,
+        Err(refusal) => return cors(&req, refusal),
+    };
     let token = match new_token() {
         Ok(t) => t,
         Err(refusal) => return refusal,
@@ -36,6 +41,7 @@ pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpRes
     );
     let outlet = Arc::new(outlet);
     let session = Session::with_id(id, Transport::Sse, Arc::clone(&outlet) as _);
+    session.set_caller(caller);
     if let Err(full) = sessions.add(Arc::clone(&session), Some(&token)) {
         let mut r = rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -78,6 +84,10 @@ pub(super) async fn post(
 }
 
 async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> HttpResponse {
+    let caller = match caller_of(req, shared).await {
+        Ok(caller) => caller,
+        Err(refusal) => return refusal,
+    };
     let token =
         web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
             .ok()
@@ -93,7 +103,7 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> Ht
         .router
         .sessions()
         .by_token(&token)
-        .filter(|s| s.transport() == Transport::Sse);
+        .filter(|s| s.transport() == Transport::Sse && s.caller().id == caller.id);
     let Some(session) = session else {
         return rpc_error(
             StatusCode::NOT_FOUND,

@@ -28,6 +28,9 @@ use futures::StreamExt;
 use manifold_config::HttpSettings;
 use manifold_protocol::{codes, version, write, ErrorObject};
 
+use manifold_policy::{AuthError, Authenticator};
+
+use crate::policy::Caller;
 use crate::router::Router;
 use crate::session::Transport;
 
@@ -40,6 +43,20 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 struct Shared {
     router: Arc<Router>,
     settings: HttpSettings,
+    /// How hosts authenticate; `None`: they do not (everyone is anonymous).
+    auth: Option<Arc<Authenticator>>,
+    /// `auth.resource`: this server's resource URI, if configured.
+    resource: Option<String>,
+}
+
+/// Where the protected resource metadata (RFC 9728) is served.
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
+/// Authentication of HTTP hosts, as `serve` needs it.
+pub struct HttpAuth {
+    pub authenticator: Arc<Authenticator>,
+    /// This server's resource URI (`auth.resource`); without it, made from the request's host.
+    pub resource: Option<String>,
 }
 
 /// Binds `addr` and returns the server, ready to be awaited (it runs on the current actix
@@ -48,14 +65,21 @@ pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
     required: Vec<bool>,
+    auth: Option<HttpAuth>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
     let workers = settings.workers;
     // With an admin address, metrics are served there only.
     let metrics_here = router.settings().admin.is_none();
+    let (auth, resource) = match auth {
+        Some(a) if a.authenticator.required() => (Some(a.authenticator), a.resource),
+        _ => (None, None),
+    };
     let shared = web::Data::new(Shared {
         router: Arc::clone(&router),
         settings,
+        auth,
+        resource,
     });
     let admin = admin::data(Arc::clone(&router), required);
     let server = HttpServer::new(move || {
@@ -81,6 +105,11 @@ pub fn serve(
                     .route(web::post().to(legacy::post))
                     .route(web::method(actix_web::http::Method::OPTIONS).to(preflight))
                     .default_service(web::to(method_not_allowed)),
+            )
+            .route(METADATA_PATH, web::get().to(resource_metadata))
+            .route(
+                &format!("{METADATA_PATH}/mcp"),
+                web::get().to(resource_metadata),
             )
             .configure(|cfg| admin::routes(cfg, metrics_here))
     })
@@ -109,6 +138,66 @@ fn trace_context(req: &HttpRequest) -> Option<Arc<manifold_telemetry::trace::Car
         }
     }
     (!carrier.is_empty()).then(|| Arc::new(carrier))
+}
+
+/// Who sent an HTTP request: anonymous when authentication is not configured; otherwise the
+/// team its API key or JWT selects, or the 401 to answer (with `WWW-Authenticate` naming the
+/// protected resource metadata, so that a host can find the authorization server).
+async fn caller_of(req: &HttpRequest, shared: &Shared) -> Result<Arc<Caller>, HttpResponse> {
+    let Some(auth) = &shared.auth else {
+        return Ok(Caller::anonymous());
+    };
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let (authorization, api_key) = (header("authorization"), header("x-api-key"));
+    let verdict = match auth.authenticate_now(authorization, api_key) {
+        Some(verdict) => verdict,
+        None => auth.authenticate(authorization, api_key).await,
+    };
+    let principal = verdict.and_then(|p| {
+        let team = shared.router.teams().and_then(|t| t.get(&p.team)).cloned();
+        team.map(|t| (t, p.id))
+            .ok_or_else(|| AuthError::Invalid(format!("team {:?} is not configured", p.team)))
+    });
+    match principal {
+        Ok((team, id)) => Ok(Caller::of_team(team, id)),
+        Err(e) => {
+            tracing::info!(path = req.path(), "authentication failed: {e}");
+            let metadata = format!("{}{METADATA_PATH}", base_url(req));
+            let mut r = rpc_error(
+                StatusCode::UNAUTHORIZED,
+                codes::INVALID_REQUEST,
+                &format!("authentication required: {e}"),
+            );
+            if let Ok(value) = HeaderValue::from_str(&auth.challenge(&metadata, &e)) {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+            }
+            Err(r)
+        }
+    }
+}
+
+/// `scheme://host` of a request, as the host addressed it.
+fn base_url(req: &HttpRequest) -> String {
+    let info = req.connection_info();
+    format!("{}://{}", info.scheme(), info.host())
+}
+
+/// The OAuth 2.0 protected resource metadata (RFC 9728).
+async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    let Some(auth) = &shared.auth else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            codes::INVALID_REQUEST,
+            "no authentication is configured",
+        );
+    };
+    let resource = shared
+        .resource
+        .clone()
+        .unwrap_or_else(|| format!("{}/mcp", base_url(&req)));
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(auth.metadata(&resource))
 }
 
 /// Ends HTTP sessions that went idle: no request for `session_idle_timeout`, no request in
@@ -171,7 +260,7 @@ async fn preflight(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse 
     h.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static(
-            "content-type, accept, authorization, mcp-session-id, mcp-protocol-version, last-event-id",
+            "content-type, accept, authorization, x-api-key, mcp-session-id, mcp-protocol-version, last-event-id",
         ),
     );
     h.insert(
@@ -189,7 +278,7 @@ fn cors(req: &HttpRequest, mut r: HttpResponse) -> HttpResponse {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
         h.insert(
             header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("mcp-session-id, mcp-protocol-version"),
+            HeaderValue::from_static("mcp-session-id, mcp-protocol-version, www-authenticate"),
         );
         h.insert(header::VARY, HeaderValue::from_static("origin"));
     }

@@ -15,10 +15,11 @@ use super::streams::{First, PostOutlet, Replay, Streams};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::{
-    check_origin, check_version, cors, new_token, read_body, rpc_error, sse_response,
+    caller_of, check_origin, check_version, cors, new_token, read_body, rpc_error, sse_response,
     trace_context, Shared, SESSION_HEADER,
 };
 use crate::context::Origin;
+use crate::policy::Caller;
 use crate::router::Handled;
 use crate::session::{Session, Transport};
 
@@ -30,18 +31,27 @@ pub(super) async fn post(
     if let Err(refusal) = check_origin(&req, &shared.settings) {
         return refusal;
     }
+    let caller = match caller_of(&req, &shared).await {
+        Ok(caller) => caller,
+        Err(refusal) => return cors(&req, refusal),
+    };
     let response = match check_version(req.headers()) {
         Err(refusal) => refusal,
         Ok(_) => match read_body(payload, shared.router.settings().max_message_bytes).await {
             Err(refusal) => refusal,
-            Ok(body) => handle_post(&req, &shared, &body).await,
+            Ok(body) => handle_post(&req, &shared, &body, caller).await,
         },
     };
     cors(&req, response)
 }
 
-async fn handle_post(req: &HttpRequest, shared: &Shared, body: &Bytes) -> HttpResponse {
-    let (session, created) = match session_for_post(req, shared, body) {
+async fn handle_post(
+    req: &HttpRequest,
+    shared: &Shared,
+    body: &Bytes,
+    caller: Arc<Caller>,
+) -> HttpResponse {
+    let (session, created) = match session_for_post(req, shared, body, caller) {
         Ok(found) => found,
         Err(refusal) => return refusal,
     };
@@ -123,10 +133,11 @@ fn session_for_post(
     req: &HttpRequest,
     shared: &Shared,
     body: &[u8],
+    caller: Arc<Caller>,
 ) -> Result<(Arc<Session>, bool), HttpResponse> {
     if let Some(token) = req.headers().get(SESSION_HEADER) {
         let token = token.to_str().unwrap_or_default();
-        return find(shared, token)
+        return find(shared, token, &caller)
             .map(|s| (s, false))
             .ok_or_else(not_found);
     }
@@ -152,9 +163,14 @@ fn session_for_post(
         Arc::clone(&streams) as _,
         Some(streams as _),
     );
+    session.set_caller(caller);
     match sessions.add(Arc::clone(&session), Some(&token)) {
         Ok(()) => {
-            tracing::info!(session = id, "HTTP session opened");
+            tracing::info!(
+                session = id,
+                team = &**session.principal(),
+                "HTTP session opened"
+            );
             Ok((session, true))
         }
         Err(full) => {
@@ -174,6 +190,10 @@ pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResp
     if let Err(refusal) = check_origin(&req, &shared.settings) {
         return refusal;
     }
+    let caller = match caller_of(&req, &shared).await {
+        Ok(caller) => caller,
+        Err(refusal) => return cors(&req, refusal),
+    };
     if let Err(refusal) = check_version(req.headers()) {
         return cors(&req, refusal);
     }
@@ -192,7 +212,7 @@ pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResp
             ),
         );
     }
-    let session = match session_from_header(&req, &shared) {
+    let session = match session_from_header(&req, &shared, &caller) {
         Ok(s) => s,
         Err(refusal) => return cors(&req, refusal),
     };
@@ -223,7 +243,11 @@ pub(super) async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
     if let Err(refusal) = check_origin(&req, &shared.settings) {
         return refusal;
     }
-    let response = match session_from_header(&req, &shared) {
+    let caller = match caller_of(&req, &shared).await {
+        Ok(caller) => caller,
+        Err(refusal) => return cors(&req, refusal),
+    };
+    let response = match session_from_header(&req, &shared, &caller) {
         Ok(session) => {
             shared
                 .router
@@ -235,7 +259,11 @@ pub(super) async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
     cors(&req, response)
 }
 
-fn session_from_header(req: &HttpRequest, shared: &Shared) -> Result<Arc<Session>, HttpResponse> {
+fn session_from_header(
+    req: &HttpRequest,
+    shared: &Shared,
+    caller: &Caller,
+) -> Result<Arc<Session>, HttpResponse> {
     let Some(token) = req.headers().get(SESSION_HEADER) else {
         return Err(rpc_error(
             StatusCode::BAD_REQUEST,
@@ -243,16 +271,17 @@ fn session_from_header(req: &HttpRequest, shared: &Shared) -> Result<Arc<Session
             "the Mcp-Session-Id header is required",
         ));
     };
-    find(shared, token.to_str().unwrap_or_default()).ok_or_else(not_found)
+    find(shared, token.to_str().unwrap_or_default(), caller).ok_or_else(not_found)
 }
 
-/// A live Streamable HTTP session by token.
-fn find(shared: &Shared, token: &str) -> Option<Arc<Session>> {
+/// A live Streamable HTTP session by token, if `caller` created it (presented by anyone else,
+/// it is as unknown as a token that never existed).
+fn find(shared: &Shared, token: &str, caller: &Caller) -> Option<Arc<Session>> {
     shared
         .router
         .sessions()
         .by_token(token)
-        .filter(|s| s.transport() == Transport::StreamableHttp)
+        .filter(|s| s.transport() == Transport::StreamableHttp && s.caller().id == caller.id)
 }
 
 fn not_found() -> HttpResponse {

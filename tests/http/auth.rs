@@ -1,0 +1,1 @@
+//! Authentication of HTTP hosts.

@@ -1,0 +1,1 @@
+//! Limits shared across Manifold processes through a real Redis.
