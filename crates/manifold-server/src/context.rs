@@ -113,6 +113,10 @@ impl Context {
             .as_ref()
             .map_or(HostTransport::Http, |s| s.transport().metric());
         let span = spans::server(parent.or(origin.trace.as_deref()));
+        if !span.is_disabled() {
+            // On every line logged while the request is handled, not only on the span's end.
+            span.record("manifold.team", &*principal);
+        }
         Self {
             session,
             outlet: Arc::clone(&origin.outlet),
