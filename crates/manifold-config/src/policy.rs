@@ -123,7 +123,8 @@ impl KeyHash {
 
     /// A short, non-secret name for the key, for logs and session ownership.
     pub fn label(&self) -> String {
-        self.0[..4].iter().map(|b| format!("{b:02x}")).collect()
+        // 64 bits: a session is owned by the key that made it, so labels must not collide.
+        self.0[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -689,7 +690,7 @@ mod tests {
     #[test]
     fn key_hashes_and_redaction() {
         let h = KeyHash::of("a-long-enough-secret");
-        assert_eq!(format!("{h:?}").len(), "sha256:".len() + 8 + "…".len());
+        assert_eq!(format!("{h:?}").len(), "sha256:".len() + 16 + "…".len());
         assert!(!format!("{h:?}").contains("secret"));
         assert_eq!(
             redact_url("redis://:hunter2@127.0.0.1:6379/0"),
