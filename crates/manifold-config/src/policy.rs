@@ -699,3 +699,104 @@ mod tests {
         assert_eq!(redact_url("redis://127.0.0.1:1"), "redis://127.0.0.1:1");
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod config_tests {
+    use std::path::Path;
+
+    use super::*;
+
+    const UPSTREAM: &str = "[upstreams.web]\nurl = \"http://127.0.0.1:1/mcp\"\n";
+
+    fn parse(text: &str) -> Result<crate::Config, ConfigError> {
+        let env = |name: &str| (name == "KEY").then(|| "a-key-of-enough-length".to_owned());
+        crate::parse_str(Path::new("m.toml"), &format!("{text}\n{UPSTREAM}"), &env)
+    }
+
+    fn problem(text: &str) -> String {
+        let e = parse(text).unwrap_err();
+        format!("{}: {}", e.key, e.problem)
+    }
+
+    #[test]
+    fn teams_limits_and_auth_parse() {
+        let c = parse(
+            r#"
+[server]
+listen = "0.0.0.0:8080"
+team = "red"
+[teams.red]
+api_keys = ["${KEY}"]
+tools = { include = ["web__*"], exclude = ["web__rm*"] }
+headers.web = { Authorization = "Bearer ${KEY}" }
+limits = { rate = "20/s", burst = 40, quota = ["5000/day", "200/hour"] }
+tool_limits.web__get = { quota = "10/min" }
+upstream_limits.web = { rate = "5/s" }
+[limits]
+backend = "redis"
+redis_url = "redis://:secret@127.0.0.1:6379"
+tools.web__get = { rate = "1/s" }
+"#,
+        )
+        .unwrap();
+        let red = &c.teams[0];
+        assert_eq!(red.api_keys, [KeyHash::of("a-key-of-enough-length")]);
+        assert_eq!(red.claims, ["red"]);
+        assert!(red.tools.admits("web__get") && !red.tools.admits("web__rm_all"));
+        assert_eq!(
+            red.headers["web"]["Authorization"],
+            "Bearer a-key-of-enough-length"
+        );
+        let limits = red.limits.as_ref().unwrap();
+        assert_eq!(limits.rate.unwrap().burst, 40);
+        assert_eq!(limits.quotas.len(), 2);
+        assert!(matches!(c.limits.backend, LimitBackend::Redis(_)));
+        assert!(!format!("{:?}", c.limits).contains("secret"));
+        assert!(auth_required(&c.auth, &c.teams));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        for (text, expected) in [
+            ("[teams.anonymous]", "teams.anonymous"),
+            ("[teams.\"a b\"]", "only A-Z"),
+            ("[teams.red]\napi_keys = [\"short\"]", "at least 16"),
+            ("[teams.red]\napi_keys = [\"sha256:abc\"]", "64 hex"),
+            (
+                "[teams.red]\napi_keys = [\"${KEY}\"]\n[teams.blue]\napi_keys = [\"${KEY}\"]",
+                "also a key of team \"blue\"",
+            ),
+            (
+                "[teams.red]\nlimits = { rate = \"20/week\" }",
+                "teams.red.limits.rate",
+            ),
+            ("[teams.red]\nlimits = { burst = 3 }", "needs a rate"),
+            ("[teams.red]\nlimits = {}", "sets no rate and no quota"),
+            (
+                "[teams.red]\nupstream_limits.nope = { rate = \"1/s\" }",
+                "names no upstream",
+            ),
+            (
+                "[teams.red]\nheaders.nope = { A = \"b\" }",
+                "names no upstream",
+            ),
+            ("[teams.red]\ncolor = 1", "color"),
+            ("[server]\nteam = \"green\"", "server.team"),
+            (
+                "[server]\nlisten = \"0.0.0.0:1\"",
+                "no authentication is configured",
+            ),
+            ("[limits]\nbackend = \"redis\"", "limits.redis_url"),
+            ("[limits]\nbackend = \"etcd\"", "not a backend"),
+            ("[auth.jwt]\nissuer = \"https://i\"", "auth.jwt.audience"),
+            (
+                "[auth]\nresource = \"https://r\"\n[auth.jwt]\nissuer = \"https://i\"",
+                "jwks_url",
+            ),
+        ] {
+            let got = problem(text);
+            assert!(got.contains(expected), "{text:?}: {got}");
+        }
+    }
+}
