@@ -42,9 +42,10 @@ pub enum RouteError {
     /// Refused by a rate limit or quota; the upstream never saw the call.
     #[error("{} for {tool:?} ({}); retry in {} ms", match .refusal.kind { RefusalKind::RateLimited => "Rate limit exceeded", RefusalKind::QuotaExceeded => "Quota exceeded" }, .refusal.limit, retry_ms(.refusal))]
     Limited { tool: String, refusal: Refusal },
-    /// The shared limit store could not be reached and `limits.fail_open` is false.
-    #[error("Limits cannot be checked: the limit store is unreachable ({0}); retry later")]
-    LimitStore(String),
+    /// The shared limit store could not be reached and `limits.fail_open` is false. Why is
+    /// logged, not told to the host (it would name the store's address).
+    #[error("Limits cannot be checked: the limit store is unreachable; retry later")]
+    LimitStore,
     /// A name the caller's team may not see: the host gets exactly the error of an unknown
     /// name (the inner error); metrics and spans record it as denied.
     #[error(transparent)]
@@ -75,7 +76,7 @@ impl RouteError {
                 RefusalKind::RateLimited => Outcome::RateLimited,
                 RefusalKind::QuotaExceeded => Outcome::QuotaExceeded,
             },
-            RouteError::LimitStore(_) => Outcome::Unavailable,
+            RouteError::LimitStore => Outcome::Unavailable,
             _ => Outcome::ProtocolError,
         }
     }
@@ -108,7 +109,7 @@ impl RouteError {
                     "kind": refusal.kind.label(),
                 }));
             }
-            RouteError::LimitStore(_) => {
+            RouteError::LimitStore => {
                 return ErrorObject::new(codes::LIMIT_STORE_UNAVAILABLE, self.to_string())
                     .with_data(&serde_json::json!({ "retryAfterMs": LIMIT_STORE_RETRY_MS }));
             }

@@ -283,7 +283,7 @@ impl Layer for LimitLayer {
                             if shared.fail_open {
                                 Ok(())
                             } else {
-                                Err(RouteError::LimitStore(e.to_string()))
+                                Err(RouteError::LimitStore)
                             }
                         }
                     }
