@@ -697,6 +697,9 @@ fn a_session_answers_only_the_principal_that_opened_it() {
 api_keys = ["{RED_KEY}", "{RED_KEY_2}"]
 claims = ["red"]
 
+[teams.blue]
+claims = ["blue"]
+
 {}"#,
         jwt_auth(&inline_jwks(&k1)),
         two_fixtures()
@@ -772,6 +775,11 @@ claims = ["red"]
     j2.next_id = 100;
     assert_eq!(j2.request("ping", json!({}))["result"], json!({}));
     assert_eq!(j.request("ping", json!({}))["result"], json!({}));
+    // The same subject with a token for another team is another caller: a session keeps the
+    // team (view, limits, upstream credentials) it was opened as.
+    let alice_blue = token_for(&k1, "alice", json!("blue"));
+    let h = with_session(&gw, &Cred::bearer(&alice_blue), &jwt_session);
+    assert_eq!(never(h.post_raw(ping_body()).send().unwrap()), unknown_post);
 
     // Its owner ends it; then it is gone for the owner too.
     assert_eq!(a.delete().status(), StatusCode::OK);

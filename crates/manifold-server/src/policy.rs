@@ -136,6 +136,12 @@ impl Caller {
         })
     }
 
+    /// Whether `other` is the same caller: the same credentials' owner running as the same
+    /// team (a token of the same subject for another team is someone else's session).
+    pub fn same_as(&self, other: &Caller) -> bool {
+        self.id == other.id && self.label == other.label
+    }
+
     /// The team, if its view hides anything.
     pub fn restricted(&self) -> Option<&Arc<Team>> {
         self.team.as_ref().filter(|t| t.config.restricts())

@@ -103,7 +103,7 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> Ht
         .router
         .sessions()
         .by_token(&token)
-        .filter(|s| s.transport() == Transport::Sse && s.caller().id == caller.id);
+        .filter(|s| s.transport() == Transport::Sse && s.caller().same_as(&caller));
     let Some(session) = session else {
         return rpc_error(
             StatusCode::NOT_FOUND,
