@@ -10,6 +10,7 @@ mod floor;
 mod mcp;
 mod otlp;
 mod procstat;
+mod redis;
 mod report;
 mod scenario;
 mod session;
@@ -38,6 +39,9 @@ enum Scenario {
     Rss,
     /// What metrics and trace export cost a small call over stdio.
     Telemetry,
+    /// What teams and limits (in memory, and in a Redis this tool starts) cost a small call
+    /// over stdio.
+    Policy,
     /// The three HTTP scenarios.
     Http,
     HttpLatency,
@@ -57,13 +61,14 @@ impl Scenario {
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 9] = [
+const RUNS: [(Scenario, &str, Run); 10] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
     (Scenario::Big, "big", scenario::big),
     (Scenario::Rss, "rss", scenario::rss),
     (Scenario::Telemetry, "telemetry", scenario::telemetry),
+    (Scenario::Policy, "policy", scenario::policy),
     (
         Scenario::HttpLatency,
         "http-latency",

@@ -53,8 +53,12 @@ pub fn goals(doc: &Value) -> Value {
     let telemetry = telemetry_rows(&s["telemetry"])
         .into_iter()
         .map(|r| (r.figure, r.goal));
+    let policy = policy_rows(&s["policy"])
+        .into_iter()
+        .map(|r| (r.figure, r.goal));
     stdio
         .chain(telemetry)
+        .chain(policy)
         .chain(http)
         .filter_map(|(figure, goal)| {
             goal.map(|(goal, met)| json!({ "figure": figure, "goal": goal, "met": met }))
@@ -73,6 +77,7 @@ pub fn table(doc: &Value) -> String {
         stdio_table(&mut out, &stdio);
     }
     telemetry_table(&mut out, &doc["scenarios"]["telemetry"]);
+    policy_table(&mut out, &doc["scenarios"]["policy"]);
     let http = http_rows(&doc["scenarios"]);
     if !http.is_empty() {
         http_table(&mut out, &http);
@@ -219,6 +224,154 @@ fn telemetry_rows(v: &Value) -> Vec<Row> {
                 through: us(num(&c["through"][&k])),
                 added: us(added),
                 ratio: format!("{:.2}", num(&c["ratio"][*p])),
+                spread: range(&c["added"]["spread"][&k], us),
+                goal,
+            });
+        }
+    }
+    rows
+}
+
+/// The sides of the `policy` scenario and their names in the table.
+const POLICY_SIDES: [(&str, &str); 4] = [
+    ("direct", "direct to the fixture"),
+    ("plain", "Manifold, no teams or limits"),
+    ("memory", "Manifold, team + limits in memory"),
+    ("redis", "Manifold, team + limits in Redis"),
+];
+
+/// Each setting's percentiles, server CPU and error answers; then what each adds over the
+/// direct call and what the policy step adds over no policy (with the goal); then Redis's
+/// side, the refusal check and whether the run is valid.
+fn policy_table(out: &mut String, v: &Value) {
+    if v.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nTeams and limits (the policy step), small tools/call over stdio ({} rounds of {} calls, interleaved)",
+        v["rounds"], v["calls_per_round"]
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
+        "setting (median of rounds)",
+        "p50",
+        "p90",
+        "p99",
+        "max",
+        "spread of p50",
+        "CPU/call",
+        "switches",
+        "errors"
+    );
+    for (key, name) in POLICY_SIDES {
+        let side = &v[key];
+        if let Some(why) = side["not_run"].as_str() {
+            let _ = writeln!(out, "{name:<40} {why}");
+            continue;
+        }
+        let cpu = &side["server_cpu_per_call"];
+        let _ = writeln!(
+            out,
+            "{name:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
+            us(num(&side["p50_us"])),
+            us(num(&side["p90_us"])),
+            us(num(&side["p99_us"])),
+            us(num(&side["max_us"])),
+            range(&side["spread"]["p50_us"], us),
+            us(num(&cpu["cpu_us"])),
+            two(num(&cpu["switches"])),
+            side["errors"],
+        );
+    }
+    out.push('\n');
+    row_table(out, &policy_rows(v), ["base", "with"]);
+    let redis = &v["redis_server"];
+    match redis["not_run"].as_str() {
+        Some(why) => {
+            let _ = writeln!(out, "Redis setting {why}");
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "Redis (redis-server from {}): the limit script ran {} times per measured call; redis-server CPU/call {}",
+                redis["found_by"].as_str().unwrap_or("?"),
+                redis["scripts_per_call"],
+                us(num(&redis["cpu_per_call"]["cpu_us"])),
+            );
+        }
+    }
+    let checks = &v["refusal_check"];
+    if let Some(checks) = checks.as_object() {
+        let each: Vec<String> = checks
+            .iter()
+            .map(|(backend, c)| {
+                format!(
+                    "{backend} {} of {} ({} {})",
+                    c["refused"],
+                    c["of"],
+                    c["code"],
+                    c["kind"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "Refusal check (a team+tool quota of 1 call, then more calls): refused and counted as errors: {}",
+            each.join(", ")
+        );
+    }
+    if v["valid"] == true {
+        let calls: f64 = POLICY_SIDES
+            .iter()
+            .map(|(k, _)| v[*k]["calls"].as_f64().unwrap_or(0.0))
+            .sum();
+        let _ = writeln!(out, "Valid: no error answer in {calls} calls");
+    } else {
+        let _ = writeln!(out, "INVALID RUN: the figures above are not to be quoted");
+        for why in v["invalid_because"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  {}", why.as_str().unwrap_or("?"));
+        }
+    }
+}
+
+/// Added p50 and p99 of each setting over the direct call and of the policy step over no
+/// policy; the goal is on the step in memory, and is never met by an invalid run.
+fn policy_rows(v: &Value) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if v.is_null() {
+        return rows;
+    }
+    let limit = num(&v["goal_added_p50_us"]);
+    let valid = v["valid"] == true;
+    for (key, what) in [
+        ("plain_vs_direct", "policy: none, added over direct"),
+        ("memory_vs_direct", "policy: memory, added over direct"),
+        ("redis_vs_direct", "policy: Redis, added over direct"),
+        ("memory_vs_plain", "policy step, memory, added over none"),
+        ("redis_vs_plain", "policy step, Redis, added over none"),
+    ] {
+        let c = &v[key];
+        if c.is_null() {
+            continue;
+        }
+        for p in ["p50", "p99"] {
+            let k = format!("{p}_us");
+            let added = num(&c["added"][&k]);
+            let goal = (key == "memory_vs_plain" && p == "p50").then(|| {
+                if valid {
+                    (format!("added <= {}", us(limit)), added <= limit)
+                } else {
+                    (format!("added <= {} (INVALID RUN)", us(limit)), false)
+                }
+            });
+            rows.push(Row {
+                figure: format!("{what} {p}"),
+                direct: us(num(&c["direct"][&k])),
+                through: us(num(&c["through"][&k])),
+                added: us(added),
+                ratio: format!("{:.2}", num(&c["ratio"][p])),
                 spread: range(&c["added"]["spread"][&k], us),
                 goal,
             });
@@ -708,4 +861,74 @@ fn kb(x: f64) -> String {
         return "n/a".into();
     }
     format!("{x:.1} kB")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `policy` result as the scenario writes it, reduced to what the report reads.
+    fn policy(errors: u64, redis: Value) -> Value {
+        let side = |p50: f64| {
+            json!({ "p50_us": p50, "p99_us": p50 + 5.0, "spread": { "p50_us": [p50, p50] },
+                    "server_cpu_per_call": { "cpu_us": 9.0, "switches": 2.0 },
+                    "calls": 100, "errors": 0 })
+        };
+        let pair = |a: f64, b: f64| {
+            json!({ "direct": { "p50_us": a, "p99_us": a + 5.0 },
+                    "through": { "p50_us": b, "p99_us": b + 5.0 },
+                    "added": { "p50_us": b - a, "p99_us": b - a,
+                               "spread": { "p50_us": [0.0, 1.0], "p99_us": [0.0, 1.0] } },
+                    "ratio": { "p50": b / a, "p99": 1.0 } })
+        };
+        let mut memory = side(21.0);
+        memory["errors"] = json!(errors);
+        json!({
+            "rounds": 7, "calls_per_round": 100, "goal_added_p50_us": 2.0,
+            "direct": side(5.0), "plain": side(20.0), "memory": memory, "redis": redis,
+            "plain_vs_direct": pair(5.0, 20.0), "memory_vs_direct": pair(5.0, 21.0),
+            "memory_vs_plain": pair(20.0, 21.0),
+            "redis_server": { "not_run": "not run: redis-server not found" },
+            "refusal_check": { "memory": { "refused": 3, "of": 3, "code": -32021,
+                                           "kind": "quota_exceeded" } },
+            "valid": errors == 0,
+            "invalid_because": if errors == 0 { json!([]) } else { json!(["memory: 1 error answers"]) },
+        })
+    }
+
+    #[test]
+    fn the_policy_goal_is_met_only_by_a_valid_run() {
+        let skipped = json!({ "not_run": "not run: redis-server not found" });
+        let ok = json!({ "scenarios": { "policy": policy(0, skipped.clone()) } });
+        let goals = goals(&ok);
+        assert_eq!(
+            goals[0]["figure"],
+            "policy step, memory, added over none p50"
+        );
+        assert_eq!(goals[0]["met"], true, "{goals}");
+        let mut out = String::new();
+        policy_table(&mut out, &ok["scenarios"]["policy"]);
+        assert!(out.contains("Valid: no error answer in 300 calls"), "{out}");
+        assert!(
+            out.contains("in Redis         not run: redis-server not found"),
+            "{out}"
+        );
+        assert!(!out.contains("Redis, added"), "{out}");
+
+        let bad = json!({ "scenarios": { "policy": policy(1, skipped) } });
+        assert_eq!(goals_of(&bad), [false]);
+        let mut out = String::new();
+        policy_table(&mut out, &bad["scenarios"]["policy"]);
+        assert!(out.contains("INVALID RUN"), "{out}");
+        assert!(out.contains("  memory: 1 error answers"), "{out}");
+    }
+
+    fn goals_of(doc: &Value) -> Vec<bool> {
+        goals(doc)
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|g| g["met"] == true)
+            .collect()
+    }
 }

@@ -16,6 +16,10 @@ use crate::target::{Limits, Target, TargetSpec};
 /// Most messages skipped (notifications, server requests) while waiting for one answer.
 const MAX_SKIPPED: usize = 10_000;
 
+/// How a `tools/call` result says that the tool failed (compact JSON, as every server
+/// measured here writes it).
+const TOOL_ERROR: &[u8] = br#""isError":true"#;
+
 pub struct Session {
     target: Box<dyn Target>,
     next_id: u64,
@@ -24,6 +28,26 @@ pub struct Session {
     pub startup: Duration,
     /// Bytes of the last answer `timed_calls` waited for.
     pub last_answer_len: usize,
+}
+
+/// What `counted_calls` saw: the times of the calls answered with a good result, and the
+/// calls answered with an error instead.
+#[derive(Debug, Default)]
+pub struct Counted {
+    /// Nanoseconds per call answered with a result that is not a tool error.
+    pub samples: Vec<u64>,
+    /// Answers that were a JSON-RPC error (a call refused by a limit is one) or a result with
+    /// `"isError":true`.
+    pub errors: usize,
+    /// The first of those answers, shortened.
+    pub first_error: Option<String>,
+}
+
+impl Counted {
+    /// Calls made: answered well or not.
+    pub fn calls(&self) -> usize {
+        self.samples.len() + self.errors
+    }
 }
 
 /// The outcome of a pipelined run.
@@ -118,6 +142,49 @@ impl Session {
             }
         }
         Ok(samples)
+    }
+
+    /// Like `timed_calls`, but an error answer to a call does not end the loop: it is counted
+    /// (its time is left out of the samples), so a run that must see none can say how many it
+    /// saw. Any other unexpected message still ends it with an error.
+    pub fn counted_calls(
+        &mut self,
+        line: &RequestLine,
+        count: usize,
+        limit: Duration,
+    ) -> Result<Counted> {
+        let mut counted = Counted {
+            samples: Vec::with_capacity(count),
+            ..Counted::default()
+        };
+        // Built once: the same few bytes are looked for in every answer, of every target.
+        let tool_error = memchr::memmem::Finder::new(TOOL_ERROR);
+        self.target.ready()?;
+        let deadline = Instant::now() + limit;
+        for _ in 0..count {
+            let id = self.take_id();
+            self.out.clear();
+            line.write(id, &mut self.out);
+            let sent = Instant::now();
+            self.target.send(&self.out)?;
+            let error = self
+                .await_outcome(id, line.min_answer, &tool_error)
+                .with_context(|| self.target.label().to_owned())?;
+            let done = Instant::now();
+            match error {
+                None => counted
+                    .samples
+                    .push(u64::try_from((done - sent).as_nanos()).unwrap_or(u64::MAX)),
+                Some(answer) => {
+                    counted.errors += 1;
+                    counted.first_error.get_or_insert(answer);
+                }
+            }
+            if done >= deadline {
+                break;
+            }
+        }
+        Ok(counted)
     }
 
     /// `total` calls cycling through `lines`, keeping up to `window` in flight; stops sending
@@ -218,6 +285,43 @@ impl Session {
             }
             Ok(text.len())
         })
+    }
+
+    /// Waits for the answer to `id`: `None` for a result of at least `min_len` bytes that is
+    /// not a tool error, else the answer (shortened) for an error or a tool error.
+    fn await_outcome(
+        &mut self,
+        id: u64,
+        min_len: usize,
+        tool_error: &memchr::memmem::Finder<'_>,
+    ) -> Result<Option<String>> {
+        for _ in 0..MAX_SKIPPED {
+            let line = self.target.recv()?;
+            match mcp::classify(line)? {
+                Incoming::Answer { id: got, ok } if got == id => {
+                    self.last_answer_len = line.len();
+                    if !ok || tool_error.find(line).is_some() {
+                        return Ok(Some(mcp::excerpt(line)));
+                    }
+                    if line.len() < min_len {
+                        bail!(
+                            "answer of {} bytes, expected at least {min_len}",
+                            line.len()
+                        );
+                    }
+                    return Ok(None);
+                }
+                Incoming::Answer { .. } => {
+                    bail!("unexpected answer to {id}: {}", mcp::excerpt(line))
+                }
+                Incoming::Notification => {}
+                Incoming::ServerRequest { id, method } => self.answer_server(&id, &method)?,
+            }
+        }
+        bail!(
+            "{}: no answer to {id} among {MAX_SKIPPED} messages",
+            self.target.label()
+        )
     }
 
     /// Waits for the answer to `id`, which must be a result, and hands its text to `check`.

@@ -173,7 +173,7 @@ impl Setup {
         label: &str,
         upstreams: &[Upstream],
     ) -> Result<TargetSpec> {
-        self.through_extra(manifold, label, upstreams, "", Vec::new())
+        self.through_extra(manifold, label, upstreams, "", Vec::new(), &[])
     }
 
     /// Manifold over stdio with `tables` (TOML, e.g. a `[telemetry]` table) added to its
@@ -185,7 +185,25 @@ impl Setup {
         tables: &str,
         env: Vec<(String, Option<String>)>,
     ) -> Result<TargetSpec> {
-        self.through_extra(&self.manifold, label, upstreams, tables, env)
+        self.through_extra(&self.manifold, label, upstreams, tables, env, &[])
+    }
+
+    /// Manifold over stdio with `tables` added to its config, serving as team `team`
+    /// (`manifold serve --team`); `None` for no team.
+    pub fn through_as(
+        &self,
+        label: &str,
+        upstreams: &[Upstream],
+        tables: &str,
+        team: Option<&str>,
+    ) -> Result<TargetSpec> {
+        let flags: Vec<&str> = team.map(|t| vec!["--team", t]).unwrap_or_default();
+        self.through_extra(&self.manifold, label, upstreams, tables, Vec::new(), &flags)
+    }
+
+    /// A path in the scratch directory (removed at the end) for a helper process's files.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
     }
 
     fn through_extra(
@@ -195,6 +213,7 @@ impl Setup {
         upstreams: &[Upstream],
         tables: &str,
         env: Vec<(String, Option<String>)>,
+        flags: &[&str],
     ) -> Result<TargetSpec> {
         let path = self.dir.join(format!("{label}.toml"));
         let mut text = config(&self.fixture, upstreams, &self.manifold_cpus);
@@ -203,11 +222,12 @@ impl Setup {
             text.push_str(tables);
         }
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-        let args = vec![
+        let mut args = vec![
             "serve".into(),
             "--config".into(),
             path.display().to_string(),
         ];
+        args.extend(flags.iter().map(|f| (*f).to_owned()));
         Ok(self.stdio_with(label, manifold, args, env))
     }
 

@@ -1,9 +1,9 @@
-//! Runs `manifold-load latency --quick`, `http-latency --quick` and `telemetry --quick` against
-//! the debug binaries to prove the tool works end to end, over stdio and over Streamable HTTP
-//! (without the peer gateway: no network, no peer build), and with spans exported to the
-//! tool's own OTLP receiver. It checks the shape and sanity of the JSON output,
-//! never a timing threshold: timings on a shared two-core machine are for BENCHMARKS.md, not
-//! for pass/fail.
+//! Runs `manifold-load latency --quick`, `http-latency --quick`, `telemetry --quick` and
+//! `policy --quick` against the debug binaries to prove the tool works end to end, over stdio
+//! and over Streamable HTTP (without the peer gateway: no network, no peer build), with spans
+//! exported to the tool's own OTLP receiver, and with teams and limits (in Redis too when a
+//! `redis-server` is found). It checks the shape and sanity of the JSON output, never a timing
+//! threshold: timings on a shared two-core machine are for BENCHMARKS.md, not for pass/fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -195,6 +195,60 @@ fn quick_telemetry_run_exports_spans_and_writes_sane_json() {
     assert_eq!(goals.len(), 1, "{goals:?}");
     assert_eq!(
         goals[0]["figure"], "telemetry: metrics + tracing, added p50",
+        "{goals:?}"
+    );
+}
+
+#[test]
+fn quick_policy_run_counts_every_answer_and_writes_sane_json() {
+    let Some(doc) = run_quick("policy", "policy step, memory, added over none p50") else {
+        return;
+    };
+    let p = &doc["scenarios"]["policy"];
+    let (rounds, calls) = (
+        p["rounds"].as_u64().unwrap(),
+        p["calls_per_round"].as_u64().unwrap(),
+    );
+    assert_eq!((rounds, calls), (2, 300), "{p}");
+    // Without a redis-server the Redis setting is skipped, and the report says why.
+    let redis_ran = p["redis_server"]["not_run"].is_null();
+    let mut sides = vec!["direct", "plain", "memory"];
+    if redis_ran {
+        sides.push("redis");
+        assert!(f(&p["redis_server"]["scripts_per_call"]) >= 1.0, "{p}");
+    } else {
+        let why = p["redis"]["not_run"].as_str().unwrap();
+        assert!(why.contains("redis-server") || why.contains("MANIFOLD_REDIS_SERVER"));
+    }
+    for side in &sides {
+        check_percentiles(side, &p[side], rounds, calls);
+        assert_eq!(p[side]["errors"], 0, "{side}: {p}");
+        assert!(
+            f(&p[side]["calls"]) > (rounds * calls) as f64,
+            "{side}: {p}"
+        );
+    }
+    assert_eq!(p["valid"], true, "{p}");
+    assert_eq!(p["errors"], 0);
+    // The limits are applied, and refusals are counted.
+    let check = &p["refusal_check"]["memory"];
+    assert_eq!(check["refused"], check["of"], "{check}");
+    assert_eq!(check["kind"], "quota_exceeded", "{check}");
+    for (pair, base, side) in [
+        ("plain_vs_direct", "direct", "plain"),
+        ("memory_vs_plain", "plain", "memory"),
+    ] {
+        let added = f(&p[pair]["added"]["p50_us"]);
+        let (d, w) = (f(&p[base]["p50_us"]), f(&p[side]["p50_us"]));
+        assert!(
+            (added - (w - d)).abs() < 0.11,
+            "{pair}: {added} vs {w} - {d}"
+        );
+    }
+    let goals = doc["goals"].as_array().unwrap();
+    assert_eq!(goals.len(), 1, "{goals:?}");
+    assert_eq!(
+        goals[0]["figure"], "policy step, memory, added over none p50",
         "{goals:?}"
     );
 }
