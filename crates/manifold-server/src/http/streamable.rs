@@ -281,7 +281,7 @@ fn find(shared: &Shared, token: &str, caller: &Caller) -> Option<Arc<Session>> {
         .router
         .sessions()
         .by_token(token)
-        .filter(|s| s.transport() == Transport::StreamableHttp && s.caller().same_as(&caller))
+        .filter(|s| s.transport() == Transport::StreamableHttp && s.caller().same_as(caller))
 }
 
 fn not_found() -> HttpResponse {
