@@ -233,14 +233,17 @@ async fn trace_context_reports_meta_and_the_traceparent_header() {
     let seen: Value = serde_json::from_str(text(&answer)).unwrap();
     assert_eq!(
         seen,
-        json!({ "meta": { "traceparent": parent, "progressToken": 1 }, "header": parent })
+        json!({ "meta": { "traceparent": parent, "progressToken": 1 }, "header": parent, "authorization": null })
     );
     // Without either, both are null.
     let plain = server
         .request(&session, &call(3, "trace_context", json!({})))
         .await;
     let seen: Value = serde_json::from_str(text(&plain)).unwrap();
-    assert_eq!(seen, json!({ "meta": null, "header": null }));
+    assert_eq!(
+        seen,
+        json!({ "meta": null, "header": null, "authorization": null })
+    );
     // Over stdio there is no header.
     let mut fixture = StdioFixture::start(&[]);
     fixture.initialize();
