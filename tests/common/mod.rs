@@ -114,9 +114,14 @@ impl Manifold {
     }
 
     pub fn start_with(args: &[&str], dir: TempDir) -> Self {
+        Self::start_logging(args, dir, "info,manifold_upstream=debug")
+    }
+
+    /// [`Self::start_with`] logging at `level` (a `MANIFOLD_LOG` directive).
+    pub fn start_logging(args: &[&str], dir: TempDir, level: &str) -> Self {
         let mut child = Command::new(manifold_bin())
             .args(args)
-            .env("MANIFOLD_LOG", "info,manifold_upstream=debug")
+            .env("MANIFOLD_LOG", level)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

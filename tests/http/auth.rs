@@ -1219,3 +1219,50 @@ fn listening_beyond_loopback_is_allowed_once_hosts_must_authenticate() {
         "remote"
     );
 }
+
+#[test]
+fn upstream_notifications_reach_only_teams_that_may_use_the_upstream() {
+    let config = format!(
+        r#"[server]
+sse_keepalive_ms = 100
+
+[teams.red]
+api_keys = ["{RED_KEY}"]
+upstreams = ["alpha"]
+
+[teams.blue]
+api_keys = ["{BLUE_KEY}"]
+
+{}"#,
+        two_fixtures()
+    );
+    let gw = Gateway::start(&config);
+    let red = gw.ready(&Cred::bearer(RED_KEY));
+    let mut blue = gw.ready(&Cred::bearer(BLUE_KEY));
+    let mut streams: Vec<Events> = [&red, &blue].iter().map(|h| Events::attached(h)).collect();
+    // beta logs (red may not use beta), then alpha logs the end marker.
+    blue.call(
+        "beta__log",
+        json!({"level": "error", "message": "from beta"}),
+    );
+    blue.call("alpha__log", json!({"level": "error", "message": "end"}));
+    let heard = |events: &mut Events| {
+        let mut texts = Vec::new();
+        loop {
+            let (_, m) = events.next_message().expect("a message");
+            if m["method"] != "notifications/message" {
+                continue;
+            }
+            let text = m["params"]["data"].as_str().unwrap_or_default().to_owned();
+            if text == "end" {
+                return texts;
+            }
+            texts.push(text);
+        }
+    };
+    assert_eq!(heard(&mut streams[1]), ["from beta"], "blue hears beta");
+    assert!(
+        heard(&mut streams[0]).is_empty(),
+        "red hears nothing of beta"
+    );
+}

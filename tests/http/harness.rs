@@ -261,6 +261,14 @@ impl Events {
         }
     }
 
+    /// `host`'s own stream (GET), once it is attached: its first keep-alive comment has come
+    /// (set a short `server.sse_keepalive_ms`).
+    pub fn attached(host: &Host) -> Self {
+        let mut events = Self::new(host.listen(None));
+        while !events.next_event().expect("the stream").comment {}
+        events
+    }
+
     /// The next event or comment; `None` at the end of the stream.
     pub fn next_event(&mut self) -> Option<Event> {
         let mut event = Event::default();

@@ -228,12 +228,7 @@ fn each_session_hears_log_messages_at_its_own_level() {
     );
     let mut streams: Vec<Events> = [&verbose, &quiet, &defaults]
         .iter()
-        .map(|h| {
-            let mut e = Events::new(h.listen(None));
-            // The first keep-alive comment shows the stream is attached.
-            while !e.next_event().expect("the stream").comment {}
-            e
-        })
+        .map(|h| Events::attached(h))
         .collect();
     for (level, text) in [("debug", "d1"), ("info", "i1"), ("error", "e1")] {
         verbose.call("alpha__log", json!({"level": level, "message": text}));

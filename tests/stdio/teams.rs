@@ -209,6 +209,23 @@ burst = 2
 }
 
 #[test]
+fn the_team_is_on_the_log_lines_of_its_requests() {
+    let dir = TempDir::new("teams");
+    let path = dir.write("manifold.toml", &config(""));
+    let args = ["serve", "--config", path.to_str().unwrap(), "--team", "red"];
+    let mut m = Manifold::start_logging(&args, dir, "debug");
+    m.initialize();
+    let r = m.call("beta__echo", json!({"text": "x"}));
+    assert!(r.get("error").is_some(), "{r}");
+    let stderr = m.stderr();
+    let refused = stderr
+        .lines()
+        .find(|l| l.contains("request refused") && l.contains("beta__echo"))
+        .unwrap_or_else(|| panic!("no refusal logged:\n{stderr}"));
+    assert!(refused.contains("manifold.team=\"red\""), "{refused}");
+}
+
+#[test]
 fn the_team_comes_from_the_config_or_the_flag() {
     // server.team; no --team.
     let config = format!(

@@ -1,7 +1,8 @@
 //! A real `redis-server` for tests, on a free loopback port, with no persistence.
 //!
 //! Standalone (std only): include it with
-//! `#[path = "<relative path to>/tests/support/redis_server.rs"] mod redis_server;`.
+//! `#[path = "<relative path to>/tests/support/redis_server.rs"] mod redis_server;`. Tests use
+//! the panicking methods; the load generator (`manifold-load policy`) the `try_` ones.
 //!
 //! The binary is `$MANIFOLD_REDIS_SERVER`, else `redis-server` on `PATH`, else the one that
 //! `bash tests/redis/install.sh` unpacks under `tests/.cache/redis` (run with its own
@@ -18,6 +19,8 @@ use std::time::{Duration, Instant};
 
 /// How long a server may take to accept connections after it is started.
 const READY_WITHIN: Duration = Duration::from_secs(10);
+/// The largest bulk reply read (an `INFO` answer is a few kB).
+const MAX_BULK: usize = 1 << 20;
 
 /// A running `redis-server`, killed when dropped.
 #[derive(Debug)]
@@ -33,14 +36,19 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server on a free 127.0.0.1 port and waits until it answers `PING`.
     pub fn start() -> RedisServer {
-        let (binary, library_path) = find_binary();
+        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::start`], or why there is no server (no binary, or it would not start).
+    pub fn try_start() -> Result<RedisServer, String> {
+        let (binary, library_path) = find_binary()?;
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "manifold-redis-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let mut server = RedisServer {
             binary,
             library_path,
@@ -52,13 +60,23 @@ impl RedisServer {
         // another one then.
         let mut last_error = String::new();
         for _ in 0..5 {
-            server.port = free_port();
+            server.port = free_port()?;
             match server.spawn() {
-                Ok(()) => return server,
+                Ok(()) => return Ok(server),
                 Err(e) => last_error = e,
             }
         }
-        panic!("redis-server did not start: {last_error}");
+        Err(format!("redis-server did not start: {last_error}"))
+    }
+
+    /// The binary that runs.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub fn url(&self) -> String {
@@ -118,37 +136,38 @@ impl RedisServer {
     /// Sends one command and returns its reply as text: a simple string, an error (`-ERR ..`),
     /// an integer, or a bulk string (`(nil)` for none). Arrays are not supported.
     pub fn command(&self, args: &[&str]) -> String {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))
-            .unwrap_or_else(|e| panic!("cannot connect to redis-server: {e}"));
-        let _ = stream.set_read_timeout(Some(READY_WITHIN));
+        self.try_command(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::command`], or why it failed. Every read and write is bounded.
+    pub fn try_command(&self, args: &[&str]) -> Result<String, String> {
+        let io = |e: std::io::Error| format!("redis-server on port {}: {e}", self.port);
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).map_err(io)?;
+        stream.set_read_timeout(Some(READY_WITHIN)).map_err(io)?;
+        stream.set_write_timeout(Some(READY_WITHIN)).map_err(io)?;
         let mut request = format!("*{}\r\n", args.len());
         for arg in args {
             request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
         }
-        stream
-            .write_all(request.as_bytes())
-            .unwrap_or_else(|e| panic!("cannot write to redis-server: {e}"));
+        stream.write_all(request.as_bytes()).map_err(io)?;
         let mut reader = BufReader::new(stream);
         let mut line = String::new();
-        reader
-            .read_line(&mut line)
-            .unwrap_or_else(|e| panic!("cannot read from redis-server: {e}"));
+        reader.read_line(&mut line).map_err(io)?;
         let line = line.trim_end();
         match line.split_at(line.len().min(1)) {
-            ("+", rest) | (":", rest) => rest.to_owned(),
-            ("-", _) => line.to_owned(),
+            ("+", rest) | (":", rest) => Ok(rest.to_owned()),
+            ("-", _) => Ok(line.to_owned()),
             ("$", len) => match len.parse::<usize>() {
-                Ok(len) => {
+                Ok(len) if len <= MAX_BULK => {
                     let mut bulk = vec![0; len + 2];
-                    reader
-                        .read_exact(&mut bulk)
-                        .unwrap_or_else(|e| panic!("cannot read from redis-server: {e}"));
+                    reader.read_exact(&mut bulk).map_err(io)?;
                     bulk.truncate(len);
-                    String::from_utf8_lossy(&bulk).into_owned()
+                    Ok(String::from_utf8_lossy(&bulk).into_owned())
                 }
-                Err(_) => "(nil)".to_owned(),
+                Ok(len) => Err(format!("a reply of {len} bytes from redis-server")),
+                Err(_) => Ok("(nil)".to_owned()),
             },
-            _ => panic!("unsupported reply from redis-server: {line:?}"),
+            _ => Err(format!("unsupported reply from redis-server: {line:?}")),
         }
     }
 
@@ -222,33 +241,40 @@ fn ping(port: u16) -> bool {
     ok
 }
 
-fn free_port() -> u16 {
+fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port on 127.0.0.1: {e}"))
+        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
 }
 
 /// The binary, and the library directory it needs when it is the unpacked one.
-fn find_binary() -> (PathBuf, Option<PathBuf>) {
+fn find_binary() -> Result<(PathBuf, Option<PathBuf>), String> {
     if let Some(path) = std::env::var_os("MANIFOLD_REDIS_SERVER") {
-        return (PathBuf::from(path), None);
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            return Err(format!(
+                "MANIFOLD_REDIS_SERVER is {}, which is not a file",
+                path.display()
+            ));
+        }
+        return Ok((path, None));
     }
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
             let candidate = dir.join("redis-server");
             if candidate.is_file() {
-                return (candidate, None);
+                return Ok((candidate, None));
             }
         }
     }
     let missing = "redis-server not found: run `bash tests/redis/install.sh` from the repository \
                    root (or set MANIFOLD_REDIS_SERVER to a redis-server binary)";
-    let root = workspace_root().unwrap_or_else(|| panic!("{missing}"));
+    let root = workspace_root().ok_or(missing)?;
     let unpacked = root.join("tests/.cache/redis");
     let binary = unpacked.join("usr/bin/redis-server");
     if !binary.exists() {
-        panic!("{missing}");
+        return Err(missing.to_owned());
     }
     // usr/lib/<arch>-linux-gnu, whatever the architecture.
     let library_path = fs::read_dir(unpacked.join("usr/lib"))
@@ -259,7 +285,7 @@ fn find_binary() -> (PathBuf, Option<PathBuf>) {
                 .map(|e| e.path())
                 .find(|p| p.is_dir() && p.to_string_lossy().ends_with("-linux-gnu"))
         });
-    (binary, library_path)
+    Ok((binary, library_path))
 }
 
 /// The directory holding `tests/redis/install.sh`, above the crate being tested.

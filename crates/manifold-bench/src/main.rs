@@ -10,7 +10,9 @@ mod floor;
 mod mcp;
 mod otlp;
 mod procstat;
-mod redis;
+/// The `redis-server` the policy scenario measures against: the one the Redis tests use.
+#[path = "../../../tests/support/redis_server.rs"]
+mod redis_server;
 mod report;
 mod scenario;
 mod session;

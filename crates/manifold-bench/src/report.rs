@@ -296,7 +296,7 @@ fn policy_table(out: &mut String, v: &Value) {
             let _ = writeln!(
                 out,
                 "Redis (redis-server from {}): the limit script ran {} times per measured call; redis-server CPU/call {}",
-                redis["found_by"].as_str().unwrap_or("?"),
+                redis["binary"].as_str().unwrap_or("?"),
                 redis["scripts_per_call"],
                 us(num(&redis["cpu_per_call"]["cpu_us"])),
             );

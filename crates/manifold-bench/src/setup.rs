@@ -201,11 +201,6 @@ impl Setup {
         self.through_extra(&self.manifold, label, upstreams, tables, Vec::new(), &flags)
     }
 
-    /// A path in the scratch directory (removed at the end) for a helper process's files.
-    pub fn scratch(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
     fn through_extra(
         &self,
         manifold: &Path,

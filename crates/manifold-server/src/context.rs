@@ -80,8 +80,6 @@ pub struct Context {
     pub version: &'static str,
     /// Who asked.
     pub caller: Arc<Caller>,
-    /// The caller's team name, or "anonymous".
-    pub principal: Arc<str>,
     /// When the host stops waiting, if it said so.
     pub deadline: Option<Instant>,
     /// The request's server span; every step of the request is recorded under it.
@@ -108,14 +106,13 @@ impl Context {
             .and_then(|s| s.version())
             .unwrap_or(manifold_protocol::version::LATEST);
         let caller = origin.caller();
-        let principal = Arc::clone(&caller.label);
         let transport = session
             .as_ref()
             .map_or(HostTransport::Http, |s| s.transport().metric());
         let span = spans::server(parent.or(origin.trace.as_deref()));
         if !span.is_disabled() {
             // On every line logged while the request is handled, not only on the span's end.
-            span.record("manifold.team", &*principal);
+            span.record("manifold.team", &**caller.label());
         }
         Self {
             session,
@@ -123,7 +120,6 @@ impl Context {
             id: id.into(),
             version,
             caller,
-            principal,
             deadline: None,
             span,
             started: Instant::now(),
@@ -149,6 +145,11 @@ impl Context {
     pub fn ended(&self, outcome: Outcome, code: Option<i64>) {
         self.outcome.store(outcome as u8 + 1, Ordering::Relaxed);
         self.code.store(code.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The caller's team name, or "anonymous" (the `team` of metrics, spans and logs).
+    pub fn principal(&self) -> &Arc<str> {
+        self.caller.label()
     }
 
     /// The session's number (0: no session).
@@ -198,7 +199,7 @@ impl Drop for Context {
                 id: &self.id,
                 version: self.version,
                 transport: self.transport,
-                team: &self.principal,
+                team: self.principal(),
                 upstream: route.as_ref().map(|r| &*r.upstream),
                 outcome,
                 code,
@@ -209,7 +210,7 @@ impl Drop for Context {
             method: self.method,
             tool,
             upstream: route.map(|r| r.upstream),
-            team: Arc::clone(&self.principal),
+            team: Arc::clone(self.principal()),
             transport: self.transport.label(),
             outcome,
         };

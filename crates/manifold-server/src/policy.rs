@@ -9,7 +9,7 @@ use arc_swap::ArcSwapOption;
 use manifold_catalog::{Catalog, Item, Kind, Listing};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use manifold_config::{LimitBackend, LimitsConfig, TeamConfig, ANONYMOUS};
+use manifold_config::{LimitBackend, LimitsConfig, TeamConfig, Visibility, ANONYMOUS};
 use manifold_policy::redis_backend::{RedisError, RedisLimiter};
 use manifold_policy::{LimitDef, Limits, Refusal};
 
@@ -38,13 +38,17 @@ impl Team {
 
     /// Whether the team may see the item of `kind` exposed as `exposed` by upstream `key`.
     pub fn sees(&self, kind: Kind, key: &str, exposed: &str) -> bool {
+        self.config.admits_upstream(key) && self.visibility(kind).admits(exposed)
+    }
+
+    /// The globs over exposed names (or URIs) of `kind`.
+    pub fn visibility(&self, kind: Kind) -> &Visibility {
         let c = &self.config;
-        c.admits_upstream(key)
-            && match kind {
-                Kind::Tools => c.tools.admits(exposed),
-                Kind::Prompts => c.prompts.admits(exposed),
-                Kind::Resources | Kind::ResourceTemplates => c.resources.admits(exposed),
-            }
+        match kind {
+            Kind::Tools => &c.tools,
+            Kind::Prompts => &c.prompts,
+            Kind::Resources | Kind::ResourceTemplates => &c.resources,
+        }
     }
 
     /// The team's view of `catalog`: built once per catalog generation.
@@ -111,8 +115,6 @@ pub struct Caller {
     /// Who exactly (an API key's label, a JWT's issuer and subject): a session answers only
     /// to the caller that created it.
     pub id: Arc<str>,
-    /// The team's name, or "anonymous": the `team` of metrics, spans and logs.
-    pub label: Arc<str>,
 }
 
 impl Caller {
@@ -122,30 +124,42 @@ impl Caller {
         Arc::clone(ANON.get_or_init(|| {
             Arc::new(Self {
                 team: None,
-                id: ANONYMOUS.into(),
-                label: ANONYMOUS.into(),
+                id: Arc::clone(anonymous_label()),
             })
         }))
     }
 
     pub fn of_team(team: Arc<Team>, id: Arc<str>) -> Arc<Self> {
         Arc::new(Self {
-            label: Arc::clone(&team.name),
             team: Some(team),
             id,
         })
     }
 
+    /// The team's name, or "anonymous": the `team` of metrics, spans and logs.
+    pub fn label(&self) -> &Arc<str> {
+        match &self.team {
+            Some(team) => &team.name,
+            None => anonymous_label(),
+        }
+    }
+
     /// Whether `other` is the same caller: the same credentials' owner running as the same
     /// team (a token of the same subject for another team is someone else's session).
     pub fn same_as(&self, other: &Caller) -> bool {
-        self.id == other.id && self.label == other.label
+        self.id == other.id && self.label() == other.label()
     }
 
     /// The team, if its view hides anything.
     pub fn restricted(&self) -> Option<&Arc<Team>> {
         self.team.as_ref().filter(|t| t.config.restricts())
     }
+}
+
+/// "anonymous", shared rather than allocated per request.
+fn anonymous_label() -> &'static Arc<str> {
+    static LABEL: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    LABEL.get_or_init(|| ANONYMOUS.into())
 }
 
 /// The configured teams, by name.
@@ -166,10 +180,6 @@ impl Teams {
 
     pub fn get(&self, name: &str) -> Option<&Arc<Team>> {
         self.by_name.get(name)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Team>> {
-        self.by_name.values()
     }
 }
 
@@ -264,14 +274,14 @@ impl Layer for LimitLayer {
         match &self.store {
             Store::Memory => match manifold_policy::memory::check(&counters) {
                 None => Check::Pass,
-                Some(refusal) => Check::Refuse(Self::refuse(&ctx.principal, tool, refusal)),
+                Some(refusal) => Check::Refuse(Self::refuse(ctx.principal(), tool, refusal)),
             },
             Store::Redis(shared) => {
                 let defs: Vec<Arc<LimitDef>> =
                     counters.iter().map(|c| Arc::clone(&c.def)).collect();
                 let (shared, team, tool) = (
                     Arc::clone(shared),
-                    Arc::clone(&ctx.principal),
+                    Arc::clone(ctx.principal()),
                     Arc::clone(tool),
                 );
                 Check::Wait(Box::pin(async move {

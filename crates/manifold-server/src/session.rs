@@ -263,7 +263,7 @@ impl Session {
 
     /// The team's name, or "anonymous".
     pub fn principal(&self) -> &Arc<str> {
-        &self.caller().label
+        self.caller().label()
     }
 
     /// Who the host is.

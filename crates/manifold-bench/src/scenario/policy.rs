@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::procstat::Usage;
-use crate::redis::{Binary, RedisServer};
+use crate::redis_server::RedisServer;
 use crate::session::{Counted, Session};
 use crate::setup::{Plan, Setup, Upstream};
 use crate::stats::{self, Summary};
@@ -66,10 +66,10 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
     let ups = [Upstream::plain("alpha")];
     let (direct, through) = (RequestLine::echo("echo"), RequestLine::echo("alpha__echo"));
     // Started first, so that it is dropped last: after every Manifold that talks to it.
-    let redis = start_redis(setup);
+    let redis = start_redis();
     let memory = "backend = \"memory\"\n".to_owned();
     let in_redis = |prefix: &str| {
-        redis.as_ref().ok().map(|(_, server)| {
+        redis.as_ref().ok().map(|server| {
             format!(
                 "backend = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nfail_open = false\n",
                 server.url()
@@ -138,7 +138,7 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
         .map(|(s, _)| usage(s))
         .collect::<Result<_>>()?;
     let redis_before = match &redis {
-        Ok((_, server)) => Some((server.command_calls()?, Usage::of(server.pid())?)),
+        Ok(server) => Some((command_calls(server)?, Usage::of(pid_of(server)?)?)),
         Err(_) => None,
     };
     let mut rounds: Vec<Vec<Summary>> = vec![Vec::new(); sessions.len()];
@@ -181,8 +181,8 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
         v.insert((*name).into(), side);
     }
     let server = match (&redis, redis_before, sessions.get(3)) {
-        (Ok((binary, server)), Some((commands, cpu)), Some(_)) => {
-            let after = server.command_calls()?;
+        (Ok(server), Some((commands, cpu)), Some(_)) => {
+            let after = command_calls(server)?;
             let scripts = script_calls(&after).saturating_sub(script_calls(&commands));
             let checked = measured[3] as u64;
             if scripts < checked {
@@ -196,12 +196,11 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
                 .filter(|(_, n)| *n > 0)
                 .collect();
             json!({
-                "binary": binary.path,
-                "found_by": binary.found_by,
+                "binary": server.binary(),
                 "url": server.url(),
                 "commands_during_rounds": during,
                 "scripts_per_call": stats::round2(scripts as f64 / checked.max(1) as f64),
-                "cpu_per_call": Usage::of(server.pid())?.per_call(cpu, measured[3]),
+                "cpu_per_call": Usage::of(pid_of(server)?)?.per_call(cpu, measured[3]),
             })
         }
         _ => json!({ "not_run": not_run(&redis) }),
@@ -260,16 +259,36 @@ rate = "1000000/s"
     )
 }
 
-/// The binary and a running server, or why Redis is not measured.
-fn start_redis(setup: &Setup) -> std::result::Result<(Binary, RedisServer), String> {
-    let binary = Binary::find()?;
-    match RedisServer::start(&binary, &setup.scratch("redis")) {
-        Ok(server) => Ok((binary, server)),
-        Err(e) => Err(format!("{e:#}")),
-    }
+/// A running server, or why Redis is not measured. It is killed when dropped (success, error
+/// or panic).
+fn start_redis() -> std::result::Result<RedisServer, String> {
+    RedisServer::try_start()
 }
 
-fn not_run(redis: &std::result::Result<(Binary, RedisServer), String>) -> String {
+fn pid_of(server: &RedisServer) -> Result<u32> {
+    server
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("redis-server is not running"))
+}
+
+/// Calls of each command since the server started (`INFO commandstats`), by name (`evalsha`,
+/// `eval`, ...).
+fn command_calls(server: &RedisServer) -> Result<BTreeMap<String, u64>> {
+    let info = server
+        .try_command(&["INFO", "commandstats"])
+        .map_err(anyhow::Error::msg)?;
+    // cmdstat_evalsha:calls=12,usec=34,...
+    Ok(info
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter_map(|(name, fields)| {
+            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.trim().parse().ok()?))
+        })
+        .collect())
+}
+
+fn not_run(redis: &std::result::Result<RedisServer, String>) -> String {
     match redis {
         Ok(_) => "not run".into(),
         Err(why) => format!("not run: {why}"),

@@ -66,7 +66,7 @@ impl Hop {
             method,
             tool: self.tool.clone(),
             upstream: Some(Arc::clone(&self.upstream)),
-            team: Arc::clone(&ctx.principal),
+            team: Arc::clone(ctx.principal()),
             transport: self.transport,
             outcome,
         };

@@ -177,7 +177,7 @@ fn resolve_named<'c>(
             Resolved::Found(item) => sees(team, catalog, kind, item.upstream, name),
             // A collision's claimants are named in its error: only for names the team sees.
             Resolved::Ambiguous(c) => c.owners.iter().all(|(key, _)| {
-                team.config.admits_upstream(key) && visibility(team, kind).admits(name)
+                team.config.admits_upstream(key) && team.visibility(kind).admits(name)
             }),
             Resolved::Unknown => true,
         };
@@ -220,14 +220,6 @@ fn sees(team: &Team, catalog: &Catalog, kind: Kind, upstream: usize, exposed: &s
         .defs()
         .get(upstream)
         .is_some_and(|d| team.sees(kind, &d.key, exposed))
-}
-
-fn visibility(team: &Team, kind: Kind) -> &manifold_config::Visibility {
-    match kind {
-        Kind::Tools => &team.config.tools,
-        Kind::Prompts => &team.config.prompts,
-        Kind::Resources | Kind::ResourceTemplates => &team.config.resources,
-    }
 }
 
 /// Replaces a host's `_meta.progressToken` with the upstream request id, which is unique on
