@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A one-off build: incremental compilation state would only take disk space.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 step() { printf '\n==> %s\n' "$*"; }
 
 step "format and lints"
