@@ -240,6 +240,15 @@ const POLICY_SIDES: [(&str, &str); 4] = [
     ("redis", "Manifold, team + limits in Redis"),
 ];
 
+/// The comparisons of the `policy` scenario and their names in the table.
+const POLICY_PAIRS: [(&str, &str); 5] = [
+    ("plain_vs_direct", "policy: none, added over direct"),
+    ("memory_vs_direct", "policy: memory, added over direct"),
+    ("redis_vs_direct", "policy: Redis, added over direct"),
+    ("memory_vs_plain", "policy step, memory, added over none"),
+    ("redis_vs_plain", "policy step, Redis, added over none"),
+];
+
 /// Each setting's percentiles, server CPU and error answers; then what each adds over the
 /// direct call and what the policy step adds over no policy (with the goal); then Redis's
 /// side, the refusal check and whether the run is valid.
@@ -252,39 +261,7 @@ fn policy_table(out: &mut String, v: &Value) {
         "\nTeams and limits (the policy step), small tools/call over stdio ({} rounds of {} calls, interleaved)",
         v["rounds"], v["calls_per_round"]
     );
-    let _ = writeln!(
-        out,
-        "{:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
-        "setting (median of rounds)",
-        "p50",
-        "p90",
-        "p99",
-        "max",
-        "spread of p50",
-        "CPU/call",
-        "switches",
-        "errors"
-    );
-    for (key, name) in POLICY_SIDES {
-        let side = &v[key];
-        if let Some(why) = side["not_run"].as_str() {
-            let _ = writeln!(out, "{name:<40} {why}");
-            continue;
-        }
-        let cpu = &side["server_cpu_per_call"];
-        let _ = writeln!(
-            out,
-            "{name:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
-            us(num(&side["p50_us"])),
-            us(num(&side["p90_us"])),
-            us(num(&side["p99_us"])),
-            us(num(&side["max_us"])),
-            range(&side["spread"]["p50_us"], us),
-            us(num(&cpu["cpu_us"])),
-            two(num(&cpu["switches"])),
-            side["errors"],
-        );
-    }
+    counted_sides_table(out, v, &POLICY_SIDES);
     out.push('\n');
     row_table(out, &policy_rows(v), ["base", "with"]);
     let redis = &v["redis_server"];
@@ -322,44 +299,75 @@ fn policy_table(out: &mut String, v: &Value) {
             each.join(", ")
         );
     }
-    if v["valid"] == true {
-        let calls: f64 = POLICY_SIDES
-            .iter()
-            .map(|(k, _)| v[*k]["calls"].as_f64().unwrap_or(0.0))
-            .sum();
-        let _ = writeln!(out, "Valid: no error answer in {calls} calls");
-    } else {
-        let _ = writeln!(out, "INVALID RUN: the figures above are not to be quoted");
-        for why in v["invalid_because"].as_array().into_iter().flatten() {
-            let _ = writeln!(out, "  {}", why.as_str().unwrap_or("?"));
-        }
-    }
+    let calls: f64 = POLICY_SIDES
+        .iter()
+        .map(|(k, _)| v[*k]["calls"].as_f64().unwrap_or(0.0))
+        .sum();
+    validity(out, v, calls);
 }
 
 /// Added p50 and p99 of each setting over the direct call and of the policy step over no
 /// policy; the goal is on the step in memory, and is never met by an invalid run.
 fn policy_rows(v: &Value) -> Vec<Row> {
+    added_rows(v, &POLICY_PAIRS, "memory_vs_plain")
+}
+
+/// Each side's percentiles, server CPU and error answers, one line each; a side that was
+/// not run says why.
+fn counted_sides_table(out: &mut String, v: &Value, sides: &[(&str, &str)]) {
+    let _ = writeln!(
+        out,
+        "{:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
+        "setting (median of rounds)",
+        "p50",
+        "p90",
+        "p99",
+        "max",
+        "spread of p50",
+        "CPU/call",
+        "switches",
+        "errors"
+    );
+    for (key, name) in sides {
+        let side = &v[*key];
+        if let Some(why) = side["not_run"].as_str() {
+            let _ = writeln!(out, "{name:<40} {why}");
+            continue;
+        }
+        let cpu = &side["server_cpu_per_call"];
+        let _ = writeln!(
+            out,
+            "{name:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
+            us(num(&side["p50_us"])),
+            us(num(&side["p90_us"])),
+            us(num(&side["p99_us"])),
+            us(num(&side["max_us"])),
+            range(&side["spread"]["p50_us"], us),
+            us(num(&cpu["cpu_us"])),
+            two(num(&cpu["switches"])),
+            side["errors"],
+        );
+    }
+}
+
+/// Added p50 and p99 of each comparison in `pairs` that the scenario made; the goal
+/// (`goal_added_p50_us`) is on the p50 of `goal_key`, and is never met by an invalid run.
+fn added_rows(v: &Value, pairs: &[(&str, &str)], goal_key: &str) -> Vec<Row> {
     let mut rows = Vec::new();
     if v.is_null() {
         return rows;
     }
     let limit = num(&v["goal_added_p50_us"]);
     let valid = v["valid"] == true;
-    for (key, what) in [
-        ("plain_vs_direct", "policy: none, added over direct"),
-        ("memory_vs_direct", "policy: memory, added over direct"),
-        ("redis_vs_direct", "policy: Redis, added over direct"),
-        ("memory_vs_plain", "policy step, memory, added over none"),
-        ("redis_vs_plain", "policy step, Redis, added over none"),
-    ] {
-        let c = &v[key];
+    for (key, what) in pairs {
+        let c = &v[*key];
         if c.is_null() {
             continue;
         }
         for p in ["p50", "p99"] {
             let k = format!("{p}_us");
             let added = num(&c["added"][&k]);
-            let goal = (key == "memory_vs_plain" && p == "p50").then(|| {
+            let goal = (*key == goal_key && p == "p50").then(|| {
                 if valid {
                     (format!("added <= {}", us(limit)), added <= limit)
                 } else {
@@ -378,6 +386,18 @@ fn policy_rows(v: &Value) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// "Valid" with the number of calls made, or why the run is invalid.
+fn validity(out: &mut String, v: &Value, calls: f64) {
+    if v["valid"] == true {
+        let _ = writeln!(out, "Valid: no error answer in {calls} calls");
+    } else {
+        let _ = writeln!(out, "INVALID RUN: the figures above are not to be quoted");
+        for why in v["invalid_because"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  {}", why.as_str().unwrap_or("?"));
+        }
+    }
 }
 
 /// A line of the HTTP table: Manifold beside the peer gateway.

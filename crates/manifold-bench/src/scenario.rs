@@ -2,6 +2,7 @@
 //! bounded loops, ends its processes (dropping a `Session` ends its stdio server, dropping the
 //! last handle on an `HttpServer` ends that one) and returns JSON.
 
+mod counted;
 mod http_latency;
 mod http_rss;
 mod http_throughput;
