@@ -56,9 +56,13 @@ pub fn goals(doc: &Value) -> Value {
     let policy = policy_rows(&s["policy"])
         .into_iter()
         .map(|r| (r.figure, r.goal));
+    let cache = cache_rows(&s["cache"])
+        .into_iter()
+        .map(|r| (r.figure, r.goal));
     stdio
         .chain(telemetry)
         .chain(policy)
+        .chain(cache)
         .chain(http)
         .filter_map(|(figure, goal)| {
             goal.map(|(goal, met)| json!({ "figure": figure, "goal": goal, "met": met }))
@@ -78,6 +82,7 @@ pub fn table(doc: &Value) -> String {
     }
     telemetry_table(&mut out, &doc["scenarios"]["telemetry"]);
     policy_table(&mut out, &doc["scenarios"]["policy"]);
+    cache_table(&mut out, &doc["scenarios"]["cache"]);
     let http = http_rows(&doc["scenarios"]);
     if !http.is_empty() {
         http_table(&mut out, &http);
@@ -310,6 +315,93 @@ fn policy_table(out: &mut String, v: &Value) {
 /// policy; the goal is on the step in memory, and is never met by an invalid run.
 fn policy_rows(v: &Value) -> Vec<Row> {
     added_rows(v, &POLICY_PAIRS, "memory_vs_plain")
+}
+
+/// The sides of the `cache` scenario and their names in the table.
+const CACHE_SIDES: [(&str, &str); 4] = [
+    ("direct", "direct to the fixture"),
+    ("hit", "Manifold, cached, every call a hit"),
+    ("miss", "Manifold, cached, every call a miss"),
+    ("uncached", "Manifold, no cache"),
+];
+
+/// The comparisons of the `cache` scenario and their names in the table.
+const CACHE_PAIRS: [(&str, &str); 5] = [
+    ("hit_vs_direct", "cache hit, added over direct"),
+    ("miss_vs_direct", "cache miss, added over direct"),
+    ("uncached_vs_direct", "no cache, added over direct"),
+    ("hit_vs_uncached", "cache hit, added over no cache"),
+    ("miss_vs_uncached", "cache miss, added over no cache"),
+];
+
+/// Each side's percentiles, server CPU and error answers over stdio; what a hit, a miss and
+/// plain forwarding add (with the goal, on the hit); calls/s over HTTP with and without the
+/// cache; the upstream's own count of the calls that reached it; whether the run is valid.
+fn cache_table(out: &mut String, v: &Value) {
+    if v.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nResult cache, small tools/call over stdio ({} rounds of {} calls, interleaved)",
+        v["rounds"], v["calls_per_round"]
+    );
+    counted_sides_table(out, v, &CACHE_SIDES);
+    out.push('\n');
+    row_table(out, &cache_rows(v), ["base", "with"]);
+    let http = &v["http"];
+    let _ = writeln!(
+        out,
+        "\nResult cache over Streamable HTTP, {} connections ({} rounds of {} calls, interleaved)",
+        http["connections"], http["rounds"], http["calls_per_round"]
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} {:>10} {:>17} {:>10} {:>10} {:>10} {:>7}",
+        "side (median of rounds)", "calls/s", "spread", "p50", "p99", "CPU/call", "errors"
+    );
+    for (key, name) in [
+        ("cached", "cached, every call a hit"),
+        ("forwarded", "no cache, every call forwarded"),
+    ] {
+        let side = &http[key];
+        let rate = &side["calls_per_s"];
+        let _ = writeln!(
+            out,
+            "{name:<40} {:>10} {:>17} {:>10} {:>10} {:>10} {:>7}",
+            rate1(num(&rate["median"])),
+            format!("{}..{}", rate1(num(&rate["min"])), rate1(num(&rate["max"]))),
+            us(num(&side["latency"]["p50_us"])),
+            us(num(&side["latency"]["p99_us"])),
+            us(num(&side["server_cpu_per_call"]["cpu_us"])),
+            side["errors"],
+        );
+    }
+    let r = &http["cached_over_forwarded"];
+    let _ = writeln!(
+        out,
+        "cached over forwarded, calls/s: {} ({})",
+        two(num(&r["median"])),
+        range(&r["spread"], two)
+    );
+    if let Some(checks) = v["upstream_calls"].as_object() {
+        let each: Vec<String> = checks
+            .iter()
+            .map(|(side, c)| format!("{side} {} (expected {})", c["counted"], c["expected"]))
+            .collect();
+        let _ = writeln!(
+            out,
+            "echo calls the upstream served, by its own count: {}",
+            each.join(", ")
+        );
+    }
+    validity(out, v, num(&v["calls"]));
+}
+
+/// Added p50 and p99 of a hit, a miss and no cache over the direct call and of a hit and a
+/// miss over no cache; the goal is on the hit over direct, and is never met by an invalid run.
+fn cache_rows(v: &Value) -> Vec<Row> {
+    added_rows(v, &CACHE_PAIRS, "hit_vs_direct")
 }
 
 /// Each side's percentiles, server CPU and error answers, one line each; a side that was
@@ -941,6 +1033,45 @@ mod tests {
         policy_table(&mut out, &bad["scenarios"]["policy"]);
         assert!(out.contains("INVALID RUN"), "{out}");
         assert!(out.contains("  memory: 1 error answers"), "{out}");
+    }
+
+    #[test]
+    fn the_cache_goal_is_on_hits_and_met_only_by_a_valid_run() {
+        let pair = |a: f64, b: f64| {
+            json!({ "direct": { "p50_us": a, "p99_us": a }, "through": { "p50_us": b, "p99_us": b },
+                    "added": { "p50_us": b - a, "p99_us": b - a,
+                               "spread": { "p50_us": [0.0, 1.0], "p99_us": [0.0, 1.0] } },
+                    "ratio": { "p50": b / a, "p99": b / a } })
+        };
+        let cache = |valid: bool| {
+            json!({ "scenarios": { "cache": {
+                "rounds": 7, "calls_per_round": 100, "goal_added_p50_us": 10.0,
+                "hit_vs_direct": pair(6.0, 9.0), "miss_vs_direct": pair(6.0, 30.0),
+                "calls": 1234, "valid": valid,
+                "invalid_because": if valid { json!([]) } else { json!(["hit: the upstream served 9 echo calls, expected 1"]) },
+                "upstream_calls": { "hit": { "expected": 1, "counted": if valid { 1 } else { 9 } } },
+            } } })
+        };
+        let ok = cache(true);
+        let goals = goals(&ok);
+        assert_eq!(goals.as_array().unwrap().len(), 1, "{goals}");
+        assert_eq!(goals[0]["figure"], "cache hit, added over direct p50");
+        assert_eq!(goals[0]["met"], true, "{goals}");
+        let mut out = String::new();
+        cache_table(&mut out, &ok["scenarios"]["cache"]);
+        assert!(
+            out.contains("Valid: no error answer in 1234 calls"),
+            "{out}"
+        );
+        assert!(out.contains("hit 1 (expected 1)"), "{out}");
+        assert!(out.contains("cache miss, added over direct p50"), "{out}");
+
+        let bad = cache(false);
+        assert_eq!(goals_of(&bad), [false]);
+        let mut out = String::new();
+        cache_table(&mut out, &bad["scenarios"]["cache"]);
+        assert!(out.contains("INVALID RUN"), "{out}");
+        assert!(out.contains("  hit: the upstream served 9"), "{out}");
     }
 
     fn goals_of(doc: &Value) -> Vec<bool> {
