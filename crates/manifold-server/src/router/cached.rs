@@ -81,6 +81,9 @@ impl Router {
         let found = lookup.store().try_get_with(lookup.key.clone(), init).await;
         // Still here: answered by another request's fill, or by an entry.
         let Some((ctx, target)) = take(&slot) else {
+            // This request filled it: the store's upkeep is done a little at a time, after
+            // the host has its answer, rather than in rare long batches.
+            lookup.store().run_pending_tasks().await;
             return;
         };
         match found {
