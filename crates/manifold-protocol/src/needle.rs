@@ -29,6 +29,10 @@ pub static META_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new
 /// A tool result's error flag.
 pub static IS_ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"isError\""));
 
+/// The `_meta` member by which a host steers Manifold's result cache.
+pub static CACHE_META: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"manifold/cache\""));
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -262,6 +262,14 @@ impl Cache {
         target: &Target,
         catalog: &Catalog,
     ) -> Result<Plan, RouteError> {
+        // Asked of any request, kept or not, so that a mistake is never silently ignored.
+        let asked = match manifold_protocol::needle::CACHE_META.find(target.params.as_bytes()) {
+            Some(_) => RawObject::parse(&target.params)
+                .ok()
+                .map(|p| directive(&p))
+                .transpose()?,
+            None => None,
+        };
         let Some(up) = self.upstreams.get(target.upstream) else {
             return Ok(Plan::Forward);
         };
@@ -296,7 +304,7 @@ impl Cache {
                 },
             },
         };
-        let refresh = match directive(&params)? {
+        let refresh = match asked.unwrap_or(Directive::Use) {
             Directive::Use => false,
             Directive::Refresh => true,
             Directive::Bypass => return Ok(Plan::Bypass),

@@ -57,12 +57,9 @@ impl Router {
 
     async fn cached(self: Arc<Self>, cache: &Cache, ctx: Context, target: Target, lookup: Lookup) {
         if lookup.refresh {
-            record(&ctx, "miss");
-            lookup.counters.miss();
-            if let Ok(entry) = self.fill(cache, &lookup, ctx, target).await {
-                lookup.store().insert(lookup.key.clone(), entry).await;
-            }
-            return;
+            // Gone before the request is sent: a request after its answer gets the fresh
+            // entry, or waits for it.
+            lookup.store().invalidate(&lookup.key).await;
         }
         let slot: Slot = Arc::new(Mutex::new(Some((ctx, target))));
         let init = {
@@ -92,11 +89,14 @@ impl Router {
                 lookup.counters.hit();
                 ctx.reply(&entry.result);
             }
-            // The fill it waited for stored nothing: it asks for itself.
+            // The fill it waited for stored nothing (its answer was not to be kept, or it
+            // failed): it asks for itself, and keeps what it may.
             Err(_) => {
                 record(&ctx, "miss");
                 lookup.counters.miss();
-                self.send(ctx, target, None);
+                if let Ok(entry) = self.fill(cache, &lookup, ctx, target).await {
+                    lookup.store().insert(lookup.key.clone(), entry).await;
+                }
             }
         }
     }
