@@ -54,6 +54,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         auth: Default::default(),
         teams: Vec::new(),
         limits: Default::default(),
+        cache: Default::default(),
         upstreams,
         skipped,
     })

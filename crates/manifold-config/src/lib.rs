@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod cache;
 mod claude_json;
 mod command;
 mod error;
@@ -26,6 +27,9 @@ mod validate;
 #[allow(clippy::unwrap_used)]
 mod tests;
 
+pub use cache::{
+    parse_bytes, parse_duration, CacheRule, CacheScope, CacheSettings, UpstreamCaches,
+};
 pub use command::resolve_command;
 pub use glob::glob_match;
 pub use policy::{
@@ -48,6 +52,8 @@ pub struct Config {
     pub teams: Vec<TeamConfig>,
     /// Rate limits and quotas (`[limits]`, and each team's own).
     pub limits: LimitsConfig,
+    /// `[cache]`; each upstream's caches are on the upstream.
+    pub cache: CacheSettings,
     /// Enabled upstreams, sorted by key so that everything derived from them is deterministic.
     pub upstreams: Vec<UpstreamConfig>,
     /// Entries that were skipped with the reason (`enabled = false`, `"disabled": true`).
@@ -194,6 +200,8 @@ pub struct UpstreamConfig {
     /// Whether `/readyz` waits for this upstream.
     pub required: bool,
     pub isolation: Isolation,
+    /// Which of its answers are cached, and how.
+    pub caches: UpstreamCaches,
 }
 
 /// Whether an upstream's connection is shared by every host session.

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::cache::RawCacheRule;
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(crate) struct RawServer {
@@ -77,6 +79,10 @@ pub(crate) struct RawUpstream {
     #[serde(default)]
     pub(crate) tool_timeouts: BTreeMap<String, u64>,
     pub(crate) max_message_bytes: Option<u64>,
+    pub(crate) cache: Option<RawCacheRule>,
+    #[serde(default)]
+    pub(crate) tool_cache: BTreeMap<String, RawCacheRule>,
+    pub(crate) resource_cache: Option<RawCacheRule>,
     pub(crate) restart_initial_backoff_ms: Option<u64>,
     pub(crate) restart_max_backoff_ms: Option<u64>,
     #[serde(default)]

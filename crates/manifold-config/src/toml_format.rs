@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::cache::{self, RawCacheSettings};
 use crate::error::{self, child};
 use crate::policy::{self, RawAuth, RawLimits};
 use crate::schema::{RawNames, RawServer, RawTelemetry, RawUpstream};
@@ -28,6 +29,8 @@ struct RawFile {
     teams: BTreeMap<String, toml::Value>,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    cache: RawCacheSettings,
     /// Kept generic here; see the module comment.
     #[serde(default)]
     upstreams: BTreeMap<String, toml::Value>,
@@ -59,6 +62,8 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
     let limits = policy::limits(ctx, raw.limits)?;
     validate::check_listen(ctx, &server.http, policy::auth_required(&auth, &teams))?;
     validate::check_team(ctx, &server, &teams)?;
+    let cache = cache::settings(ctx, raw.cache)?;
+    cache::check(ctx, &cache, &upstreams)?;
     Ok(Config {
         source: ctx.file.to_path_buf(),
         server,
@@ -67,6 +72,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         auth,
         teams,
         limits,
+        cache,
         upstreams,
         skipped,
     })

@@ -342,6 +342,15 @@ pub(crate) fn upstream(
         check_min(ctx, &child(&child(path, "tool_timeouts"), tool), *ms, 1)?;
         tool_timeouts.insert(tool.clone(), Duration::from_millis(*ms));
     }
+    let caches = crate::cache::upstream(
+        ctx,
+        path,
+        crate::cache::RawUpstreamCaches {
+            cache: raw.cache.as_ref(),
+            tool_cache: &raw.tool_cache,
+            resource_cache: raw.resource_cache.as_ref(),
+        },
+    )?;
     Ok(UpstreamConfig {
         key: key.to_owned(),
         prefix: raw.prefix.clone().unwrap_or_else(|| key.to_owned()),
@@ -354,6 +363,7 @@ pub(crate) fn upstream(
         prompts: filter(ctx, &child(path, "prompts"), raw.prompts)?,
         required: raw.required.unwrap_or(false),
         isolation,
+        caches,
         transport,
     })
 }

@@ -5,6 +5,7 @@
 //! per request.
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod context;
 pub mod error;
 pub mod http;

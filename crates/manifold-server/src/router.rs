@@ -7,6 +7,7 @@
 //! it. Everything runs synchronously on the thread that read the message; only the handshake,
 //! fan-outs and layers that wait on I/O continue on the async runtime.
 
+mod cached;
 mod inflight;
 mod notify;
 mod resolve;
@@ -25,6 +26,7 @@ use manifold_telemetry::{spans, trace};
 use manifold_upstream::{Connection, Forward, Hub, Isolation, UpstreamError, UpstreamHandle};
 use tokio::sync::mpsc;
 
+use crate::cache::Cache;
 use crate::context::{reply_error, Context, Origin, Route};
 use crate::error::RouteError;
 use crate::initialize;
@@ -92,6 +94,8 @@ pub struct Router {
     teams: OnceLock<Arc<Teams>>,
     /// Who a stdio host runs as (`server.team`, `--team`); anonymous until set.
     stdio_caller: OnceLock<Arc<Caller>>,
+    /// The result caches (none until set, and none when no upstream has one).
+    cache: OnceLock<Arc<Cache>>,
     /// Itself, for work that continues on the runtime.
     this: Weak<Router>,
 }
@@ -130,6 +134,7 @@ impl Router {
             team_conns: Mutex::new(HashMap::new()),
             teams: OnceLock::new(),
             stdio_caller: OnceLock::new(),
+            cache: OnceLock::new(),
             this: this.clone(),
         });
         // The router decides which sessions hear what upstreams say.
@@ -151,6 +156,25 @@ impl Router {
             let _ = self.stdio_caller.set(Caller::of_team(Arc::clone(team), id));
         }
         let _ = self.teams.set(teams);
+    }
+
+    /// Answers what it can from `cache` (set once, at start). Upstream subscriptions the
+    /// cache's entries held arrive on `released` when the entries go.
+    pub fn set_cache(
+        self: &Arc<Self>,
+        cache: Arc<Cache>,
+        mut released: mpsc::UnboundedReceiver<(usize, Box<str>)>,
+    ) {
+        let _ = self.cache.set(cache);
+        let router = Arc::downgrade(self);
+        self.runtime.spawn(async move {
+            while let Some((upstream, uri)) = released.recv().await {
+                let Some(router) = router.upgrade() else {
+                    return;
+                };
+                router.release_subscription(upstream, &uri);
+            }
+        });
     }
 
     /// The configured teams.
@@ -534,7 +558,7 @@ impl Router {
                 }
             }
         }
-        self.send(ctx, target);
+        self.dispatch(ctx, target);
     }
 
     /// Tells the request's metrics and span where it is going.
@@ -548,7 +572,7 @@ impl Router {
 
     /// Sends the request to its upstream as a new request whose answer returns to the host:
     /// on the shared connection, or the session's own (started now, if it is the first use).
-    fn send(self: &Arc<Self>, ctx: Context, target: Target) {
+    fn send(self: &Arc<Self>, ctx: Context, target: Target, fill: Option<inflight::Fill>) {
         let handle = &self.upstreams[target.upstream];
         if let UpstreamState::Down { reason } = self.hub.catalog().state(target.upstream) {
             return ctx.fail(&unavailable(handle, reason));
@@ -559,18 +583,18 @@ impl Router {
         };
         let Some(own) = own else {
             return match handle.connection() {
-                Some(conn) => self.send_on(&conn, ctx, target),
+                Some(conn) => self.send_on(&conn, ctx, target, fill),
                 None => ctx.fail(&unavailable(handle, "it is starting")),
             };
         };
         if let Some(conn) = own.connection() {
-            return self.send_on(&conn, ctx, target);
+            return self.send_on(&conn, ctx, target, fill);
         }
         // A connection just started: the request waits (bounded) for its handshake.
         let (router, limit) = (Arc::clone(self), self.settings.startup_timeout);
         self.runtime.spawn(async move {
             match own.connected(limit).await {
-                Some(conn) => router.send_on(&conn, ctx, target),
+                Some(conn) => router.send_on(&conn, ctx, target, fill),
                 None => ctx.fail(&unavailable(
                     &own,
                     "its connection for this session did not start in time",
@@ -713,7 +737,13 @@ impl Router {
     }
 
     /// Writes the request on `conn`; its answer returns to the host through an exchange.
-    fn send_on(&self, conn: &Connection, ctx: Context, target: Target) {
+    fn send_on(
+        &self,
+        conn: &Connection,
+        ctx: Context,
+        target: Target,
+        fill: Option<inflight::Fill>,
+    ) {
         let handle = &self.upstreams[target.upstream];
         let upstream_id = conn.next_id();
         let hop = spans::client(&ctx.span);
@@ -747,6 +777,7 @@ impl Router {
                 id: upstream_id,
                 transport: handle.transport(),
             },
+            fill,
         };
         conn.forward(
             upstream_id,

@@ -12,4 +12,6 @@ pub mod names;
 pub mod spans;
 pub mod trace;
 
-pub use metrics::{metrics, Direction, HostTransport, OpLabels, Outcome, UpstreamCounters};
+pub use metrics::{
+    metrics, CacheCounters, Direction, Eviction, HostTransport, OpLabels, Outcome, UpstreamCounters,
+};

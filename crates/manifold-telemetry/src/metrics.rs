@@ -129,6 +129,76 @@ impl UpstreamCounters {
     }
 }
 
+/// Counters of one cache of one upstream (see `Metrics::cache`).
+#[derive(Default)]
+pub struct CacheCounters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    /// By [`Eviction`].
+    pub evictions: [AtomicU64; 3],
+    /// Held now (weights of the entries: answer and key bytes).
+    pub bytes: AtomicU64,
+    pub entries: AtomicU64,
+}
+
+/// Why a cache entry went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// Pushed out by the byte budget.
+    Size,
+    /// Its ttl passed.
+    Expired,
+    /// The upstream changed (restart, list_changed, resources/updated) or it was replaced.
+    Invalidated,
+}
+
+impl Eviction {
+    pub const ALL: [Eviction; 3] = [Eviction::Size, Eviction::Expired, Eviction::Invalidated];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Eviction::Size => "size",
+            Eviction::Expired => "expired",
+            Eviction::Invalidated => "invalidated",
+        }
+    }
+}
+
+impl CacheCounters {
+    pub fn hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn miss(&self) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An entry of `weight` bytes was stored.
+    pub fn stored(&self, weight: u64) {
+        self.bytes.fetch_add(weight, Ordering::Relaxed);
+        self.entries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An entry of `weight` bytes went.
+    pub fn removed(&self, weight: u64, why: Eviction) {
+        // Never below zero, whatever the order of concurrent updates.
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(weight))
+            });
+        let _ = self
+            .entries
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(1))
+            });
+        self.evictions[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A cache (`tools` or `resources`) of an upstream (its key).
+type CacheId = (&'static str, Arc<str>);
+
 /// Every recorded metric of the process.
 pub struct Metrics {
     enabled: AtomicBool,
@@ -140,6 +210,8 @@ pub struct Metrics {
     limit_store_errors: [AtomicU64; 2],
     /// By upstream key; locked only when a connection is made and when scraped.
     upstreams: Mutex<BTreeMap<Arc<str>, Arc<UpstreamCounters>>>,
+    /// By (cache, upstream key); made when the cache is set up, locked then and when scraped.
+    caches: Mutex<BTreeMap<CacheId, Arc<CacheCounters>>>,
     /// Seconds since the Unix epoch when the metrics were first used (at start).
     started: u64,
 }
@@ -152,6 +224,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     host_bytes: Default::default(),
     limit_store_errors: Default::default(),
     upstreams: Mutex::new(BTreeMap::new()),
+    caches: Mutex::new(BTreeMap::new()),
     started: std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs()),
@@ -250,6 +323,57 @@ impl Metrics {
         c
     }
 
+    /// The counters of cache `cache` (`tools` or `resources`) of upstream `key`, made on
+    /// first use.
+    pub fn cache(&self, cache: &'static str, key: &str) -> Arc<CacheCounters> {
+        let mut all = self
+            .caches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(all.entry((cache, key.into())).or_default())
+    }
+
+    fn render_caches(&self, e: &mut Exposition) {
+        let caches: Vec<(CacheId, Arc<CacheCounters>)> = self
+            .caches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(k, c)| (k.clone(), Arc::clone(c)))
+            .collect();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (metric, value) in [
+            (
+                &names::CACHE_HITS,
+                (|c: &CacheCounters| &c.hits) as fn(&CacheCounters) -> &AtomicU64,
+            ),
+            (&names::CACHE_MISSES, |c| &c.misses),
+            (&names::CACHE_BYTES, |c| &c.bytes),
+            (&names::CACHE_ENTRIES, |c| &c.entries),
+        ] {
+            e.metric(metric);
+            for ((cache, upstream), c) in &caches {
+                let labels = [(label::CACHE, *cache), (label::UPSTREAM, &**upstream)];
+                e.sample(metric, &labels, load(value(c)));
+            }
+        }
+        e.metric(&names::CACHE_EVICTIONS);
+        for ((cache, upstream), c) in &caches {
+            for why in Eviction::ALL {
+                let labels = [
+                    (label::CACHE, *cache),
+                    (label::UPSTREAM, &**upstream),
+                    (label::CAUSE, why.label()),
+                ];
+                e.sample(
+                    &names::CACHE_EVICTIONS,
+                    &labels,
+                    load(&c.evictions[why as usize]),
+                );
+            }
+        }
+    }
+
     /// Writes everything recorded here.
     pub fn render(&self, e: &mut Exposition) {
         e.metric(&names::BUILD_INFO);
@@ -303,6 +427,7 @@ impl Metrics {
                 n,
             );
         }
+        self.render_caches(e);
         let upstreams: Vec<(Arc<str>, Arc<UpstreamCounters>)> = self
             .upstreams
             .lock()

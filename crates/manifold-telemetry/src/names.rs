@@ -85,6 +85,36 @@ pub const CATALOG_ITEMS: Metric = Metric {
     kind: Kind::Gauge,
 };
 
+pub const CACHE_HITS: Metric = Metric {
+    name: "manifold_cache_hits_total",
+    help: "Requests answered from a cache (also those that waited for an identical request's answer), by cache and upstream.",
+    kind: Kind::Counter,
+};
+
+pub const CACHE_MISSES: Metric = Metric {
+    name: "manifold_cache_misses_total",
+    help: "Cacheable requests that went to the upstream, by cache and upstream.",
+    kind: Kind::Counter,
+};
+
+pub const CACHE_EVICTIONS: Metric = Metric {
+    name: "manifold_cache_evictions_total",
+    help: "Cache entries removed, by cache, upstream and cause (size: the byte budget; expired: the ttl; invalidated: the upstream changed).",
+    kind: Kind::Counter,
+};
+
+pub const CACHE_BYTES: Metric = Metric {
+    name: "manifold_cache_bytes",
+    help: "Bytes of answers (and their keys) held in a cache, by cache and upstream.",
+    kind: Kind::Gauge,
+};
+
+pub const CACHE_ENTRIES: Metric = Metric {
+    name: "manifold_cache_entries",
+    help: "Entries held in a cache, by cache and upstream.",
+    kind: Kind::Gauge,
+};
+
 pub const BUILD_INFO: Metric = Metric {
     name: "manifold_build_info",
     help: "Always 1; its version label names the running build.",
@@ -118,6 +148,10 @@ pub mod label {
     pub const DECISION: &str = "decision";
     /// `tools`, `prompts`, `resources` or `resource_templates`.
     pub const KIND: &str = "kind";
+    /// Which cache: `tools` (tool results) or `resources` (resource reads).
+    pub const CACHE: &str = "cache";
+    /// Why a cache entry went: `size`, `expired` or `invalidated`.
+    pub const CAUSE: &str = "cause";
     /// The build's version.
     pub const VERSION: &str = "version";
 }

@@ -42,6 +42,7 @@ pub fn server(parent: Option<&Carrier>) -> Span {
         mcp.resource.uri = Empty,
         manifold.upstream = Empty,
         manifold.team = Empty,
+        manifold.cache = Empty,
         error.type = Empty,
         rpc.response.status_code = Empty,
     );

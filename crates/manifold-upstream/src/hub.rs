@@ -29,6 +29,10 @@ pub trait Listener: Send + Sync {
     /// Upstream `upstream` (re)connected and finished its handshake: what hosts asked of it
     /// before (log levels, subscriptions) must be asked again.
     fn upstream_ready(&self, upstream: usize);
+    /// Upstream `upstream` has a new catalog (it (re)started, or its lists were fetched
+    /// again after a `list_changed`), or it stopped serving: what was learnt from it before
+    /// may no longer hold.
+    fn upstream_changed(&self, _upstream: usize) {}
 }
 
 /// Shared by every upstream actor and the server.
@@ -100,6 +104,7 @@ impl Hub {
     /// Records an upstream's new state, and its new slice when `slice` is `Some`. A down
     /// upstream keeps its last slice, so names stay stable while calls fail fast.
     pub fn update(&self, upstream: usize, state: UpstreamState, slice: Option<Arc<UpstreamSlice>>) {
+        let changed = slice.is_some() || state != UpstreamState::Up;
         let (old, new) = {
             let mut inputs = self.inputs();
             inputs.states[upstream] = state;
@@ -123,6 +128,9 @@ impl Hub {
             if !old.collisions().contains(c) {
                 tracing::error!(name = %c.exposed, owners = ?c.owners, "name collision: none of the claimants is exposed; rename one in the config");
             }
+        }
+        if let (true, Some(l)) = (changed, self.listener()) {
+            l.upstream_changed(upstream);
         }
         self.announce_changes(&old, &new);
     }

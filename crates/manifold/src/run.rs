@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use manifold_catalog::UpstreamDef;
 use manifold_config::Config;
 use manifold_policy::Authenticator;
+use manifold_server::cache::Cache;
 use manifold_server::layer::Layer;
 use manifold_server::policy::{LimitLayer, Teams};
 use manifold_server::{http, stdio, Router, Sessions};
@@ -152,6 +153,10 @@ pub fn serve(
             config.server.team.as_deref(),
         );
         router.run_reaper(ending);
+        let (released, released_rx) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(cache) = Cache::new(&config.cache, &config.upstreams, &released) {
+            router.set_cache(cache, released_rx);
+        }
         router.set_isolation(Isolation::new(
             Arc::clone(router.hub()),
             config.upstreams.clone().into(),

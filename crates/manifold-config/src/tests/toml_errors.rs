@@ -366,3 +366,57 @@ fn telemetry_settings_are_checked() {
         assert!(problem.contains(says), "{body}: {problem}");
     }
 }
+
+#[test]
+fn cache_mistakes_are_named() {
+    let cases = [
+        ("cache = {}", "upstreams.up.cache.ttl", "is required"),
+        (
+            "cache = { ttl = \"30\" }",
+            "upstreams.up.cache.ttl",
+            "is not a duration",
+        ),
+        (
+            "cache = { ttl = \"0s\" }",
+            "upstreams.up.cache.ttl",
+            "greater than 0",
+        ),
+        (
+            "resource_cache = { ttl = \"1s\", scope = \"all\" }",
+            "upstreams.up.resource_cache.scope",
+            "\"team\" or \"shared\"",
+        ),
+        (
+            "tool_cache.t = { ttl = \"1s\", max_bytes = \"lots\" }",
+            "upstreams.up.tool_cache.t.max_bytes",
+            "is not a size",
+        ),
+        (
+            "tool_cache.t = { ttl = \"1s\", ttl2 = 1 }",
+            "upstreams.up.tool_cache.t.ttl2",
+            "unknown key",
+        ),
+        (
+            "tool_cache.t = { ttl = \"1s\", max_bytes = \"1GiB\" }",
+            "upstreams.up.tool_cache.t.max_bytes",
+            "add up to more than cache.max_bytes",
+        ),
+        (
+            "isolation = \"session\"\ncache = { ttl = \"1s\" }",
+            "upstreams.up.cache",
+            "isolation = \"session\"",
+        ),
+    ];
+    for (body, want_key, want_problem) in cases {
+        let (key, problem) = upstream_err(body);
+        assert_eq!(key, want_key, "{body}: {problem}");
+        assert!(problem.contains(want_problem), "{body}: {problem}");
+    }
+    let (key, problem) = toml_err(
+        "[cache]\nmax_bytes = 1024\n[upstreams.up]\ncommand = \"x\"\ncache = { ttl = \"1s\" }\ntool_cache.t = { ttl = \"1s\", max_bytes = 1024 }\n",
+    );
+    assert_eq!(key, "cache.max_bytes");
+    assert!(problem.contains("leaving nothing"), "{problem}");
+    let (key, _) = toml_err("[cache]\nmax_bytes = 0\n");
+    assert_eq!(key, "cache.max_bytes");
+}

@@ -316,3 +316,45 @@ fn telemetry_settings_are_read_with_their_defaults() {
         vec![("deployment.environment".to_owned(), "staging".to_owned())]
     );
 }
+
+#[test]
+fn caches_are_read() {
+    use crate::{CacheRule, CacheScope};
+    let config = toml(
+        r#"
+        [cache]
+        max_bytes = "8MiB"
+        max_argument_bytes = 1024
+
+        [upstreams.fs]
+        command = "x"
+        cache = { ttl = "30s" }
+        resource_cache = { ttl = "5m", scope = "shared", max_bytes = "1MiB" }
+        [upstreams.fs.tool_cache.search]
+        ttl = "500ms"
+        max_bytes = 65536
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.cache.max_bytes, 8 << 20);
+    assert_eq!(config.cache.max_argument_bytes, 1024);
+    let caches = &config.upstreams[0].caches;
+    assert_eq!(
+        caches.read_only_tools,
+        Some(CacheRule {
+            ttl: Duration::from_secs(30),
+            max_bytes: None,
+            scope: CacheScope::Team,
+        })
+    );
+    let resources = caches.resources.as_ref().unwrap();
+    assert_eq!(resources.scope, CacheScope::Shared);
+    assert_eq!(resources.max_bytes, Some(1 << 20));
+    assert_eq!(resources.ttl, Duration::from_secs(300));
+    assert_eq!(caches.tools["search"].ttl, Duration::from_millis(500));
+    assert_eq!(caches.tools["search"].max_bytes, Some(65536));
+    let plain = toml("[upstreams.fs]\ncommand = \"x\"\n").unwrap();
+    assert!(plain.upstreams[0].caches.is_empty());
+    assert_eq!(plain.cache.max_bytes, 64 << 20);
+    assert_eq!(plain.cache.max_argument_bytes, 16 * 1024);
+}

@@ -1,6 +1,7 @@
 //! A request forwarded to an upstream, from the host's side: how its progress and its answer
 //! reach the host, with what the upstream named mapped back to what the host knows.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use manifold_protocol::{codes, write, RawObject};
 use manifold_telemetry::spans::{self, ClientDone, Subject};
 use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
 use manifold_upstream::{error_object, Exchange, Hub, Outcome, Peer, ServerRequest};
+use tokio::sync::oneshot;
 
 use super::tasks::{self, Tasks};
 use crate::context::Context;
@@ -27,6 +29,34 @@ pub(super) struct Inflight {
     /// The task table, when the answer may carry a task.
     pub tasks: Option<Arc<Tasks>>,
     pub hop: Hop,
+    /// The cache's copy of the answer, when it may keep it.
+    pub fill: Option<Fill>,
+}
+
+/// Where a cache fill gets the answer the host got: `Some(result)` when it may be kept,
+/// `None` when not (a tool error, or the upstream sent anything else for the request: progress,
+/// a request of its own, a related message); an error or a failure drops the sender.
+pub(super) struct Fill {
+    sender: oneshot::Sender<Option<Box<str>>>,
+    tainted: AtomicBool,
+}
+
+impl Fill {
+    pub(super) fn new(sender: oneshot::Sender<Option<Box<str>>>) -> Self {
+        Self {
+            sender,
+            tainted: AtomicBool::new(false),
+        }
+    }
+
+    fn taint(&self) {
+        self.tainted.store(true, Ordering::Relaxed);
+    }
+
+    fn result(self, result: &str, tool_error: bool) {
+        let keep = !tool_error && !self.tainted.load(Ordering::Relaxed);
+        let _ = self.sender.send(keep.then(|| result.into()));
+    }
 }
 
 /// The upstream hop, for its span and its duration.
@@ -77,6 +107,9 @@ impl Hop {
 impl Exchange for Inflight {
     fn progress(&self, params: &str) {
         let Some(ctx) = &self.ctx else { return };
+        if let Some(fill) = &self.fill {
+            fill.taint();
+        }
         let mut line = Vec::with_capacity(params.len() + 64);
         write::notification(&mut line, "notifications/progress", Some(params));
         ctx.outlet.notify(&[&line]);
@@ -102,7 +135,11 @@ impl Exchange for Inflight {
                     .and_then(|_| self.map(|p| rewrite::result_uris(method, result, p)));
                 let result = mapped.as_deref().unwrap_or(result);
                 ctx.outlet.answer(&write::response_parts(&ctx.id, result));
-                if self.method == "tools/call" && is_tool_error(result) {
+                let tool_error = self.method == "tools/call" && is_tool_error(result);
+                if let Some(fill) = self.fill.take() {
+                    fill.result(result, tool_error);
+                }
+                if tool_error {
                     (Ended::ToolError, None)
                 } else {
                     (Ended::Ok, None)
@@ -161,10 +198,16 @@ impl Exchange for Inflight {
             );
         };
         let _entered = self.hop.span.enter();
+        if let Some(fill) = &self.fill {
+            fill.taint();
+        }
         ask_host(session, &*ctx.outlet, request);
     }
 
     fn related(&self, line: &[u8]) {
+        if let Some(fill) = &self.fill {
+            fill.taint();
+        }
         if let Some(ctx) = &self.ctx {
             ctx.outlet.notify(&[line]);
         }

@@ -253,6 +253,15 @@ impl Listener for Router {
                     .ok()
                     .and_then(|o| o.get_str("uri").map(|u| u.into_owned()));
                 let Some(uri) = uri else { return };
+                if let Some(cache) = self.cache.get() {
+                    let catalog = self.hub.catalog();
+                    match catalog.resolve_uri(&uri) {
+                        Some((owner, original)) if owner == upstream => {
+                            cache.resource_updated(upstream, original);
+                        }
+                        _ => {}
+                    }
+                }
                 let subscribed: Vec<Arc<Session>> = recipients()
                     .into_iter()
                     .filter(|s| s.is_subscribed(&uri))
@@ -278,6 +287,12 @@ impl Listener for Router {
                 write::notification(&mut line, method, params);
                 Self::send_to(&recipients(), &line);
             }
+        }
+    }
+
+    fn upstream_changed(&self, upstream: usize) {
+        if let Some(cache) = self.cache.get() {
+            cache.upstream_changed(upstream);
         }
     }
 

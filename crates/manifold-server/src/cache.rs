@@ -1,0 +1,525 @@
+//! Result caching: which forwarded requests may be answered from a stored answer, the keys
+//! they are stored under, and the stores (`moka` caches weighted by bytes, each entry with
+//! its own ttl). The router asks [`Cache::plan`] about each request after its layers, and
+//! runs the fill through the upstream itself (see `router::cached`).
+//!
+//! What is never stored is decided where the answer arrives (`router::inflight`): tool
+//! errors, JSON-RPC errors, failures, and answers during which the upstream sent progress or
+//! a request of its own. Entries are dropped when their upstream changes: every key carries
+//! the upstream's epoch, bumped when its catalog is replaced or it goes down, and a fill that
+//! started before a change is not stored.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use manifold_catalog::{Catalog, UpstreamSlice};
+use manifold_config::{CacheRule, CacheScope, CacheSettings, UpstreamConfig};
+use manifold_protocol::RawObject;
+use manifold_telemetry::{metrics, CacheCounters, Eviction};
+use moka::notification::RemovalCause;
+use tokio::sync::mpsc;
+
+use crate::context::Context;
+use crate::error::RouteError;
+use crate::router::Target;
+
+/// The `_meta` member a host sets to skip the cache for one request: `"bypass"` (not looked
+/// up, not stored) or `"refresh"` (not looked up; the fresh answer replaces the entry).
+pub const META_KEY: &str = "manifold/cache";
+
+type Store = moka::future::Cache<Key, Arc<Entry>>;
+
+type ToolNames = HashSet<Box<str>>;
+
+/// Every cache of the process.
+pub struct Cache {
+    upstreams: Vec<UpstreamCache>,
+    max_argument_bytes: usize,
+}
+
+/// The caches of one upstream.
+struct UpstreamCache {
+    tools: Option<Rule>,
+    named: HashMap<String, Rule>,
+    resources: Option<Rule>,
+    /// Part of every key: bumped when the upstream's catalog is replaced or it goes down.
+    epoch: AtomicU64,
+    /// Bumped with the epoch and on every `resources/updated`: a fill that saw it change is
+    /// not stored.
+    changes: AtomicU64,
+    /// The tools of the current catalog slice that `cache` applies to (read-only and
+    /// closed-world), worked out once per slice.
+    hinted: Mutex<Option<(Arc<UpstreamSlice>, Arc<ToolNames>)>>,
+    counters: [Arc<CacheCounters>; 2],
+}
+
+#[derive(Clone)]
+struct Rule {
+    ttl: Duration,
+    scope: CacheScope,
+    store: Store,
+}
+
+/// What an entry answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Tools,
+    Resources,
+}
+
+impl Family {
+    fn label(self) -> &'static str {
+        match self {
+            Family::Tools => "tools",
+            Family::Resources => "resources",
+        }
+    }
+}
+
+/// What an answer is stored under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    upstream: usize,
+    epoch: u64,
+    family: Family,
+    /// The tool name or URI as the upstream knows it.
+    name: Box<str>,
+    /// The arguments in canonical form (empty for resources).
+    args: Box<str>,
+    /// The team whose entry it is; `None`: shared (or no team).
+    team: Option<Arc<str>>,
+}
+
+/// A stored answer.
+pub struct Entry {
+    /// The result as hosts receive it (JSON text).
+    pub result: Box<str>,
+    ttl: Duration,
+    weight: u32,
+    counters: Arc<CacheCounters>,
+    /// The upstream subscription this entry holds (a resource on an upstream that supports
+    /// subscribing): released when the entry goes.
+    subscription: Option<(usize, Box<str>)>,
+}
+
+/// How one request uses the cache.
+pub struct Lookup {
+    pub key: Key,
+    store: Store,
+    ttl: Duration,
+    /// Not looked up: the answer replaces the entry.
+    pub refresh: bool,
+    pub family: Family,
+    changes: u64,
+    pub counters: Arc<CacheCounters>,
+}
+
+/// The cache's decision on a request.
+pub enum Plan {
+    /// Not cacheable: forwarded as it is.
+    Forward,
+    /// The host asked for no caching.
+    Bypass,
+    Use(Lookup),
+}
+
+struct PerEntry;
+
+impl moka::Expiry<Key, Arc<Entry>> for PerEntry {
+    fn expire_after_create(&self, _: &Key, entry: &Arc<Entry>, _: Instant) -> Option<Duration> {
+        Some(entry.ttl)
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &Key,
+        entry: &Arc<Entry>,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(entry.ttl)
+    }
+}
+
+/// A store of `capacity` bytes. Subscriptions its entries held are sent to `released` when
+/// they go.
+fn store(capacity: u64, released: &mpsc::UnboundedSender<(usize, Box<str>)>) -> Store {
+    let released = released.clone();
+    moka::future::Cache::builder()
+        .max_capacity(capacity)
+        .weigher(|_, entry: &Arc<Entry>| entry.weight)
+        .expire_after(PerEntry)
+        // Least recently used goes first: a new answer is always admitted.
+        .eviction_policy(moka::policy::EvictionPolicy::lru())
+        .support_invalidation_closures()
+        .eviction_listener(move |_, entry: Arc<Entry>, cause| {
+            let why = match cause {
+                RemovalCause::Size => Eviction::Size,
+                RemovalCause::Expired => Eviction::Expired,
+                RemovalCause::Explicit | RemovalCause::Replaced => Eviction::Invalidated,
+            };
+            entry.counters.removed(u64::from(entry.weight), why);
+            if let Some(sub) = &entry.subscription {
+                let _ = released.send(sub.clone());
+            }
+        })
+        .build()
+}
+
+impl Cache {
+    /// The caches `upstreams` configure, or `None` when none does (then the forwarding path
+    /// has nothing to ask). Subscriptions that entries no longer need are sent to `released`.
+    pub fn new(
+        settings: &CacheSettings,
+        upstreams: &[UpstreamConfig],
+        released: &mpsc::UnboundedSender<(usize, Box<str>)>,
+    ) -> Option<Arc<Self>> {
+        if upstreams.iter().all(|u| u.caches.is_empty()) {
+            return None;
+        }
+        let reserved: u64 = upstreams
+            .iter()
+            .flat_map(|u| u.caches.rules().filter_map(|(_, r)| r.max_bytes))
+            .sum();
+        let shared = store(settings.max_bytes.saturating_sub(reserved).max(1), released);
+        let rule = |r: &CacheRule| Rule {
+            ttl: r.ttl,
+            scope: r.scope,
+            store: match r.max_bytes {
+                Some(n) => store(n, released),
+                None => shared.clone(),
+            },
+        };
+        let upstreams = upstreams
+            .iter()
+            .map(|u| UpstreamCache {
+                tools: u.caches.read_only_tools.as_ref().map(rule),
+                named: u
+                    .caches
+                    .tools
+                    .iter()
+                    .map(|(name, r)| (name.clone(), rule(r)))
+                    .collect(),
+                resources: u.caches.resources.as_ref().map(rule),
+                epoch: AtomicU64::new(0),
+                changes: AtomicU64::new(0),
+                hinted: Mutex::new(None),
+                counters: [Family::Tools, Family::Resources]
+                    .map(|f| metrics().cache(f.label(), &u.key)),
+            })
+            .collect();
+        Some(Arc::new(Self {
+            upstreams,
+            max_argument_bytes: settings.max_argument_bytes,
+        }))
+    }
+
+    /// How `target` (a request about to be forwarded for `ctx`) uses the cache.
+    pub fn plan(
+        &self,
+        ctx: &Context,
+        target: &Target,
+        catalog: &Catalog,
+    ) -> Result<Plan, RouteError> {
+        let Some(up) = self.upstreams.get(target.upstream) else {
+            return Ok(Plan::Forward);
+        };
+        let (family, rule) = match target.method {
+            "tools/call" if !target.task => (Family::Tools, None),
+            "resources/read" => match &up.resources {
+                Some(rule) => (Family::Resources, Some(rule)),
+                None => return Ok(Plan::Forward),
+            },
+            _ => return Ok(Plan::Forward),
+        };
+        if family == Family::Tools && up.tools.is_none() && up.named.is_empty() {
+            return Ok(Plan::Forward);
+        }
+        let Ok(params) = RawObject::parse(&target.params) else {
+            return Ok(Plan::Forward);
+        };
+        let member = match family {
+            Family::Tools => "name",
+            Family::Resources => "uri",
+        };
+        let Some(name) = params.get_str(member) else {
+            return Ok(Plan::Forward);
+        };
+        let rule = match rule {
+            Some(rule) => rule,
+            None => match up.named.get(&*name) {
+                Some(rule) => rule,
+                None => match &up.tools {
+                    Some(rule) if up.hinted(catalog, target.upstream).contains(&*name) => rule,
+                    _ => return Ok(Plan::Forward),
+                },
+            },
+        };
+        let refresh = match directive(&params)? {
+            Directive::Use => false,
+            Directive::Refresh => true,
+            Directive::Bypass => return Ok(Plan::Bypass),
+        };
+        let args = match (family, params.get("arguments")) {
+            (Family::Tools, Some(raw)) => {
+                match canonical(raw).filter(|a| a.len() <= self.max_argument_bytes) {
+                    Some(args) => args,
+                    None => return Ok(Plan::Forward),
+                }
+            }
+            _ => String::new(),
+        };
+        // A team that reaches the upstream with its own credentials never shares answers.
+        let team = ctx.caller.team.as_ref().filter(|t| {
+            rule.scope == CacheScope::Team
+                || catalog
+                    .defs()
+                    .get(target.upstream)
+                    .is_some_and(|d| t.config.headers.contains_key(&d.key))
+        });
+        Ok(Plan::Use(Lookup {
+            key: Key {
+                upstream: target.upstream,
+                epoch: up.epoch.load(Ordering::Acquire),
+                family,
+                name: name.into(),
+                args: args.into(),
+                team: team.map(|t| Arc::clone(&t.name)),
+            },
+            store: rule.store.clone(),
+            ttl: rule.ttl,
+            refresh,
+            family,
+            changes: up.changes.load(Ordering::Acquire),
+            counters: Arc::clone(&up.counters[family as usize]),
+        }))
+    }
+
+    /// The entry a fill makes of `result`, or `None` when the upstream changed since the
+    /// request was planned (the answer may describe what no longer is).
+    pub fn entry(
+        &self,
+        lookup: &Lookup,
+        result: Box<str>,
+        subscription: Option<(usize, Box<str>)>,
+    ) -> Result<Arc<Entry>, Option<(usize, Box<str>)>> {
+        let up = &self.upstreams[lookup.key.upstream];
+        if up.changes.load(Ordering::Acquire) != lookup.changes {
+            return Err(subscription);
+        }
+        let weight = result.len() + lookup.key.name.len() + lookup.key.args.len() + 64;
+        let weight = u32::try_from(weight).unwrap_or(u32::MAX);
+        lookup.counters.stored(u64::from(weight));
+        Ok(Arc::new(Entry {
+            result,
+            ttl: lookup.ttl,
+            weight,
+            counters: Arc::clone(&lookup.counters),
+            subscription,
+        }))
+    }
+
+    /// The upstream's catalog was replaced (a restart, or a refetch after `list_changed`) or
+    /// it went down: none of its entries is used again.
+    pub fn upstream_changed(&self, upstream: usize) {
+        let Some(up) = self.upstreams.get(upstream) else {
+            return;
+        };
+        let epoch = up.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        up.changes.fetch_add(1, Ordering::AcqRel);
+        for store in up.stores() {
+            let _ =
+                store.invalidate_entries_if(move |k, _| k.upstream == upstream && k.epoch < epoch);
+        }
+    }
+
+    /// The upstream said resource `uri` (its own URI) changed: every team's entry for it goes.
+    pub fn resource_updated(&self, upstream: usize, uri: &str) {
+        let Some(up) = self.upstreams.get(upstream) else {
+            return;
+        };
+        let Some(rule) = &up.resources else {
+            return;
+        };
+        up.changes.fetch_add(1, Ordering::AcqRel);
+        let uri: Box<str> = uri.into();
+        let _ = rule.store.invalidate_entries_if(move |k, _| {
+            k.upstream == upstream && k.family == Family::Resources && k.name == uri
+        });
+    }
+}
+
+impl Lookup {
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The tool name or URI, as the upstream knows it.
+    pub fn key_name(&self) -> &str {
+        &self.key.name
+    }
+}
+
+impl UpstreamCache {
+    /// The tools of the current slice that the upstream's `cache` applies to.
+    fn hinted(&self, catalog: &Catalog, upstream: usize) -> Arc<ToolNames> {
+        let Some(slice) = catalog.slice(upstream) else {
+            return Arc::default();
+        };
+        let mut hinted = self.hinted.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*hinted {
+            Some((seen, tools)) if Arc::ptr_eq(seen, slice) => Arc::clone(tools),
+            _ => {
+                let tools: Arc<ToolNames> = Arc::new(
+                    slice
+                        .tools
+                        .iter()
+                        .filter_map(|t| read_only_closed_world(t.get()))
+                        .collect(),
+                );
+                *hinted = Some((Arc::clone(slice), Arc::clone(&tools)));
+                tools
+            }
+        }
+    }
+
+    fn stores(&self) -> impl Iterator<Item = &Store> {
+        self.tools
+            .iter()
+            .chain(self.named.values())
+            .chain(self.resources.iter())
+            .map(|r| &r.store)
+    }
+}
+
+/// The name of a tool whose annotations say it changes nothing (`readOnlyHint: true`) and
+/// reaches no open world (`openWorldHint: false`; the protocol's default is true).
+fn read_only_closed_world(tool: &str) -> Option<Box<str>> {
+    let tool = RawObject::parse(tool).ok()?;
+    let hints = RawObject::parse(tool.get("annotations")?).ok()?;
+    let flag = |k: &str| hints.get(k).map(str::trim);
+    (flag("readOnlyHint") == Some("true") && flag("openWorldHint") == Some("false"))
+        .then(|| tool.get_str("name").map(|n| n.into()))
+        .flatten()
+}
+
+enum Directive {
+    Use,
+    Refresh,
+    Bypass,
+}
+
+/// What the host asked of the cache in `_meta`.
+fn directive(params: &RawObject<'_>) -> Result<Directive, RouteError> {
+    let Some(meta) = params.get("_meta").and_then(|m| RawObject::parse(m).ok()) else {
+        return Ok(Directive::Use);
+    };
+    let value = match meta.get(META_KEY) {
+        None => return Ok(Directive::Use),
+        Some(_) => meta.get_str(META_KEY),
+    };
+    match value.as_deref() {
+        Some("bypass") => Ok(Directive::Bypass),
+        Some("refresh") => Ok(Directive::Refresh),
+        _ => Err(RouteError::InvalidParams(format!(
+            "_meta[\"{META_KEY}\"] must be \"bypass\" or \"refresh\""
+        ))),
+    }
+}
+
+/// `raw` JSON in a canonical form: object members sorted by key, no insignificant
+/// whitespace, strings escaped one way. `None` if it is not JSON.
+fn canonical(raw: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(raw).ok()?;
+    let mut out = String::with_capacity(raw.len());
+    write_canonical(&value, &mut out);
+    Some(out)
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&manifold_protocol::object::json_string(k));
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_arguments_ignore_member_order_and_whitespace() {
+        let a = canonical(r#"{"b": [1, {"y": 2, "x": "\u0041"}], "a": null}"#).unwrap();
+        let b = canonical(r#"{"a":null,"b":[1,{"x":"A","y":2}]}"#).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a, r#"{"a":null,"b":[1,{"x":"A","y":2}]}"#);
+        assert_ne!(
+            canonical("[1,2]"),
+            canonical("[2,1]"),
+            "arrays keep their order"
+        );
+        assert_eq!(canonical("{"), None);
+    }
+
+    #[test]
+    fn only_read_only_closed_world_tools_are_hinted() {
+        let tool = |hints: &str| format!(r#"{{"name":"t","annotations":{hints}}}"#);
+        let yes = tool(r#"{"readOnlyHint":true,"openWorldHint":false}"#);
+        assert_eq!(read_only_closed_world(&yes).as_deref(), Some("t"));
+        for no in [
+            r#"{"readOnlyHint":true}"#,
+            r#"{"readOnlyHint":true,"openWorldHint":true}"#,
+            r#"{"readOnlyHint":false,"openWorldHint":false}"#,
+            r#"{}"#,
+        ] {
+            assert_eq!(read_only_closed_world(&tool(no)), None, "{no}");
+        }
+        assert_eq!(read_only_closed_world(r#"{"name":"t"}"#), None);
+    }
+
+    #[test]
+    fn directives_are_read_from_meta() {
+        let d = |params: &str| directive(&RawObject::parse(params).unwrap());
+        assert!(matches!(d(r#"{"name":"x"}"#), Ok(Directive::Use)));
+        assert!(matches!(
+            d(r#"{"_meta":{"progressToken":1}}"#),
+            Ok(Directive::Use)
+        ));
+        assert!(matches!(
+            d(r#"{"_meta":{"manifold/cache":"bypass"}}"#),
+            Ok(Directive::Bypass)
+        ));
+        assert!(matches!(
+            d(r#"{"_meta":{"manifold/cache":"refresh"}}"#),
+            Ok(Directive::Refresh)
+        ));
+        assert!(d(r#"{"_meta":{"manifold/cache":"never"}}"#).is_err());
+        assert!(d(r#"{"_meta":{"manifold/cache":1}}"#).is_err());
+    }
+}

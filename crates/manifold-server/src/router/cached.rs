@@ -1,0 +1,182 @@
+//! Requests the cache may answer: looked up, or filled by forwarding the request as usual
+//! while its answer is kept. Identical requests at the same time wait for one fill; those
+//! whose fill stored nothing then go upstream themselves.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use manifold_catalog::Catalog;
+use manifold_protocol::RawObject;
+use manifold_upstream::Answer;
+use tokio::sync::oneshot;
+
+use super::{inflight::Fill, Router, Target};
+use crate::cache::{Cache, Family, Lookup, Plan};
+use crate::context::Context;
+
+/// A request waiting on the cache, taken by whichever step answers it.
+type Slot = Arc<Mutex<Option<(Context, Target)>>>;
+
+fn take(slot: &Slot) -> Option<(Context, Target)> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+impl Router {
+    /// Sends the request upstream, or answers it from the cache.
+    pub(super) fn dispatch(self: &Arc<Self>, ctx: Context, target: Target) {
+        let Some(cache) = self.cache.get() else {
+            return self.send(ctx, target, None);
+        };
+        match cache.plan(&ctx, &target, &self.hub.catalog()) {
+            Ok(Plan::Forward) => self.send(ctx, target, None),
+            Ok(Plan::Bypass) => {
+                record(&ctx, "bypass");
+                self.send(ctx, target, None);
+            }
+            Ok(Plan::Use(lookup)) => {
+                let (router, cache) = (Arc::clone(self), Arc::clone(cache));
+                self.runtime
+                    .spawn(async move { router.cached(&cache, ctx, target, lookup).await });
+            }
+            Err(e) => ctx.fail(&e),
+        }
+    }
+
+    async fn cached(self: Arc<Self>, cache: &Cache, ctx: Context, target: Target, lookup: Lookup) {
+        if lookup.refresh {
+            record(&ctx, "miss");
+            lookup.counters.miss();
+            if let Ok(entry) = self.fill(cache, &lookup, ctx, target).await {
+                lookup.store().insert(lookup.key.clone(), entry).await;
+            }
+            return;
+        }
+        let slot: Slot = Arc::new(Mutex::new(Some((ctx, target))));
+        let init = {
+            let (router, slot) = (Arc::clone(&self), Arc::clone(&slot));
+            let lookup = &lookup;
+            async move {
+                // Only the first of identical requests runs this: it goes upstream.
+                let Some((ctx, target)) = take(&slot) else {
+                    return Err(());
+                };
+                record(&ctx, "miss");
+                lookup.counters.miss();
+                router.fill(cache, lookup, ctx, target).await
+            }
+        };
+        let found = lookup.store().try_get_with(lookup.key.clone(), init).await;
+        // Still here: answered by another request's fill, or by an entry.
+        let Some((ctx, target)) = take(&slot) else {
+            // The byte budget is kept as entries arrive, not only when the store gets round
+            // to it.
+            lookup.store().run_pending_tasks().await;
+            return;
+        };
+        match found {
+            Ok(entry) => {
+                record(&ctx, "hit");
+                lookup.counters.hit();
+                ctx.reply(&entry.result);
+            }
+            // The fill it waited for stored nothing: it asks for itself.
+            Err(_) => {
+                record(&ctx, "miss");
+                lookup.counters.miss();
+                self.send(ctx, target, None);
+            }
+        }
+    }
+
+    /// Forwards the request; the host gets the answer as always, and the cache an entry when
+    /// the answer may be kept. A resource read is first subscribed to upstream (where the
+    /// upstream allows), so that a change after the read is heard.
+    async fn fill(
+        self: &Arc<Self>,
+        cache: &Cache,
+        lookup: &Lookup,
+        ctx: Context,
+        target: Target,
+    ) -> Result<Arc<crate::cache::Entry>, ()> {
+        let subscription = match lookup.family {
+            Family::Resources => {
+                self.hold_subscription(target.upstream, lookup.key_name())
+                    .await
+            }
+            Family::Tools => None,
+        };
+        let (tx, rx) = oneshot::channel();
+        self.send(ctx, target, Some(Fill::new(tx)));
+        let kept = match rx.await {
+            Ok(Some(result)) => cache.entry(lookup, result, subscription),
+            _ => Err(subscription),
+        };
+        kept.map_err(|subscription| {
+            if let Some((upstream, uri)) = subscription {
+                self.release_subscription(upstream, &uri);
+            }
+        })
+    }
+
+    /// Subscribes upstream to `uri` for the cache (once, however many entries hold it), when
+    /// the upstream supports subscribing. `None`: entries rely on their ttl alone.
+    async fn hold_subscription(&self, upstream: usize, uri: &str) -> Option<(usize, Box<str>)> {
+        if !can_subscribe(&self.hub.catalog(), upstream) {
+            return None;
+        }
+        if !self.interest.subscribe(upstream, uri) {
+            return Some((upstream, uri.into()));
+        }
+        let conn = self.upstreams.get(upstream)?.connection();
+        let params = format!(
+            "{{\"uri\":{}}}",
+            manifold_protocol::object::json_string(uri)
+        );
+        let answer = match conn {
+            Some(conn) => conn
+                .request("resources/subscribe", Some(&params))
+                .await
+                .ok(),
+            None => None,
+        };
+        if let Some(Answer::Result(_)) = answer {
+            return Some((upstream, uri.into()));
+        }
+        tracing::debug!(
+            upstream = self.upstreams[upstream].key(),
+            uri,
+            "could not subscribe for the cache; its entry lasts its ttl"
+        );
+        self.interest.unsubscribe(upstream, uri);
+        None
+    }
+
+    /// An entry that held a subscription went: the upstream is told to stop when nothing
+    /// else (another entry, a host) still wants it.
+    pub(super) fn release_subscription(&self, upstream: usize, uri: &str) {
+        if self.interest.unsubscribe(upstream, uri) {
+            self.tell_subscription(upstream, uri, false);
+        }
+    }
+}
+
+/// Notes on the request's span how the cache served it.
+fn record(ctx: &Context, how: &'static str) {
+    if !ctx.span.is_disabled() {
+        ctx.span.record("manifold.cache", how);
+    }
+}
+
+/// Whether upstream `upstream` declared `resources.subscribe`.
+fn can_subscribe(catalog: &Catalog, upstream: usize) -> bool {
+    catalog
+        .slice(upstream)
+        .and_then(|s| s.capabilities.as_deref())
+        .and_then(|c| RawObject::parse(c.get()).ok())
+        .and_then(|c| c.get("resources").map(str::to_owned))
+        .and_then(|r| {
+            RawObject::parse(&r)
+                .ok()
+                .map(|r| r.get("subscribe") == Some("true"))
+        })
+        .unwrap_or(false)
+}
