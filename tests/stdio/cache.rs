@@ -1,9 +1,11 @@
 //! The result cache over stdio, in front of the fixture with `--hints`: what is kept (by
-//! annotations or by name) and what never is, hits answered with the caller's own id,
-//! canonical arguments, expiry, the byte budget, coalescing, the host's `manifold/cache`
-//! directive, invalidation (resource updates, restarts, list_changed), limits before the
-//! cache, and the cache's metrics. Whether the upstream was reached is read from the
-//! fixture's own `call_count`: a hit never reaches it.
+//! annotations or by name) and what never is (errors, timeouts, answers that came with
+//! progress or a request to the host, tasks, oversized arguments), hits answered with the
+//! caller's own id, canonical arguments, expiry, the byte budget, coalescing, the host's
+//! `manifold/cache` directive, invalidation (resource updates, restarts, list_changed),
+//! upstream subscriptions shared with hosts, limits before the cache, config mistakes, and the
+//! cache's metrics. Whether the upstream was reached is read from the fixture's own
+//! `call_count`: a hit never reaches it.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -213,29 +215,33 @@ fn an_entry_expires_after_its_ttl() {
 
 #[test]
 fn the_byte_budget_evicts_the_oldest_entry() {
-    // Room for two 40 kB results, not three.
-    let mut m = serve("[cache]\nmax_bytes = \"100KiB\"\n", &[], CACHED);
-    let big = |m: &mut Manifold, bytes: usize| {
-        assert_eq!(
-            text_of(&m.call("fx__big", json!({"bytes": bytes}))).len(),
-            bytes
-        );
-    };
-    big(&mut m, 40_000);
-    big(&mut m, 40_001);
-    big(&mut m, 40_001);
-    assert_eq!(
-        calls_of(&mut m, "big"),
-        2,
-        "a result that fits was not kept"
-    );
-    big(&mut m, 40_002);
-    assert_eq!(calls_of(&mut m, "big"), 3);
-    // Eviction may lag the insertion that overflowed: hits until then.
-    eventually("the oldest result misses again", || {
+    // Room for two 40 kB results, not three: in the budget of every cache, or one's own.
+    let budgets = [
+        ("[cache]\nmax_bytes = \"100KiB\"\n", CACHED),
+        ("", "cache = { ttl = \"60s\", max_bytes = \"100KiB\" }\n"),
+    ];
+    for (global, settings) in budgets {
+        let mut m = serve(global, &[], settings);
+        let big = |m: &mut Manifold, bytes: usize| {
+            let r = m.call("fx__big", json!({"bytes": bytes}));
+            assert_eq!(text_of(&r).len(), bytes);
+        };
         big(&mut m, 40_000);
-        calls_of(&mut m, "big") == 4
-    });
+        big(&mut m, 40_001);
+        big(&mut m, 40_001);
+        let kept = calls_of(&mut m, "big");
+        assert_eq!(kept, 2, "a result that fits was not kept ({settings})");
+        big(&mut m, 40_002);
+        assert_eq!(calls_of(&mut m, "big"), 3);
+        // Eviction may lag the insertion that overflowed: hits until then.
+        eventually(
+            &format!("the oldest result misses again ({settings})"),
+            || {
+                big(&mut m, 40_000);
+                calls_of(&mut m, "big") == 4
+            },
+        );
+    }
 }
 
 #[test]
@@ -283,12 +289,22 @@ fn concurrent_identical_calls_cost_one_upstream_call() {
 
 #[test]
 fn errors_are_never_cached() {
-    let settings = format!("{RESOURCES_CACHED}{}", tool_cache("fail", "60s"));
+    let settings = format!(
+        "{RESOURCES_CACHED}tool_timeouts = {{ sleep = 200 }}\n{}{}",
+        tool_cache("fail", "60s"),
+        tool_cache("sleep", "60s")
+    );
     let mut m = serve("", &[], &settings);
     for n in 1..=3 {
         let r = m.call("fx__fail", json!({}));
         assert_eq!(r["result"]["isError"], json!(true), "{r}");
         assert_eq!(calls_of(&mut m, "fail"), n, "a tool error was cached");
+    }
+    // A timeout.
+    for n in 1..=2 {
+        let r = m.call("fx__sleep", json!({"ms": 2000}));
+        assert_eq!(error_code(&r), -32011, "{r}");
+        assert_eq!(calls_of(&mut m, "sleep"), n, "a timeout was cached");
     }
     // A JSON-RPC error from the upstream.
     let missing = "fixture://fx/missing";
@@ -357,6 +373,53 @@ fn an_answer_that_needed_the_host_is_not_stored() {
 }
 
 #[test]
+fn a_task_augmented_call_is_never_stored() {
+    let mut m = Manifold::start(&config("", &["--tasks"], &tool_cache("sleep", "60s")));
+    let init = m.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    m.notify("notifications/initialized", json!({}));
+    let params = json!({"name": "fx__sleep", "arguments": {"ms": 10}, "task": {"ttl": 60000}});
+    let first = m.request("tools/call", params.clone());
+    let second = m.request("tools/call", params);
+    let task_id = |r: &Value| {
+        r["result"]["task"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no task in {r}"))
+            .to_owned()
+    };
+    assert_ne!(
+        task_id(&first),
+        task_id(&second),
+        "the second task was the first one's stored answer"
+    );
+}
+
+#[test]
+fn waiters_on_a_cancelled_fill_are_still_answered() {
+    let mut m = serve("", &[], &tool_cache("sleep", "60s"));
+    let params = json!({"name": "fx__sleep", "arguments": {"ms": 1500}});
+    let first = m.send_request("tools/call", params.clone());
+    eventually("the first call reached the upstream", || {
+        calls_of(&mut m, "sleep") == 1
+    });
+    let waiters: Vec<u64> = (0..2)
+        .map(|_| m.send_request("tools/call", params.clone()))
+        .collect();
+    m.notify(
+        "notifications/cancelled",
+        json!({"requestId": first, "reason": "changed my mind"}),
+    );
+    for id in waiters {
+        let r = m.response(&json!(id));
+        assert_eq!(text_of(&r), "slept 1500", "{r}");
+    }
+}
+
+#[test]
 fn the_host_can_bypass_or_refresh_the_cache() {
     // `call_count` itself cached: its answer shows which echo calls it has seen.
     let mut m = serve("", &[], &tool_cache("call_count", "60s"));
@@ -382,7 +445,7 @@ fn the_host_can_bypass_or_refresh_the_cache() {
     assert_eq!(
         echoes(&mut m, None),
         "1",
-        "refresh did not replace the entry"
+        "refresh had not replaced the entry by the time it was answered"
     );
     for bad in [json!("sometimes"), json!("BYPASS"), json!(true), json!({})] {
         let r = call_with_meta(
@@ -393,6 +456,24 @@ fn the_host_can_bypass_or_refresh_the_cache() {
         );
         assert_eq!(error_code(&r), -32602, "{bad}: {r}");
     }
+}
+
+#[test]
+fn a_bad_cache_directive_is_refused_whatever_the_tool() {
+    let mut m = serve("", &[], CACHED);
+    // whoami is not kept (open-world): the directive is wrong all the same.
+    let r = call_with_meta(
+        &mut m,
+        "fx__whoami",
+        json!({}),
+        json!({"manifold/cache": "sometimes"}),
+    );
+    assert_eq!(error_code(&r), -32602, "{r}");
+    assert_eq!(
+        calls_of(&mut m, "whoami"),
+        0,
+        "a refused request reached the upstream"
+    );
 }
 
 #[test]
@@ -427,6 +508,60 @@ fn a_resource_update_drops_its_entry_and_reaches_no_host_that_did_not_subscribe(
         v["method"] == "notifications/resources/updated"
     });
     assert!(!heard, "a host that never subscribed heard of the update");
+}
+
+/// A host's resources/subscribe (`on`) or unsubscribe of `uri`, which must succeed.
+fn subscribe(m: &mut Manifold, uri: &str, on: bool) {
+    let method = if on {
+        "resources/subscribe"
+    } else {
+        "resources/unsubscribe"
+    };
+    let r = m.request(method, json!({"uri": uri}));
+    assert_eq!(r["result"], json!({}), "{method}: {r}");
+}
+
+#[test]
+fn the_cache_and_a_host_subscribing_to_one_resource_do_not_undo_each_other() {
+    let config = config("", &["--subscriptions"], RESOURCES_CACHED);
+    let mut m = serve_with_flags(&config, &["--admin", "127.0.0.1:0"]);
+    let metrics = Metrics::of(&m);
+    let upstream_subscribed = |m: &mut Manifold| {
+        let uris = text_of(&m.call("fx__subscriptions", json!({})));
+        uris.contains(&format!("{README_UPSTREAM:?}"))
+    };
+    read(&mut m, README);
+    eventually("the cache subscribed upstream", || {
+        upstream_subscribed(&mut m)
+    });
+    // A host subscribing and unsubscribing leaves the cache's subscription in place.
+    subscribe(&mut m, README, true);
+    subscribe(&mut m, README, false);
+    assert!(
+        upstream_subscribed(&mut m),
+        "the host's unsubscribe ended the cache's subscription"
+    );
+    // The cache letting its entry go leaves a host's subscription in place.
+    subscribe(&mut m, README, true);
+    let touch = |m: &mut Manifold| text_of(&m.call("fx__touch", json!({"uri": README_UPSTREAM})));
+    assert_eq!(touch(&mut m), "touched 1");
+    m.wait_for(|v| v["method"] == "notifications/resources/updated");
+    let invalidated = [("cache", "resources"), ("cause", "invalidated")];
+    eventually("the updated entry was dropped", || {
+        // Another resource's read gets the store to process what is pending.
+        read(&mut m, "fx+fixture://fx/data.json");
+        metric(
+            &metrics.scrape(),
+            "manifold_cache_evictions_total",
+            &invalidated,
+        ) >= 1.0
+    });
+    assert!(
+        upstream_subscribed(&mut m),
+        "dropping the entry ended the host's subscription"
+    );
+    assert_eq!(touch(&mut m), "touched 1");
+    m.wait_for(|v| v["method"] == "notifications/resources/updated");
 }
 
 #[test]
@@ -535,28 +670,57 @@ fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// /metrics of a Manifold started with `--admin 127.0.0.1:0`.
+struct Metrics {
+    url: String,
+    client: reqwest::blocking::Client,
+}
+
+impl Metrics {
+    fn of(m: &Manifold) -> Self {
+        Self {
+            url: format!("http://127.0.0.1:{}/metrics", m.admin_port()),
+            client: reqwest::blocking::Client::new(),
+        }
+    }
+
+    fn scrape(&self) -> String {
+        self.client.get(&self.url).send().unwrap().text().unwrap()
+    }
+}
+
 #[test]
 fn hits_and_misses_are_counted_per_cache() {
-    let settings = format!("{CACHED}{RESOURCES_CACHED}");
+    let settings = format!("{CACHED}{RESOURCES_CACHED}{}", tool_cache("sleep", "60s"));
     let mut m = serve_with_flags(&config("", &[], &settings), &["--admin", "127.0.0.1:0"]);
-    let url = format!("http://127.0.0.1:{}/metrics", m.admin_port());
+    let metrics = Metrics::of(&m);
     echo(&mut m, "a"); // miss
     echo(&mut m, "a"); // hit
     echo(&mut m, "b"); // miss
     m.call("fx__whoami", json!({})); // not cached: neither
+                                     // One fill and three waiters, which count as hits.
+    let sleeps: Vec<u64> = (0..4)
+        .map(|_| {
+            m.send_request(
+                "tools/call",
+                json!({"name": "fx__sleep", "arguments": {"ms": 500}}),
+            )
+        })
+        .collect();
+    for id in sleeps {
+        assert_eq!(text_of(&m.response(&json!(id))), "slept 500");
+    }
     for _ in 0..3 {
         read(&mut m, README); // a miss, then two hits
     }
     let expected = [
-        ("manifold_cache_misses_total", "tools", 2.0),
-        ("manifold_cache_hits_total", "tools", 1.0),
-        ("manifold_cache_entries", "tools", 2.0),
+        ("manifold_cache_misses_total", "tools", 3.0),
+        ("manifold_cache_hits_total", "tools", 4.0),
+        ("manifold_cache_entries", "tools", 3.0),
         ("manifold_cache_misses_total", "resources", 1.0),
         ("manifold_cache_hits_total", "resources", 2.0),
         ("manifold_cache_entries", "resources", 1.0),
     ];
-    let client = reqwest::blocking::Client::new();
-    let scrape = || client.get(&url).send().unwrap().text().unwrap();
     let seen = |text: &str| -> Vec<(&str, &str, f64)> {
         expected
             .iter()
@@ -567,11 +731,11 @@ fn hits_and_misses_are_counted_per_cache() {
             .collect()
     };
     // Counted around the answers: wait (bounded) for the figures to settle, then compare.
-    let mut text = scrape();
+    let mut text = metrics.scrape();
     let until = Instant::now() + WAIT;
     while seen(&text) != expected && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(100));
-        text = scrape();
+        text = metrics.scrape();
     }
     assert_eq!(seen(&text), expected, "/metrics:\n{text}");
     for cache in ["tools", "resources"] {
