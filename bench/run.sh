@@ -5,11 +5,13 @@
 # Writes bench-results/latest.json and prints tables with the goals beside each figure.
 #   bench/run.sh                  every scenario
 #   bench/run.sh latency          one scenario: latency, throughput, list, big, rss, telemetry,
-#                                 policy, http-latency, http-throughput, http-rss; `http` runs the
-#                                 last three
+#                                 policy, cache, http-latency, http-throughput, http-rss; `http`
+#                                 runs the last three
 #   bench/run.sh telemetry        what metrics and OTLP trace export cost a small stdio call
 #   bench/run.sh policy           what teams and limits cost a small stdio call, in memory and in
 #                                 a redis-server it starts (skipped without one: tests/redis/install.sh)
+#   bench/run.sh cache            what the result cache costs and saves: hits, misses and plain
+#                                 forwarding over stdio, hits/s against forwarded calls/s over HTTP
 #   bench/run.sh http --quick     further flags go to manifold-load (see --help)
 #   bench/run.sh http --no-peer   the HTTP scenarios without building or running the peer
 # The peer (the mcp-proxy crate, pinned below) is built once into bench/.cache/mcp-proxy by

@@ -47,11 +47,18 @@ fn dashboards_have_data_from_a_real_prometheus() {
     let prometheus_bin = prometheus_on_path();
 
     // Manifold over stdio with three fixture upstreams: alpha's `sleep` times out after
-    // 200 ms, beta's `sleep` is left to be cancelled, gamma is crashed and restarted.
+    // 200 ms, beta's `sleep` is left to be cancelled, gamma is crashed and restarted. Results
+    // are cached: alpha's `echo` for an hour, its `add` in a budget of 1 KiB of its own (a
+    // dozen different calls overflow it: evictions by size), beta's `echo` for 500 ms
+    // (expired), gamma's `echo` until gamma restarts (invalidated).
     let config = format!(
         "[server]\nrequest_timeout_ms = 10000\n\n\
          {}tool_timeouts = {{ sleep = 200 }}\n\n{}\n\
-         {}restart_initial_backoff_ms = 50\nrestart_max_backoff_ms = 200\n",
+         {}restart_initial_backoff_ms = 50\nrestart_max_backoff_ms = 200\n\n\
+         [upstreams.alpha.tool_cache.echo]\nttl = \"1h\"\n\n\
+         [upstreams.alpha.tool_cache.add]\nttl = \"1h\"\nmax_bytes = 1024\n\n\
+         [upstreams.beta.tool_cache.echo]\nttl = \"500ms\"\n\n\
+         [upstreams.gamma.tool_cache.echo]\nttl = \"1h\"\n",
         fixture_upstream("alpha", &["--name", "alpha"]),
         fixture_upstream("beta", &["--name", "beta"]),
         fixture_upstream("gamma", &["--name", "gamma"]),
@@ -106,6 +113,21 @@ fn dashboards_have_data_from_a_real_prometheus() {
     }
     prom.wait_until(&client, "manifold_upstream_up in Prometheus", |p, c| {
         p.value(c, "count(manifold_upstream_up)") == Some(4.0)
+    });
+    // The cache counts an entry as expired when it next tidies up, which takes cache traffic:
+    // a hit each time round until beta's short-lived entries are counted.
+    let expired =
+        "manifold_cache_evictions_total{cache=\"tools\",upstream=\"beta\",cause=\"expired\"}";
+    eventually("an expired cache entry counted", || {
+        assert_eq!(
+            text_of(&m.call("alpha__echo", json!({"text": "cached"}))),
+            "cached"
+        );
+        sample(&scrape(&client, admin), expired).is_some_and(|v| v > 0.0)
+    });
+    prom.wait_until(&client, "the expired entry in Prometheus", |p, c| {
+        p.value(c, &format!("sum({expired})"))
+            .is_some_and(|v| v > 0.0)
     });
 
     let exposition = scrape_all(&client, &targets);
@@ -190,10 +212,19 @@ fn dashboards_have_data_from_a_real_prometheus() {
 
 /// One wave of host traffic producing every outcome, each checked from the host's side.
 fn wave(m: &mut Manifold, h: &Server, client: &Client, admin: u16, n: u64) {
-    // ok
+    // ok; alpha's `echo` and `add` are cached: different arguments are misses, the same
+    // again are hits, and a dozen different `add`s overflow its budget.
     for i in 0..5 {
         let r = m.call("alpha__echo", json!({"text": format!("w{n} {i}")}));
         assert_eq!(text_of(&r), format!("w{n} {i}"));
+    }
+    for _ in 0..3 {
+        let r = m.call("alpha__echo", json!({"text": "cached"}));
+        assert_eq!(text_of(&r), "cached");
+    }
+    for i in 0..12 {
+        let r = m.call("alpha__add", json!({"a": i, "b": n}));
+        assert_eq!(text_of(&r), (i + n).to_string());
     }
     assert_eq!(text_of(&m.call("beta__echo", json!({"text": "b"}))), "b");
     assert_eq!(text_of(&m.call("gamma__echo", json!({"text": "g"}))), "g");
@@ -307,6 +338,32 @@ fn check_exposition(text: &str, tools: &[String]) {
         "no refused tools/call:\n{text}"
     );
     for (metric, at_least) in [
+        // Wave 1 fills alpha's "cached" echo, and every call after is a hit; wave 2's echo
+        // and add arguments are new (misses).
+        (
+            "manifold_cache_hits_total{cache=\"tools\",upstream=\"alpha\"}",
+            5.0,
+        ),
+        (
+            "manifold_cache_misses_total{cache=\"tools\",upstream=\"alpha\"}",
+            2.0 * 17.0,
+        ),
+        (
+            "manifold_cache_evictions_total{cache=\"tools\",upstream=\"alpha\",cause=\"size\"}",
+            1.0,
+        ),
+        (
+            "manifold_cache_evictions_total{cache=\"tools\",upstream=\"gamma\",cause=\"invalidated\"}",
+            1.0,
+        ),
+        (
+            "manifold_cache_bytes{cache=\"tools\",upstream=\"alpha\"}",
+            1.0,
+        ),
+        (
+            "manifold_cache_entries{cache=\"tools\",upstream=\"alpha\"}",
+            1.0,
+        ),
         ("manifold_upstream_restarts_total{upstream=\"gamma\"}", 2.0),
         ("manifold_sessions{transport=\"stdio\"}", 1.0),
         ("manifold_sessions{transport=\"http\"}", 1.0),

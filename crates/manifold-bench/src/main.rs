@@ -44,6 +44,9 @@ enum Scenario {
     /// What teams and limits (in memory, and in a Redis this tool starts) cost a small call
     /// over stdio.
     Policy,
+    /// What the result cache costs and saves: hits, misses and plain forwarding of a small
+    /// call over stdio, and hits/s against forwarded calls/s over HTTP.
+    Cache,
     /// The three HTTP scenarios.
     Http,
     HttpLatency,
@@ -63,7 +66,7 @@ impl Scenario {
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 10] = [
+const RUNS: [(Scenario, &str, Run); 11] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
@@ -71,6 +74,7 @@ const RUNS: [(Scenario, &str, Run); 10] = [
     (Scenario::Rss, "rss", scenario::rss),
     (Scenario::Telemetry, "telemetry", scenario::telemetry),
     (Scenario::Policy, "policy", scenario::policy),
+    (Scenario::Cache, "cache", scenario::cache),
     (
         Scenario::HttpLatency,
         "http-latency",

@@ -17,8 +17,11 @@ const HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
 /// A request with everything but its id written out.
 #[derive(Debug, Clone)]
 pub struct RequestLine {
-    /// The rest of the line after the id, ending in `\n`.
+    /// The rest of the line after the id, ending in `\n`; or, when `again` is set, up to
+    /// where the id is written a second time.
     tail: String,
+    /// What follows the id's second appearance (inside the arguments), ending in `\n`.
+    again: Option<String>,
     /// An answer shorter than this is wrong (e.g. a 1 MB result that is not 1 MB).
     pub min_answer: usize,
 }
@@ -31,6 +34,7 @@ impl RequestLine {
         );
         Self {
             tail,
+            again: None,
             min_answer: 0,
         }
     }
@@ -47,15 +51,36 @@ impl RequestLine {
         Self::tools_call(name, &serde_json::json!({ "text": ECHO_TEXT }))
     }
 
+    /// The `echo` call with a second argument, `n`, set to the request's id: the same answer
+    /// as `echo`, but arguments that differ on every call (a result cache misses each time).
+    pub fn echo_numbered(name: &str) -> Self {
+        let tail = format!(
+            ",\"method\":\"tools/call\",\"params\":{{\"name\":{},\"arguments\":{{\"text\":{},\"n\":",
+            Value::from(name),
+            Value::from(ECHO_TEXT)
+        );
+        Self {
+            tail,
+            again: Some("}}}\n".into()),
+            min_answer: 0,
+        }
+    }
+
     pub fn write(&self, id: u64, out: &mut Vec<u8>) {
         out.extend_from_slice(HEAD);
         write_u64(out, id);
         out.extend_from_slice(self.tail.as_bytes());
+        if let Some(again) = &self.again {
+            write_u64(out, id);
+            out.extend_from_slice(again.as_bytes());
+        }
     }
 
     /// Bytes of the request line for `id`.
     pub fn len_with(&self, id: u64) -> usize {
-        HEAD.len() + id.to_string().len() + self.tail.len()
+        let digits = id.to_string().len();
+        let again = self.again.as_ref().map_or(0, |a| digits + a.len());
+        HEAD.len() + digits + self.tail.len() + again
     }
 }
 
@@ -163,6 +188,20 @@ mod tests {
         assert_eq!(v["id"], 12345);
         assert_eq!(v["params"]["name"], "alpha__echo");
         assert!((120..=180).contains(&out.len()), "{}", out.len());
+    }
+
+    #[test]
+    fn numbered_lines_carry_the_id_in_their_arguments() {
+        let line = RequestLine::echo_numbered("alpha__echo");
+        let mut out = Vec::new();
+        line.write(907, &mut out);
+        assert_eq!(out.len(), line.len_with(907));
+        assert_eq!(out.last(), Some(&b'\n'));
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["id"], 907);
+        assert_eq!(v["params"]["name"], "alpha__echo");
+        assert_eq!(v["params"]["arguments"]["n"], 907);
+        assert_eq!(v["params"]["arguments"]["text"], ECHO_TEXT);
     }
 
     #[test]

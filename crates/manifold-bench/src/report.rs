@@ -56,9 +56,13 @@ pub fn goals(doc: &Value) -> Value {
     let policy = policy_rows(&s["policy"])
         .into_iter()
         .map(|r| (r.figure, r.goal));
+    let cache = cache_rows(&s["cache"])
+        .into_iter()
+        .map(|r| (r.figure, r.goal));
     stdio
         .chain(telemetry)
         .chain(policy)
+        .chain(cache)
         .chain(http)
         .filter_map(|(figure, goal)| {
             goal.map(|(goal, met)| json!({ "figure": figure, "goal": goal, "met": met }))
@@ -78,6 +82,7 @@ pub fn table(doc: &Value) -> String {
     }
     telemetry_table(&mut out, &doc["scenarios"]["telemetry"]);
     policy_table(&mut out, &doc["scenarios"]["policy"]);
+    cache_table(&mut out, &doc["scenarios"]["cache"]);
     let http = http_rows(&doc["scenarios"]);
     if !http.is_empty() {
         http_table(&mut out, &http);
@@ -240,6 +245,15 @@ const POLICY_SIDES: [(&str, &str); 4] = [
     ("redis", "Manifold, team + limits in Redis"),
 ];
 
+/// The comparisons of the `policy` scenario and their names in the table.
+const POLICY_PAIRS: [(&str, &str); 5] = [
+    ("plain_vs_direct", "policy: none, added over direct"),
+    ("memory_vs_direct", "policy: memory, added over direct"),
+    ("redis_vs_direct", "policy: Redis, added over direct"),
+    ("memory_vs_plain", "policy step, memory, added over none"),
+    ("redis_vs_plain", "policy step, Redis, added over none"),
+];
+
 /// Each setting's percentiles, server CPU and error answers; then what each adds over the
 /// direct call and what the policy step adds over no policy (with the goal); then Redis's
 /// side, the refusal check and whether the run is valid.
@@ -252,39 +266,7 @@ fn policy_table(out: &mut String, v: &Value) {
         "\nTeams and limits (the policy step), small tools/call over stdio ({} rounds of {} calls, interleaved)",
         v["rounds"], v["calls_per_round"]
     );
-    let _ = writeln!(
-        out,
-        "{:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
-        "setting (median of rounds)",
-        "p50",
-        "p90",
-        "p99",
-        "max",
-        "spread of p50",
-        "CPU/call",
-        "switches",
-        "errors"
-    );
-    for (key, name) in POLICY_SIDES {
-        let side = &v[key];
-        if let Some(why) = side["not_run"].as_str() {
-            let _ = writeln!(out, "{name:<40} {why}");
-            continue;
-        }
-        let cpu = &side["server_cpu_per_call"];
-        let _ = writeln!(
-            out,
-            "{name:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
-            us(num(&side["p50_us"])),
-            us(num(&side["p90_us"])),
-            us(num(&side["p99_us"])),
-            us(num(&side["max_us"])),
-            range(&side["spread"]["p50_us"], us),
-            us(num(&cpu["cpu_us"])),
-            two(num(&cpu["switches"])),
-            side["errors"],
-        );
-    }
+    counted_sides_table(out, v, &POLICY_SIDES);
     out.push('\n');
     row_table(out, &policy_rows(v), ["base", "with"]);
     let redis = &v["redis_server"];
@@ -322,44 +304,162 @@ fn policy_table(out: &mut String, v: &Value) {
             each.join(", ")
         );
     }
-    if v["valid"] == true {
-        let calls: f64 = POLICY_SIDES
-            .iter()
-            .map(|(k, _)| v[*k]["calls"].as_f64().unwrap_or(0.0))
-            .sum();
-        let _ = writeln!(out, "Valid: no error answer in {calls} calls");
-    } else {
-        let _ = writeln!(out, "INVALID RUN: the figures above are not to be quoted");
-        for why in v["invalid_because"].as_array().into_iter().flatten() {
-            let _ = writeln!(out, "  {}", why.as_str().unwrap_or("?"));
-        }
-    }
+    let calls: f64 = POLICY_SIDES
+        .iter()
+        .map(|(k, _)| v[*k]["calls"].as_f64().unwrap_or(0.0))
+        .sum();
+    validity(out, v, calls);
 }
 
 /// Added p50 and p99 of each setting over the direct call and of the policy step over no
 /// policy; the goal is on the step in memory, and is never met by an invalid run.
 fn policy_rows(v: &Value) -> Vec<Row> {
+    added_rows(v, &POLICY_PAIRS, "memory_vs_plain")
+}
+
+/// The sides of the `cache` scenario and their names in the table.
+const CACHE_SIDES: [(&str, &str); 4] = [
+    ("direct", "direct to the fixture"),
+    ("hit", "Manifold, cached, every call a hit"),
+    ("miss", "Manifold, cached, every call a miss"),
+    ("uncached", "Manifold, no cache"),
+];
+
+/// The comparisons of the `cache` scenario and their names in the table.
+const CACHE_PAIRS: [(&str, &str); 5] = [
+    ("hit_vs_direct", "cache hit, added over direct"),
+    ("miss_vs_direct", "cache miss, added over direct"),
+    ("uncached_vs_direct", "no cache, added over direct"),
+    ("hit_vs_uncached", "cache hit, added over no cache"),
+    ("miss_vs_uncached", "cache miss, added over no cache"),
+];
+
+/// Each side's percentiles, server CPU and error answers over stdio; what a hit, a miss and
+/// plain forwarding add (with the goal, on the hit); calls/s over HTTP with and without the
+/// cache; the upstream's own count of the calls that reached it; whether the run is valid.
+fn cache_table(out: &mut String, v: &Value) {
+    if v.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nResult cache, small tools/call over stdio ({} rounds of {} calls, interleaved)",
+        v["rounds"], v["calls_per_round"]
+    );
+    counted_sides_table(out, v, &CACHE_SIDES);
+    out.push('\n');
+    row_table(out, &cache_rows(v), ["base", "with"]);
+    let http = &v["http"];
+    let _ = writeln!(
+        out,
+        "\nResult cache over Streamable HTTP, {} connections ({} rounds of {} calls, interleaved)",
+        http["connections"], http["rounds"], http["calls_per_round"]
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} {:>10} {:>17} {:>10} {:>10} {:>10} {:>7}",
+        "side (median of rounds)", "calls/s", "spread", "p50", "p99", "CPU/call", "errors"
+    );
+    for (key, name) in [
+        ("cached", "cached, every call a hit"),
+        ("forwarded", "no cache, every call forwarded"),
+    ] {
+        let side = &http[key];
+        let rate = &side["calls_per_s"];
+        let _ = writeln!(
+            out,
+            "{name:<40} {:>10} {:>17} {:>10} {:>10} {:>10} {:>7}",
+            rate1(num(&rate["median"])),
+            format!("{}..{}", rate1(num(&rate["min"])), rate1(num(&rate["max"]))),
+            us(num(&side["latency"]["p50_us"])),
+            us(num(&side["latency"]["p99_us"])),
+            us(num(&side["server_cpu_per_call"]["cpu_us"])),
+            side["errors"],
+        );
+    }
+    let r = &http["cached_over_forwarded"];
+    let _ = writeln!(
+        out,
+        "cached over forwarded, calls/s: {} ({})",
+        two(num(&r["median"])),
+        range(&r["spread"], two)
+    );
+    if let Some(checks) = v["upstream_calls"].as_object() {
+        let each: Vec<String> = checks
+            .iter()
+            .map(|(side, c)| format!("{side} {} (expected {})", c["counted"], c["expected"]))
+            .collect();
+        let _ = writeln!(
+            out,
+            "echo calls the upstream served, by its own count: {}",
+            each.join(", ")
+        );
+    }
+    validity(out, v, num(&v["calls"]));
+}
+
+/// Added p50 and p99 of a hit, a miss and no cache over the direct call and of a hit and a
+/// miss over no cache; the goal is on the hit over direct, and is never met by an invalid run.
+fn cache_rows(v: &Value) -> Vec<Row> {
+    added_rows(v, &CACHE_PAIRS, "hit_vs_direct")
+}
+
+/// Each side's percentiles, server CPU and error answers, one line each; a side that was
+/// not run says why.
+fn counted_sides_table(out: &mut String, v: &Value, sides: &[(&str, &str)]) {
+    let _ = writeln!(
+        out,
+        "{:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
+        "setting (median of rounds)",
+        "p50",
+        "p90",
+        "p99",
+        "max",
+        "spread of p50",
+        "CPU/call",
+        "switches",
+        "errors"
+    );
+    for (key, name) in sides {
+        let side = &v[*key];
+        if let Some(why) = side["not_run"].as_str() {
+            let _ = writeln!(out, "{name:<40} {why}");
+            continue;
+        }
+        let cpu = &side["server_cpu_per_call"];
+        let _ = writeln!(
+            out,
+            "{name:<40} {:>10} {:>10} {:>10} {:>10} {:>17} {:>10} {:>9} {:>7}",
+            us(num(&side["p50_us"])),
+            us(num(&side["p90_us"])),
+            us(num(&side["p99_us"])),
+            us(num(&side["max_us"])),
+            range(&side["spread"]["p50_us"], us),
+            us(num(&cpu["cpu_us"])),
+            two(num(&cpu["switches"])),
+            side["errors"],
+        );
+    }
+}
+
+/// Added p50 and p99 of each comparison in `pairs` that the scenario made; the goal
+/// (`goal_added_p50_us`) is on the p50 of `goal_key`, and is never met by an invalid run.
+fn added_rows(v: &Value, pairs: &[(&str, &str)], goal_key: &str) -> Vec<Row> {
     let mut rows = Vec::new();
     if v.is_null() {
         return rows;
     }
     let limit = num(&v["goal_added_p50_us"]);
     let valid = v["valid"] == true;
-    for (key, what) in [
-        ("plain_vs_direct", "policy: none, added over direct"),
-        ("memory_vs_direct", "policy: memory, added over direct"),
-        ("redis_vs_direct", "policy: Redis, added over direct"),
-        ("memory_vs_plain", "policy step, memory, added over none"),
-        ("redis_vs_plain", "policy step, Redis, added over none"),
-    ] {
-        let c = &v[key];
+    for (key, what) in pairs {
+        let c = &v[*key];
         if c.is_null() {
             continue;
         }
         for p in ["p50", "p99"] {
             let k = format!("{p}_us");
             let added = num(&c["added"][&k]);
-            let goal = (key == "memory_vs_plain" && p == "p50").then(|| {
+            let goal = (*key == goal_key && p == "p50").then(|| {
                 if valid {
                     (format!("added <= {}", us(limit)), added <= limit)
                 } else {
@@ -378,6 +478,18 @@ fn policy_rows(v: &Value) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// "Valid" with the number of calls made, or why the run is invalid.
+fn validity(out: &mut String, v: &Value, calls: f64) {
+    if v["valid"] == true {
+        let _ = writeln!(out, "Valid: no error answer in {calls} calls");
+    } else {
+        let _ = writeln!(out, "INVALID RUN: the figures above are not to be quoted");
+        for why in v["invalid_because"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  {}", why.as_str().unwrap_or("?"));
+        }
+    }
 }
 
 /// A line of the HTTP table: Manifold beside the peer gateway.
@@ -921,6 +1033,45 @@ mod tests {
         policy_table(&mut out, &bad["scenarios"]["policy"]);
         assert!(out.contains("INVALID RUN"), "{out}");
         assert!(out.contains("  memory: 1 error answers"), "{out}");
+    }
+
+    #[test]
+    fn the_cache_goal_is_on_hits_and_met_only_by_a_valid_run() {
+        let pair = |a: f64, b: f64| {
+            json!({ "direct": { "p50_us": a, "p99_us": a }, "through": { "p50_us": b, "p99_us": b },
+                    "added": { "p50_us": b - a, "p99_us": b - a,
+                               "spread": { "p50_us": [0.0, 1.0], "p99_us": [0.0, 1.0] } },
+                    "ratio": { "p50": b / a, "p99": b / a } })
+        };
+        let cache = |valid: bool| {
+            json!({ "scenarios": { "cache": {
+                "rounds": 7, "calls_per_round": 100, "goal_added_p50_us": 10.0,
+                "hit_vs_direct": pair(6.0, 9.0), "miss_vs_direct": pair(6.0, 30.0),
+                "calls": 1234, "valid": valid,
+                "invalid_because": if valid { json!([]) } else { json!(["hit: the upstream served 9 echo calls, expected 1"]) },
+                "upstream_calls": { "hit": { "expected": 1, "counted": if valid { 1 } else { 9 } } },
+            } } })
+        };
+        let ok = cache(true);
+        let goals = goals(&ok);
+        assert_eq!(goals.as_array().unwrap().len(), 1, "{goals}");
+        assert_eq!(goals[0]["figure"], "cache hit, added over direct p50");
+        assert_eq!(goals[0]["met"], true, "{goals}");
+        let mut out = String::new();
+        cache_table(&mut out, &ok["scenarios"]["cache"]);
+        assert!(
+            out.contains("Valid: no error answer in 1234 calls"),
+            "{out}"
+        );
+        assert!(out.contains("hit 1 (expected 1)"), "{out}");
+        assert!(out.contains("cache miss, added over direct p50"), "{out}");
+
+        let bad = cache(false);
+        assert_eq!(goals_of(&bad), [false]);
+        let mut out = String::new();
+        cache_table(&mut out, &bad["scenarios"]["cache"]);
+        assert!(out.contains("INVALID RUN"), "{out}");
+        assert!(out.contains("  hit: the upstream served 9"), "{out}");
     }
 
     fn goals_of(doc: &Value) -> Vec<bool> {

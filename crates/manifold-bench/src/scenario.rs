@@ -2,6 +2,8 @@
 //! bounded loops, ends its processes (dropping a `Session` ends its stdio server, dropping the
 //! last handle on an `HttpServer` ends that one) and returns JSON.
 
+mod cache;
+mod counted;
 mod http_latency;
 mod http_rss;
 mod http_throughput;
@@ -17,6 +19,7 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
+pub use cache::cache;
 pub use http_latency::http_latency;
 pub use http_rss::http_rss;
 pub use http_throughput::http_throughput;

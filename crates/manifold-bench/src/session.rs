@@ -48,6 +48,28 @@ impl Counted {
     pub fn calls(&self) -> usize {
         self.samples.len() + self.errors
     }
+
+    /// One call: its time if it was answered well, else its error answer.
+    fn count(&mut self, error: Option<String>, took: Duration) {
+        match error {
+            None => self
+                .samples
+                .push(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX)),
+            Some(answer) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(answer);
+            }
+        }
+    }
+
+    /// Adds what another loop saw (another connection's, in the same round).
+    pub fn absorb(&mut self, other: Counted) {
+        self.samples.extend(other.samples);
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
 }
 
 /// The outcome of a pipelined run.
@@ -171,15 +193,7 @@ impl Session {
                 .await_outcome(id, line.min_answer, &tool_error)
                 .with_context(|| self.target.label().to_owned())?;
             let done = Instant::now();
-            match error {
-                None => counted
-                    .samples
-                    .push(u64::try_from((done - sent).as_nanos()).unwrap_or(u64::MAX)),
-                Some(answer) => {
-                    counted.errors += 1;
-                    counted.first_error.get_or_insert(answer);
-                }
-            }
+            counted.count(error, done - sent);
             if done >= deadline {
                 break;
             }
@@ -235,16 +249,18 @@ impl Session {
     }
 
     /// One call at a time, cycling through `lines` from `offset`, while `pool` has calls left
-    /// and until `deadline`; nanoseconds each. Sessions on other threads draw from the same
-    /// pool, so all of them stay busy until the round's calls are done. Call `ready` first.
+    /// and until `deadline`; every answer counted as in `counted_calls`. Sessions on other
+    /// threads draw from the same pool, so all of them stay busy until the round's calls are
+    /// done. Call `ready` first.
     pub fn pooled_calls(
         &mut self,
         lines: &[RequestLine],
         offset: usize,
         pool: &AtomicU64,
         deadline: Instant,
-    ) -> Result<Vec<u64>> {
-        let mut samples = Vec::new();
+    ) -> Result<Counted> {
+        let mut counted = Counted::default();
+        let tool_error = memchr::memmem::Finder::new(TOOL_ERROR);
         let mut k = offset;
         // Bounded by the pool, which only shrinks.
         while pool
@@ -258,15 +274,16 @@ impl Session {
             line.write(id, &mut self.out);
             let sent = Instant::now();
             self.target.send(&self.out)?;
-            self.await_answer(id, line.min_answer)
+            let error = self
+                .await_outcome(id, line.min_answer, &tool_error)
                 .with_context(|| self.target.label().to_owned())?;
             let done = Instant::now();
-            samples.push(u64::try_from((done - sent).as_nanos()).unwrap_or(u64::MAX));
+            counted.count(error, done - sent);
             if done >= deadline {
                 break;
             }
         }
-        Ok(samples)
+        Ok(counted)
     }
 
     fn take_id(&mut self) -> u64 {

@@ -210,13 +210,7 @@ impl Setup {
         env: Vec<(String, Option<String>)>,
         flags: &[&str],
     ) -> Result<TargetSpec> {
-        let path = self.dir.join(format!("{label}.toml"));
-        let mut text = config(&self.fixture, upstreams, &self.manifold_cpus);
-        if !tables.is_empty() {
-            text.push('\n');
-            text.push_str(tables);
-        }
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        let path = self.manifold_config(label, upstreams, tables)?;
         let mut args = vec![
             "serve".into(),
             "--config".into(),
@@ -229,9 +223,17 @@ impl Setup {
     /// Manifold serving `upstreams` over Streamable HTTP on a free port of 127.0.0.1, with
     /// the default HTTP settings (2 workers, 4,096 sessions at most).
     pub fn manifold_http(&self, label: &str, upstreams: &[Upstream]) -> Result<ServerSpec> {
-        let path = self.dir.join(format!("{label}.toml"));
-        std::fs::write(&path, config(&self.fixture, upstreams, &self.manifold_cpus))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        self.manifold_http_tuned(label, upstreams, "")
+    }
+
+    /// The same with `tables` (TOML) added to its config.
+    pub fn manifold_http_tuned(
+        &self,
+        label: &str,
+        upstreams: &[Upstream],
+        tables: &str,
+    ) -> Result<ServerSpec> {
+        let path = self.manifold_config(label, upstreams, tables)?;
         let args = vec![
             "serve".into(),
             "--config".into(),
@@ -240,6 +242,23 @@ impl Setup {
             "127.0.0.1:0".into(),
         ];
         Ok(self.server(label, &self.manifold, args, "/mcp"))
+    }
+
+    /// Writes the Manifold config of `label`: `upstreams`, then `tables`.
+    fn manifold_config(
+        &self,
+        label: &str,
+        upstreams: &[Upstream],
+        tables: &str,
+    ) -> Result<PathBuf> {
+        let path = self.dir.join(format!("{label}.toml"));
+        let mut text = config(&self.fixture, upstreams, &self.manifold_cpus);
+        if !tables.is_empty() {
+            text.push('\n');
+            text.push_str(tables);
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(path)
     }
 
     /// The peer gateway serving `upstreams` (stdio backends, the same fixture) on a free port

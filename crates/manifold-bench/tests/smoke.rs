@@ -1,8 +1,8 @@
-//! Runs `manifold-load latency --quick`, `http-latency --quick`, `telemetry --quick` and
-//! `policy --quick` against the debug binaries to prove the tool works end to end, over stdio
-//! and over Streamable HTTP (without the peer gateway: no network, no peer build), with spans
-//! exported to the tool's own OTLP receiver, and with teams and limits (in Redis too when a
-//! `redis-server` is found). It checks the shape and sanity of the JSON output, never a timing
+//! Runs `manifold-load latency --quick`, `http-latency --quick`, `telemetry --quick`,
+//! `policy --quick` and `cache --quick` against the debug binaries to prove the tool works end
+//! to end, over stdio and over Streamable HTTP (without the peer gateway: no network, no peer
+//! build), with spans exported to the tool's own OTLP receiver, with teams and limits (in
+//! Redis too when a `redis-server` is found), and with the result cache. It checks the shape and sanity of the JSON output, never a timing
 //! threshold: timings on a shared two-core machine are for BENCHMARKS.md, not for pass/fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -249,6 +249,72 @@ fn quick_policy_run_counts_every_answer_and_writes_sane_json() {
     assert_eq!(goals.len(), 1, "{goals:?}");
     assert_eq!(
         goals[0]["figure"], "policy step, memory, added over none p50",
+        "{goals:?}"
+    );
+}
+
+#[test]
+fn quick_cache_run_counts_every_answer_and_upstream_call() {
+    let Some(doc) = run_quick("cache", "cache hit, added over direct p50") else {
+        return;
+    };
+    let c = &doc["scenarios"]["cache"];
+    let (rounds, calls) = (
+        c["rounds"].as_u64().unwrap(),
+        c["calls_per_round"].as_u64().unwrap(),
+    );
+    assert_eq!((rounds, calls), (2, 300), "{c}");
+    for side in ["direct", "hit", "miss", "uncached"] {
+        check_percentiles(side, &c[side], rounds, calls);
+        assert_eq!(c[side]["errors"], 0, "{side}: {c}");
+        assert!(f(&c[side]["answer_bytes"]) > 100.0, "{side}: {c}");
+        assert!(
+            f(&c[side]["calls"]) > (rounds * calls) as f64,
+            "{side}: {c}"
+        );
+    }
+    // A hit never reached the upstream: it served the first call alone. Every miss did.
+    let up = &c["upstream_calls"];
+    for side in ["hit", "http_cached"] {
+        assert_eq!(up[side]["counted"], 1, "{side}: {up}");
+    }
+    for (side, made) in [
+        ("miss", &c["miss"]["calls"]),
+        ("uncached", &c["uncached"]["calls"]),
+        ("http_forwarded", &c["http"]["forwarded"]["calls_made"]),
+    ] {
+        assert_eq!(&up[side]["counted"], made, "{side}: {up}");
+        assert_eq!(up[side]["counted"], up[side]["expected"], "{side}: {up}");
+    }
+    for side in ["cached", "forwarded"] {
+        let h = &c["http"][side];
+        assert!(f(&h["calls_per_s"]["median"]) > 0.0, "{side}: {h}");
+        assert_eq!(h["errors"], 0, "{side}: {h}");
+        // Every round ran to its count.
+        assert_eq!(
+            f(&h["calls"]),
+            rounds as f64 * f(&c["http"]["calls_per_round"]),
+            "{side}: {h}"
+        );
+    }
+    assert!(f(&c["http"]["cached_over_forwarded"]["median"]) > 0.0);
+    assert_eq!(c["valid"], true, "{c}");
+    assert_eq!(c["errors"], 0);
+    for (pair, base, side) in [
+        ("hit_vs_direct", "direct", "hit"),
+        ("miss_vs_uncached", "uncached", "miss"),
+    ] {
+        let added = f(&c[pair]["added"]["p50_us"]);
+        let (d, w) = (f(&c[base]["p50_us"]), f(&c[side]["p50_us"]));
+        assert!(
+            (added - (w - d)).abs() < 0.11,
+            "{pair}: {added} vs {w} - {d}"
+        );
+    }
+    let goals = doc["goals"].as_array().unwrap();
+    assert_eq!(goals.len(), 1, "{goals:?}");
+    assert_eq!(
+        goals[0]["figure"], "cache hit, added over direct p50",
         "{goals:?}"
     );
 }

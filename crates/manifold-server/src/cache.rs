@@ -78,9 +78,11 @@ impl Family {
     }
 }
 
-/// What an answer is stored under.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// What an answer is stored under. Hashed by its digest, worked out once: a store hashes
+/// a key on every operation, and the arguments may be long.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
+    digest: u64,
     upstream: usize,
     epoch: u64,
     family: Family,
@@ -92,10 +94,45 @@ pub struct Key {
     team: Option<Arc<str>>,
 }
 
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.digest);
+    }
+}
+
+impl Key {
+    fn new(
+        upstream: usize,
+        epoch: u64,
+        family: Family,
+        name: Box<str>,
+        args: Box<str>,
+        team: Option<Arc<str>>,
+    ) -> Self {
+        use std::hash::BuildHasher;
+        let digest = DIGEST.hash_one((upstream, epoch, family, &name, &args, &team));
+        Self {
+            digest,
+            upstream,
+            epoch,
+            family,
+            name,
+            args,
+            team,
+        }
+    }
+}
+
+/// Keys' digests: seeded at random once per process, so that hosts cannot choose arguments
+/// that collide.
+static DIGEST: std::sync::LazyLock<std::collections::hash_map::RandomState> =
+    std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
+
 /// A stored answer.
 pub struct Entry {
     /// The result as hosts receive it (JSON text).
     pub result: Box<str>,
+    stored: Instant,
     ttl: Duration,
     weight: u32,
     counters: Arc<CacheCounters>,
@@ -122,7 +159,7 @@ pub enum Plan {
     Forward,
     /// The host asked for no caching.
     Bypass,
-    Use(Lookup),
+    Use(Box<Lookup>),
 }
 
 struct PerEntry;
@@ -158,6 +195,8 @@ fn store(capacity: u64, released: &mpsc::UnboundedSender<(usize, Box<str>)>) -> 
             let why = match cause {
                 RemovalCause::Size => Eviction::Size,
                 RemovalCause::Expired => Eviction::Expired,
+                // Filled again once its ttl had passed, before the store removed it.
+                RemovalCause::Replaced if entry.stored.elapsed() >= entry.ttl => Eviction::Expired,
                 RemovalCause::Explicit | RemovalCause::Replaced => Eviction::Invalidated,
             };
             entry.counters.removed(u64::from(entry.weight), why);
@@ -279,22 +318,22 @@ impl Cache {
                     .get(target.upstream)
                     .is_some_and(|d| t.config.headers.contains_key(&d.key))
         });
-        Ok(Plan::Use(Lookup {
-            key: Key {
-                upstream: target.upstream,
-                epoch: up.epoch.load(Ordering::Acquire),
+        Ok(Plan::Use(Box::new(Lookup {
+            key: Key::new(
+                target.upstream,
+                up.epoch.load(Ordering::Acquire),
                 family,
-                name: name.into(),
-                args: args.into(),
-                team: team.map(|t| Arc::clone(&t.name)),
-            },
+                name.into(),
+                args.into(),
+                team.map(|t| Arc::clone(&t.name)),
+            ),
             store: rule.store.clone(),
             ttl: rule.ttl,
             refresh,
             family,
             changes: up.changes.load(Ordering::Acquire),
             counters: Arc::clone(&up.counters[family as usize]),
-        }))
+        })))
     }
 
     /// The entry a fill makes of `result`, or `None` when the upstream changed since the
@@ -314,11 +353,22 @@ impl Cache {
         lookup.counters.stored(u64::from(weight));
         Ok(Arc::new(Entry {
             result,
+            stored: Instant::now(),
             ttl: lookup.ttl,
             weight,
             counters: Arc::clone(&lookup.counters),
             subscription,
         }))
+    }
+
+    /// Applies what the stores have pending (expiry, the byte budget, invalidations), so that
+    /// memory and metrics hold while no request touches them.
+    pub async fn maintain(&self) {
+        for up in &self.upstreams {
+            for store in up.stores() {
+                store.run_pending_tasks().await;
+            }
+        }
     }
 
     /// The upstream's catalog was replaced (a restart, or a refetch after `list_changed`) or

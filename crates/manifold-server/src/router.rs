@@ -165,7 +165,19 @@ impl Router {
         cache: Arc<Cache>,
         mut released: mpsc::UnboundedReceiver<(usize, Box<str>)>,
     ) {
-        let _ = self.cache.set(cache);
+        let _ = self.cache.set(Arc::clone(&cache));
+        let maintained = Arc::downgrade(&cache);
+        self.runtime.spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(cache) = maintained.upgrade() else {
+                    return;
+                };
+                cache.maintain().await;
+            }
+        });
         let router = Arc::downgrade(self);
         self.runtime.spawn(async move {
             while let Some((upstream, uri)) = released.recv().await {

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value};
 
+use super::counted::Tally;
 use super::{http_session, peer_missing};
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::procstat::{thread_cpu, Usage};
-use crate::session::Session;
+use crate::session::{Counted, Session};
 use crate::setup::{Plan, Setup, Upstream};
 use crate::stats::{self, round2, Across, Summary};
 use crate::target::{HttpServer, ServerSpec};
@@ -23,17 +24,19 @@ use crate::target::{HttpServer, ServerSpec};
 const SPREAD: usize = 10;
 
 /// One server under load and its connections.
-struct Side {
-    name: String,
+pub struct Side {
+    pub name: String,
     server: Arc<HttpServer>,
-    sessions: Vec<Session>,
+    pub sessions: Vec<Session>,
     lines: Vec<RequestLine>,
     is_peer: bool,
+    /// Every call made, the checked first calls and the warm-up included.
+    pub seen: Tally,
 }
 
 /// What the rounds gave one side.
 #[derive(Default)]
-struct Rounds {
+pub struct Rounds {
     rates: Vec<f64>,
     latency: Vec<Summary>,
     calls: u64,
@@ -88,42 +91,32 @@ pub fn http_throughput(setup: &Setup, plan: &Plan) -> Result<Value> {
         &line,
         false,
     )?);
-    // Warm-up: a tenth of a round on every side, so connections, sessions and upstream
-    // routes are hot before the first timed round.
     for side in &mut sides {
-        side.round(plan.http_calls / 10 + 1, plan.round_limit)?;
+        side.warm_up(plan)?;
     }
-    let rounds = measure(&mut sides, plan, &mut not_applicable)?;
+    let mut rounds = measure(&mut sides, plan, &mut not_applicable)?;
+    // An error answer fails a peer (its rows say why) and the scenario for anything else.
+    let mut i = 0;
+    while i < sides.len() {
+        match sides[i].seen.invalid(&sides[i].name) {
+            Some(why) if sides[i].is_peer => {
+                not_applicable.insert(sides[i].name.clone(), json!(why));
+                sides.remove(i);
+                rounds.remove(i);
+            }
+            Some(why) => return Err(anyhow!(why)),
+            None => i += 1,
+        }
+    }
     let mut out = Map::new();
     for (side, r) in sides.iter().zip(&rounds) {
-        let rate = Across::of(r.rates.iter().copied());
-        out.insert(
-            side.name.clone(),
-            json!({
-                "calls_per_s": rate.to_json(),
-                "per_round": r.rates.iter().map(|x| x.round()).collect::<Vec<_>>(),
-                "latency": stats::medians(&r.latency),
-                "calls": r.calls,
-                "client_cpu_us_per_call":
-                    round2(r.client_cpu.as_secs_f64() * 1e6 / r.calls.max(1) as f64),
-                "server_cpu_per_call": Usage::of(side.server.pid())?
-                    .per_call(r.server_before, usize::try_from(r.calls).unwrap_or(usize::MAX)),
-            }),
-        );
+        out.insert(side.name.clone(), side.to_json(r)?);
     }
     for n in ["1", "10"] {
         let m = sides.iter().position(|s| s.name == format!("manifold_{n}"));
         let p = sides.iter().position(|s| s.name == format!("peer_{n}"));
-        let key = format!("ratio_{n}");
         if let (Some(m), Some(p)) = (m, p) {
-            let (a, b) = (&rounds[m].rates, &rounds[p].rates);
-            let paired = Across::of(a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)));
-            let medians = Across::of(a.iter().copied()).median
-                / Across::of(b.iter().copied()).median.max(1e-9);
-            out.insert(
-                key,
-                json!({ "median": round2(medians), "spread": [round2(paired.min), round2(paired.max)] }),
-            );
+            out.insert(format!("ratio_{n}"), rate_ratio(&rounds[m], &rounds[p]));
         }
     }
     out.insert("not_applicable".into(), Value::Object(not_applicable));
@@ -137,9 +130,20 @@ pub fn http_throughput(setup: &Setup, plan: &Plan) -> Result<Value> {
     Ok(Value::Object(out))
 }
 
+/// Calls/s of `a` over `b`: the ratio of the medians, and its spread from the per-round
+/// ratios (rounds paired by index).
+pub fn rate_ratio(a: &Rounds, b: &Rounds) -> Value {
+    let (a, b) = (&a.rates, &b.rates);
+    let paired = Across::of(a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)));
+    let medians =
+        Across::of(a.iter().copied()).median / Across::of(b.iter().copied()).median.max(1e-9);
+    json!({ "median": round2(medians), "spread": [round2(paired.min), round2(paired.max)] })
+}
+
 /// Interleaved rounds, the order rotating each round. A peer side that fails is dropped,
-/// its error kept for the report; any other failure ends the scenario.
-fn measure(
+/// its error kept for the report; any other failure ends the scenario. Error answers are
+/// counted (in each side's `seen`), not failures.
+pub fn measure(
     sides: &mut Vec<Side>,
     plan: &Plan,
     not_applicable: &mut Map<String, Value>,
@@ -185,7 +189,7 @@ struct Done {
 }
 
 impl Side {
-    fn open(
+    pub fn open(
         name: String,
         spec: &ServerSpec,
         setup: &Setup,
@@ -209,7 +213,35 @@ impl Side {
             sessions,
             lines: lines.to_vec(),
             is_peer,
+            seen: Tally {
+                calls: plan.connections,
+                ..Tally::default()
+            },
         })
+    }
+
+    /// A tenth of a round, so that connections, sessions and upstream routes are hot before
+    /// the first timed round.
+    pub fn warm_up(&mut self, plan: &Plan) -> Result<()> {
+        self.round(plan.http_calls / 10 + 1, plan.round_limit)
+            .map(drop)
+    }
+
+    /// Calls/s (median and spread over rounds), latency under the load, calls and error
+    /// answers, and the client's and the server's CPU per call.
+    pub fn to_json(&self, r: &Rounds) -> Result<Value> {
+        Ok(json!({
+            "calls_per_s": Across::of(r.rates.iter().copied()).to_json(),
+            "per_round": r.rates.iter().map(|x| x.round()).collect::<Vec<_>>(),
+            "latency": stats::medians(&r.latency),
+            "calls": r.calls,
+            "errors": self.seen.errors,
+            "first_error": self.seen.first_error,
+            "client_cpu_us_per_call":
+                round2(r.client_cpu.as_secs_f64() * 1e6 / r.calls.max(1) as f64),
+            "server_cpu_per_call": Usage::of(self.server.pid())?
+                .per_call(r.server_before, usize::try_from(r.calls).unwrap_or(usize::MAX)),
+        }))
     }
 
     /// `calls` calls from every connection at once, each on its own thread.
@@ -242,17 +274,18 @@ impl Side {
             (joined, began.elapsed())
         });
         let (joined, elapsed) = results;
-        let (mut all, mut client_cpu) = (Vec::new(), Duration::ZERO);
+        let (mut all, mut client_cpu) = (Counted::default(), Duration::ZERO);
         for joined in joined {
-            let (samples, cpu) =
+            let (got, cpu) =
                 joined.map_err(|_| anyhow!("{}: a load thread panicked", self.name))?;
-            all.extend(samples?);
+            all.absorb(got?);
             client_cpu += cpu;
         }
+        self.seen.add(&all);
         Ok(Done {
-            calls: all.len() as u64,
+            calls: all.samples.len() as u64,
             secs: elapsed.as_secs_f64(),
-            latency: Summary::of(&mut all),
+            latency: Summary::of(&mut all.samples),
             client_cpu,
         })
     }

@@ -18,12 +18,13 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 
+use super::counted::{self, Side};
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::procstat::Usage;
 use crate::redis_server::RedisServer;
-use crate::session::{Counted, Session};
+use crate::session::Session;
 use crate::setup::{Plan, Setup, Upstream};
-use crate::stats::{self, Summary};
+use crate::stats;
 use crate::target::TargetSpec;
 
 /// The goal: the policy step in memory adds at most this much to the p50 over no policy.
@@ -112,79 +113,36 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
             &through,
         ));
     }
-    let mut sessions = Vec::new();
+    let mut sides = Vec::new();
     for (spec, line) in &specs {
-        sessions.push((Session::start(spec, setup.limits)?, *line));
+        sides.push(Side::start(spec, line, setup.limits)?);
     }
-    // Every answer of every side, warm-up included, is counted here.
-    let mut seen = vec![Tally::default(); sessions.len()];
     let calls = plan.latency_calls;
     let warmup = Plan::warmup(calls);
-    for ((session, line), seen) in sessions.iter_mut().zip(&mut seen) {
-        let first = session.counted_calls(line, 1, plan.round_limit)?;
-        let answered = first.errors == 0;
-        seen.add(&first);
-        if answered {
-            // The same call again, its answer parsed and checked in full.
-            let result = session.result(line)?;
-            super::expect_text(session.label(), &result, ECHO_TEXT.len())?;
-            seen.calls += 1;
-        }
-        seen.add(&session.counted_calls(line, warmup, plan.round_limit)?);
+    for side in &mut sides {
+        side.warm_up(warmup, ECHO_TEXT.len(), plan.round_limit)?;
     }
-    let usage = |s: &Session| s.pid().map_or(Ok(Usage::default()), Usage::of);
-    let before: Vec<Usage> = sessions
-        .iter()
-        .map(|(s, _)| usage(s))
-        .collect::<Result<_>>()?;
     let redis_before = match &redis {
         Ok(server) => Some((command_calls(server)?, Usage::of(pid_of(server)?)?)),
         Err(_) => None,
     };
-    let mut rounds: Vec<Vec<Summary>> = vec![Vec::new(); sessions.len()];
-    let mut measured = vec![0usize; sessions.len()];
-    for round in 0..plan.rounds {
-        // Every side once per round, the order rotating, so no side always follows another.
-        for k in 0..sessions.len() {
-            let i = (round + k) % sessions.len();
-            let (session, line) = &mut sessions[i];
-            let mut got = session.counted_calls(line, calls, plan.round_limit)?;
-            measured[i] += got.calls();
-            seen[i].add(&got);
-            rounds[i].push(Summary::of(&mut got.samples));
-        }
-    }
+    counted::rounds(&mut sides, plan, calls)?;
 
     let mut v = Map::new();
     let mut invalid = Vec::new();
     for (i, (name, _)) in SIDES.iter().enumerate() {
-        let Some((session, _)) = sessions.get(i) else {
+        let Some(side) = sides.get(i) else {
             v.insert((*name).into(), json!({ "not_run": not_run(&redis) }));
             continue;
         };
-        let mut side = stats::medians(&rounds[i]);
-        side["server_cpu_per_call"] = usage(session)?.per_call(before[i], measured[i]);
-        side["answer_bytes"] = json!(session.last_answer_len);
-        side["startup_ms"] = json!(super::latency::ms(session.startup));
-        let seen = &seen[i];
-        side["calls"] = json!(seen.calls);
-        side["errors"] = json!(seen.errors);
-        side["first_error"] = json!(seen.first_error);
-        if seen.errors > 0 {
-            invalid.push(format!(
-                "{name}: {} error answers in {} calls, the first: {}",
-                seen.errors,
-                seen.calls,
-                seen.first_error.as_deref().unwrap_or("?")
-            ));
-        }
-        v.insert((*name).into(), side);
+        v.insert((*name).into(), side.to_json()?);
+        invalid.extend(side.seen.invalid(name));
     }
-    let server = match (&redis, redis_before, sessions.get(3)) {
-        (Ok(server), Some((commands, cpu)), Some(_)) => {
+    let server = match (&redis, redis_before, sides.get(3)) {
+        (Ok(server), Some((commands, cpu)), Some(side)) => {
             let after = command_calls(server)?;
             let scripts = script_calls(&after).saturating_sub(script_calls(&commands));
-            let checked = measured[3] as u64;
+            let checked = side.measured as u64;
             if scripts < checked {
                 invalid.push(format!(
                     "redis: Redis ran the limit script {scripts} times for {checked} calls"
@@ -200,23 +158,24 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
                 "url": server.url(),
                 "commands_during_rounds": during,
                 "scripts_per_call": stats::round2(scripts as f64 / checked.max(1) as f64),
-                "cpu_per_call": Usage::of(pid_of(server)?)?.per_call(cpu, measured[3]),
+                "cpu_per_call": Usage::of(pid_of(server)?)?.per_call(cpu, side.measured),
             })
         }
         _ => json!({ "not_run": not_run(&redis) }),
     };
-    drop(sessions);
     for (key, base, side) in PAIRS {
-        if side < rounds.len() {
-            v.insert(key.into(), stats::compare(&rounds[base], &rounds[side]));
+        if side < sides.len() {
+            v.insert(
+                key.into(),
+                stats::compare(&sides[base].rounds, &sides[side].rounds),
+            );
         }
     }
+    let errors: usize = sides.iter().map(|s| s.seen.errors).sum();
+    drop(sides);
     v.insert("redis_server".into(), server);
     v.insert("refusal_check".into(), Value::Object(refusals));
-    v.insert(
-        "errors".into(),
-        json!(seen.iter().map(|s| s.errors).sum::<usize>()),
-    );
+    v.insert("errors".into(), json!(errors));
     v.insert("valid".into(), json!(invalid.is_empty()));
     v.insert("invalid_because".into(), json!(invalid));
     v.insert(
@@ -326,24 +285,6 @@ fn refusal_check(spec: &TargetSpec, setup: &Setup, line: &RequestLine) -> Result
         "kind": error["data"]["kind"],
         "answer": answer,
     }))
-}
-
-/// Every call made to one side, and the answers that were errors.
-#[derive(Debug, Clone, Default)]
-struct Tally {
-    calls: usize,
-    errors: usize,
-    first_error: Option<String>,
-}
-
-impl Tally {
-    fn add(&mut self, got: &Counted) {
-        self.calls += got.calls();
-        self.errors += got.errors;
-        if self.first_error.is_none() {
-            self.first_error.clone_from(&got.first_error);
-        }
-    }
 }
 
 fn script_calls(calls: &BTreeMap<String, u64>) -> u64 {

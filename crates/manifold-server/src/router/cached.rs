@@ -2,6 +2,7 @@
 //! while its answer is kept. Identical requests at the same time wait for one fill; those
 //! whose fill stored nothing then go upstream themselves.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use manifold_catalog::Catalog;
@@ -34,10 +35,23 @@ impl Router {
             }
             Ok(Plan::Use(lookup)) => {
                 let (router, cache) = (Arc::clone(self), Arc::clone(cache));
-                self.runtime
-                    .spawn(async move { router.cached(&cache, ctx, target, lookup).await });
+                self.run_here_first(
+                    async move { router.cached(&cache, ctx, target, *lookup).await },
+                );
             }
             Err(e) => ctx.fail(&e),
+        }
+    }
+
+    /// Runs `work` on this thread until it first waits, then on the runtime. A hit is answered
+    /// without leaving the thread that read the request, and a miss is forwarded from it; only
+    /// what waits (a fill's entry, an identical request's fill) moves to the runtime.
+    fn run_here_first(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let mut work = Box::pin(work);
+        let mut here = std::task::Context::from_waker(futures::task::noop_waker_ref());
+        // The runtime polls it again at once, with a waker of its own: nothing is missed.
+        if work.as_mut().poll(&mut here).is_pending() {
+            self.runtime.spawn(work);
         }
     }
 
@@ -67,9 +81,6 @@ impl Router {
         let found = lookup.store().try_get_with(lookup.key.clone(), init).await;
         // Still here: answered by another request's fill, or by an entry.
         let Some((ctx, target)) = take(&slot) else {
-            // The byte budget is kept as entries arrive, not only when the store gets round
-            // to it.
-            lookup.store().run_pending_tasks().await;
             return;
         };
         match found {
