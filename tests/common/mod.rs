@@ -2,7 +2,7 @@
 //! fixture upstreams, with every wait bounded so that a broken build fails instead of hanging.
 #![allow(dead_code)]
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -99,6 +99,8 @@ pub struct Manifold {
     rx: Receiver<String>,
     /// Messages read while waiting for something else.
     backlog: VecDeque<Value>,
+    /// The text of each response as it arrived, by id JSON, once `keep_raw_responses` asked.
+    raw_responses: Option<HashMap<String, String>>,
     pub stderr: Arc<Mutex<String>>,
     stderr_reader: Option<std::thread::JoinHandle<()>>,
     next_id: u64,
@@ -154,6 +156,7 @@ impl Manifold {
             stdin,
             rx,
             backlog: VecDeque::new(),
+            raw_responses: None,
             stderr: stderr_text,
             stderr_reader: Some(stderr_reader),
             next_id: 1,
@@ -229,12 +232,35 @@ impl Manifold {
             .unwrap_or_else(|| panic!("no message within {WAIT:?}; stderr:\n{}", self.stderr()))
     }
 
+    /// From now on keeps the text of every response as Manifold wrote it, for `raw_response`.
+    pub fn keep_raw_responses(&mut self) {
+        self.raw_responses.get_or_insert_with(HashMap::new);
+    }
+
+    /// Waits for the response with `id` and returns its text exactly as Manifold wrote it
+    /// (`keep_raw_responses` must have been called before it arrived).
+    pub fn raw_response(&mut self, id: &Value) -> String {
+        self.response(id);
+        self.raw_responses
+            .as_mut()
+            .and_then(|raw| raw.remove(&id.to_string()))
+            .expect("keep_raw_responses() before the response arrived")
+    }
+
     fn read_line(&mut self, wait: Duration) -> Option<Value> {
         match self.rx.recv_timeout(wait) {
-            Ok(line) => Some(
-                serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}")),
-            ),
+            Ok(line) => {
+                let message: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+                if let (Some(raw), Some(id), None) = (
+                    self.raw_responses.as_mut(),
+                    message.get("id"),
+                    message.get("method"),
+                ) {
+                    raw.insert(id.to_string(), line);
+                }
+                Some(message)
+            }
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => {
                 panic!("manifold closed stdout; stderr:\n{}", self.stderr())
@@ -361,6 +387,22 @@ impl Manifold {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The port of the admin listener (`--admin 127.0.0.1:0`), as Manifold logged it.
+    pub fn admin_port(&self) -> u16 {
+        const MARK: &str = "admin listening on 127.0.0.1:";
+        let mut port = 0;
+        eventually("the admin port in the log", || {
+            let stderr = self.stderr();
+            let Some(rest) = stderr.split(MARK).nth(1) else {
+                return false;
+            };
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            port = digits.parse().unwrap();
+            true
+        });
+        port
     }
 }
 

@@ -165,7 +165,7 @@ impl Drop for Gateway {
 
 /// What a host presents.
 #[derive(Clone, Debug)]
-enum Cred {
+pub(crate) enum Cred {
     None,
     /// `Authorization: Bearer <token>`.
     Bearer(String),
@@ -180,12 +180,12 @@ impl Cred {
         Cred::Bearer(token.to_owned())
     }
 
-    fn api_key(key: &str) -> Cred {
+    pub(crate) fn api_key(key: &str) -> Cred {
         Cred::ApiKey(key.to_owned())
     }
 }
 
-fn client_with(cred: &Cred) -> Client {
+pub(crate) fn client_with(cred: &Cred) -> Client {
     let mut headers = HeaderMap::new();
     let mut set = |name: &'static str, value: String| {
         headers.insert(

@@ -50,8 +50,13 @@ impl Server {
 
     /// A host: a client with its own connection pool, not yet in a session.
     pub fn host(&self) -> Host {
+        self.host_using(client())
+    }
+
+    /// A host sending its requests with `client` (default headers such as credentials).
+    pub fn host_using(&self, client: Client) -> Host {
         Host {
-            client: client(),
+            client,
             url: self.url("/mcp"),
             session: None,
             next_id: 1,
@@ -60,7 +65,12 @@ impl Server {
 
     /// A host that completed the handshake.
     pub fn ready_host(&self) -> Host {
-        let mut host = self.host();
+        self.ready_host_using(client())
+    }
+
+    /// A host sending its requests with `client` that completed the handshake.
+    pub fn ready_host_using(&self, client: Client) -> Host {
+        let mut host = self.host_using(client);
         let init = host.initialize("2025-06-18");
         assert_eq!(init.status(), StatusCode::OK, "{}", self.stderr());
         host

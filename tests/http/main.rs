@@ -8,6 +8,7 @@
 mod common;
 
 mod auth;
+mod cache;
 mod harness;
 mod health;
 mod legacy;

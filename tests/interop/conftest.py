@@ -12,7 +12,7 @@ import os
 import sys
 import sysconfig
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -104,18 +104,30 @@ def _check_prerequisites() -> Path:
 
 @asynccontextmanager
 async def manifold_session() -> AsyncIterator[tuple[ClientSession, types.InitializeResult]]:
-    """`manifold serve --config <tmp.toml>` under the official client, initialized.
+    """`manifold serve --config <tmp.toml>` on `config_text()` under the official client,
+    initialized.
 
     Manifold's stderr is printed when the test fails (pytest shows captured output then).
+    """
+    async with manifold_stdio(config_text()) as (session, init, _stderr):
+        yield session, init
+
+
+@asynccontextmanager
+async def manifold_stdio(
+    config_toml: str, args: Sequence[str] = ()
+) -> AsyncIterator[tuple[ClientSession, types.InitializeResult, Path]]:
+    """`manifold serve --config <tmp.toml> ARGS` on `config_toml` under the official client,
+    initialized; also yields the file Manifold's stderr goes to (printed when the test fails).
     """
     bin_ = _check_prerequisites()
     with tempfile.TemporaryDirectory(prefix="manifold-interop-") as tmp:
         config = Path(tmp) / "manifold.toml"
-        config.write_text(config_text())
+        config.write_text(config_toml)
         stderr = Path(tmp) / "manifold.stderr"
         params = StdioServerParameters(
             command=str(bin_),
-            args=["serve", "--config", str(config)],
+            args=["serve", "--config", str(config), *args],
             # The SDK passes only a safe subset of the environment (PATH and HOME included,
             # which Manifold needs to find `node`).
             cwd=str(REPO),
@@ -127,7 +139,7 @@ async def manifold_session() -> AsyncIterator[tuple[ClientSession, types.Initial
                     async with ClientSession(read, write, read_timeout_seconds=REQUEST_TIMEOUT_S) as session:
                         with anyio.fail_after(START_TIMEOUT_S):
                             init = await session.initialize()
-                        yield session, init
+                        yield session, init, stderr
         except BaseExceptionGroup as group:
             # The SDK's task groups wrap whatever the test raised: show the test's own failure
             # (assertion, MCPError, ...) when it is the only one.

@@ -10,8 +10,9 @@
 //! 2024-11-05 HTTP+SSE transport at `/sse` (see `http`). `--conformance` adds what the
 //! official conformance suite's server scenarios call (see `conformance`). Opt-in features
 //! for Manifold's own tests: `--client-tools` (tools that ask the client something, see
-//! `client_tools`), `--tasks` (task-augmented tools/call, see `tasks`) and
-//! `--subscriptions` (resource subscriptions per client, see `subscriptions`).
+//! `client_tools`), `--tasks` (task-augmented tools/call, see `tasks`),
+//! `--subscriptions` (resource subscriptions per client, see `subscriptions`) and `--hints`
+//! (tool annotations, which decide what a result cache may keep, see `tools::hints`).
 #![forbid(unsafe_code)]
 
 mod calls;
@@ -105,6 +106,13 @@ pub struct Args {
     /// `touch` (notifies a URI's subscribers) and `subscriptions`.
     #[arg(long)]
     pub subscriptions: bool,
+    /// Add `annotations` to tools in tools/list: `readOnlyHint: true, openWorldHint: false`
+    /// on echo, sleep, big, fail, progress, links (and, with --client-tools, ask_roots,
+    /// ask_sampling, ask_elicitation); `readOnlyHint: true, openWorldHint: true` on whoami;
+    /// `readOnlyHint: true` alone (open-world by default) on add; `readOnlyHint: false` on
+    /// crash, add_tool, log. Other tools get none. Without it no tool has annotations.
+    #[arg(long)]
+    pub hints: bool,
 }
 
 fn main() {

@@ -70,9 +70,40 @@ pub fn echo_descriptor(name: &str, description: String) -> Value {
     descriptor(name, description, properties, &["text"])
 }
 
+/// Read-only and closed-world: what a result cache may keep by annotations alone.
+const READ_ONLY_CLOSED: &str = r#"{"readOnlyHint": true, "openWorldHint": false}"#;
+
+/// (tool, JSON of its `annotations`) with --hints; tools not named get none.
+#[rustfmt::skip]
+const HINTS: [(&str, &str); 14] = [
+    ("echo", READ_ONLY_CLOSED),
+    ("sleep", READ_ONLY_CLOSED),
+    ("big", READ_ONLY_CLOSED),
+    ("fail", READ_ONLY_CLOSED),
+    ("progress", READ_ONLY_CLOSED),
+    ("links", READ_ONLY_CLOSED),
+    // Read-only but reaching outside the server (its pid changes on restart).
+    ("whoami", r#"{"readOnlyHint": true, "openWorldHint": true}"#),
+    // No openWorldHint: open-world, the spec's default.
+    ("add", r#"{"readOnlyHint": true}"#),
+    ("crash", r#"{"readOnlyHint": false}"#),
+    ("add_tool", r#"{"readOnlyHint": false}"#),
+    ("log", r#"{"readOnlyHint": false}"#),
+    // --client-tools: read-only, yet each call asks the client something.
+    ("ask_roots", READ_ONLY_CLOSED),
+    ("ask_sampling", READ_ONLY_CLOSED),
+    ("ask_elicitation", READ_ONLY_CLOSED),
+];
+
+/// The `annotations` --hints gives tool `name`, if any.
+pub fn hints(name: &str) -> Option<Value> {
+    let (_, json_text) = HINTS.iter().find(|(n, _)| *n == name)?;
+    Some(properties(json_text))
+}
+
 /// Built-in tools followed by `tool_0..tool_{N-1}`, then (--conformance) the tools the
 /// conformance suite calls, (--client-tools) the client tools and (--subscriptions) the
-/// subscription tools.
+/// subscription tools; with --hints, annotated (`hints`).
 pub fn static_tools(args: &Args) -> Vec<Value> {
     let server = &args.name;
     let mut tools: Vec<Value> = SPECS
@@ -94,6 +125,13 @@ pub fn static_tools(args: &Args) -> Vec<Value> {
     }
     if args.subscriptions {
         tools.extend(subscriptions::tools(args));
+    }
+    if args.hints {
+        for tool in &mut tools {
+            if let Some(annotations) = tool["name"].as_str().and_then(hints) {
+                tool["annotations"] = annotations;
+            }
+        }
     }
     tools
 }
@@ -160,6 +198,56 @@ mod tests {
             assert_eq!(extra_description(i, "srv").len(), 300);
         }
         assert!(extra_description(1, "ééééééééééééééééééééééééééééééééé").len() <= 300);
+    }
+
+    fn parse(flags: &[&str]) -> Args {
+        <Args as clap::Parser>::parse_from(std::iter::once("fixture").chain(flags.iter().copied()))
+    }
+
+    #[test]
+    fn hints_annotate_only_with_the_flag_and_change_nothing_else() {
+        let flags = ["--client-tools", "--subscriptions", "--extra-tools", "2"];
+        let plain = static_tools(&parse(&flags));
+        assert!(plain.iter().all(|t| t.get("annotations").is_none()));
+        let hinted = static_tools(&parse(&[&flags[..], &["--hints"]].concat()));
+        let annotations = |name: &str| {
+            let tool = hinted.iter().find(|t| t["name"] == name).unwrap();
+            tool.get("annotations").cloned()
+        };
+        let closed = json!({ "readOnlyHint": true, "openWorldHint": false });
+        for name in ["echo", "sleep", "big", "fail", "progress", "links"] {
+            assert_eq!(annotations(name), Some(closed.clone()), "{name}");
+        }
+        for name in ["ask_roots", "ask_sampling", "ask_elicitation"] {
+            assert_eq!(annotations(name), Some(closed.clone()), "{name}");
+        }
+        let open = json!({ "readOnlyHint": true, "openWorldHint": true });
+        assert_eq!(annotations("whoami"), Some(open));
+        assert_eq!(annotations("add"), Some(json!({ "readOnlyHint": true })));
+        for name in ["crash", "add_tool", "log"] {
+            assert_eq!(
+                annotations(name),
+                Some(json!({ "readOnlyHint": false })),
+                "{name}"
+            );
+        }
+        for name in ["call_count", "tool_0", "touch", "complete_elicitation"] {
+            assert_eq!(annotations(name), None, "{name}");
+        }
+        // Apart from the annotations, the same tools in the same order.
+        let stripped: Vec<Value> = hinted
+            .iter()
+            .cloned()
+            .map(|mut t| {
+                t.as_object_mut().unwrap().remove("annotations");
+                t
+            })
+            .collect();
+        assert_eq!(stripped, plain);
+        // Every hinted name is a tool some flag adds.
+        for (name, _) in HINTS {
+            assert!(annotations(name).is_some(), "{name}");
+        }
     }
 
     #[test]

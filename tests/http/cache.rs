@@ -1,0 +1,118 @@
+//! The result cache across HTTP sessions: concurrent identical calls from two hosts cost one
+//! upstream call, an entry is its team's own unless shared, and a shared entry never serves a
+//! team that may not see the tool. Teams come from API keys; whether the upstream was reached
+//! is read from the fixture's own `call_count` (a hit never reaches it).
+
+use std::sync::Barrier;
+
+use serde_json::{json, Value};
+
+use crate::auth::{client_with, Cred};
+use crate::common::*;
+use crate::harness::*;
+
+const RED_KEY: &str = "red-cache-key-0123456789abcdef";
+const GREEN_KEY: &str = "green-cache-key-0123456789abcdef";
+const BLUE_KEY: &str = "blue-cache-key-0123456789abcdef";
+
+/// Teams red and green, which see every tool, and blue, which may not see `fx__echo`; then
+/// upstream `fx`, the fixture with `--hints`, followed by `settings`.
+fn config(settings: &str) -> String {
+    format!(
+        r#"[teams.red]
+api_keys = ["{RED_KEY}"]
+
+[teams.green]
+api_keys = ["{GREEN_KEY}"]
+
+[teams.blue]
+api_keys = ["{BLUE_KEY}"]
+tools = {{ exclude = ["fx__echo"] }}
+
+{}{settings}"#,
+        fixture_upstream("fx", &["--name", "fx", "--hints"])
+    )
+}
+
+fn host_of(server: &Server, key: &str) -> Host {
+    server.ready_host_using(client_with(&Cred::api_key(key)))
+}
+
+/// How many times the fixture ran tool `name`.
+fn calls_of(host: &mut Host, tool: &str) -> u64 {
+    let r = host.call("fx__call_count", json!({"what": format!("tool:{tool}")}));
+    text_of(&r)
+        .parse()
+        .unwrap_or_else(|_| panic!("call_count answered {r}"))
+}
+
+fn echo(host: &mut Host, text: &str) {
+    let r = host.call("fx__echo", json!({"text": text}));
+    assert_eq!(text_of(&r), text, "{r}");
+}
+
+#[test]
+fn two_sessions_calling_at_once_cost_one_upstream_call() {
+    let server = Server::start(&config("[upstreams.fx.tool_cache.sleep]\nttl = \"60s\"\n"));
+    let mut hosts = [host_of(&server, RED_KEY), host_of(&server, RED_KEY)];
+    let start = Barrier::new(hosts.len());
+    std::thread::scope(|s| {
+        for host in &mut hosts {
+            let start = &start;
+            s.spawn(move || {
+                start.wait();
+                let r = host.call("fx__sleep", json!({"ms": 1000}));
+                assert_eq!(text_of(&r), "slept 1000", "{r}");
+            });
+        }
+    });
+    assert_eq!(
+        calls_of(&mut hosts[0], "sleep"),
+        1,
+        "two sessions' identical calls were not coalesced"
+    );
+}
+
+#[test]
+fn a_team_scoped_entry_serves_only_its_own_team() {
+    let server = Server::start(&config("cache = { ttl = \"60s\" }\n"));
+    let mut red = host_of(&server, RED_KEY);
+    let mut green = host_of(&server, GREEN_KEY);
+    echo(&mut red, "x");
+    echo(&mut red, "x");
+    assert_eq!(calls_of(&mut red, "echo"), 1, "red's second call missed");
+    echo(&mut green, "x");
+    assert_eq!(calls_of(&mut red, "echo"), 2, "green got red's entry");
+    echo(&mut green, "x");
+    assert_eq!(calls_of(&mut red, "echo"), 2, "green's second call missed");
+}
+
+#[test]
+fn a_shared_entry_serves_every_team_that_may_see_the_tool() {
+    let server = Server::start(&config("cache = { ttl = \"60s\", scope = \"shared\" }\n"));
+    let mut red = host_of(&server, RED_KEY);
+    let mut green = host_of(&server, GREEN_KEY);
+    let mut blue = host_of(&server, BLUE_KEY);
+    echo(&mut red, "x");
+    echo(&mut green, "x");
+    assert_eq!(
+        calls_of(&mut red, "echo"),
+        1,
+        "green missed red's shared entry"
+    );
+    // Blue may not see the tool: answered as for a tool that does not exist.
+    let unknown = blue.call("fx__no_such_tool", json!({"text": "x"}));
+    let hidden = blue.call("fx__echo", json!({"text": "x"}));
+    let error = |r: &Value, name: &str| {
+        let error = r
+            .get("error")
+            .unwrap_or_else(|| panic!("not an error: {r}"));
+        error.to_string().replace(name, "NAME")
+    };
+    assert_eq!(
+        error(&hidden, "fx__echo"),
+        error(&unknown, "fx__no_such_tool"),
+        "a hidden tool was answered from the shared entry or otherwise than an unknown one"
+    );
+    assert_eq!(calls_of(&mut red, "echo"), 1);
+}

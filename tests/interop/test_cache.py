@@ -1,0 +1,116 @@
+"""Interop: Manifold's result cache in front of @modelcontextprotocol/server-everything, driven
+by the official MCP Python SDK client over stdio, counted on Manifold's /metrics (admin
+listener).
+
+server-everything annotates `echo` readOnlyHint: true, openWorldHint: false, so `cache` on the
+upstream keeps it; `toggle-simulated-logging` is readOnlyHint: false, so it is never kept (and
+never counted as a hit or a miss). `resource_cache` keeps resources/read answers.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import types
+
+from conftest import EVERYTHING_JS, START_TIMEOUT_S, _toml_str, all_resources, all_tools, manifold_stdio
+
+pytestmark = pytest.mark.anyio
+
+UPSTREAM = "everything"
+ECHO = f"{UPSTREAM}__echo"
+WRITER = f"{UPSTREAM}__toggle-simulated-logging"
+
+CONFIG = (
+    f"[upstreams.{UPSTREAM}]\n"
+    'command = "node"\n'
+    f'args = [{_toml_str(EVERYTHING_JS)}, "stdio"]\n'
+    'cache = { ttl = "60s" }\n'
+    'resource_cache = { ttl = "60s" }\n'
+)
+
+COUNTERS = ("manifold_cache_hits_total", "manifold_cache_misses_total")
+SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
+
+
+async def admin_port(stderr: Path) -> int:
+    """The admin port Manifold logged (`--admin 127.0.0.1:0`)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        m = re.search(r"admin listening on 127\.0\.0\.1:(\d+)", stderr.read_text(errors="replace"))
+        if m:
+            return int(m.group(1))
+        await anyio.sleep(0.05)
+    raise AssertionError("Manifold never logged its admin port")
+
+
+def cache_counts(port: int) -> dict[tuple[str, str], float]:
+    """{(counter, cache): value} of the hits and misses of this upstream's caches (0 if absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    counts = {(name, cache): 0.0 for name in COUNTERS for cache in ("tools", "resources")}
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if not m or m.group(1) not in COUNTERS:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if labels.get("upstream") == UPSTREAM and labels.get("cache") in ("tools", "resources"):
+            counts[(m.group(1), labels["cache"])] += float(m.group(3))
+    return counts
+
+
+def expect(hits_tools: int, misses_tools: int, hits_resources: int, misses_resources: int) -> dict[tuple[str, str], float]:
+    return {
+        ("manifold_cache_hits_total", "tools"): hits_tools,
+        ("manifold_cache_misses_total", "tools"): misses_tools,
+        ("manifold_cache_hits_total", "resources"): hits_resources,
+        ("manifold_cache_misses_total", "resources"): misses_resources,
+    }
+
+
+async def assert_counts(port: int, expected: dict[tuple[str, str], float]) -> None:
+    """Waits (bounded) for the counters to reach `expected`, then asserts they are exactly it."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    seen = cache_counts(port)
+    while seen != expected and time.monotonic() < deadline:
+        await anyio.sleep(0.1)
+        seen = cache_counts(port)
+    assert seen == expected
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+async def test_read_only_tools_and_resources_are_answered_from_the_cache():
+    async with manifold_stdio(CONFIG, ["--admin", "127.0.0.1:0"]) as (s, _init, stderr):
+        port = await admin_port(stderr)
+        tools = {t.name: t for t in await all_tools(s)}
+        # What the cache decides by, as the pinned server-everything declares it.
+        echo = tools[ECHO].annotations
+        assert echo is not None and echo.read_only_hint is True and echo.open_world_hint is False, echo
+        writer = tools[WRITER].annotations
+        assert writer is not None and writer.read_only_hint is False, writer
+
+        first = await s.call_tool(ECHO, {"message": "one"})
+        again = await s.call_tool(ECHO, {"message": "one"})
+        other = await s.call_tool(ECHO, {"message": "two"})
+        assert [text_of(first), text_of(again), text_of(other)] == ["Echo: one", "Echo: one", "Echo: two"]
+        assert again.content == first.content
+
+        uri = next(str(r.uri) for r in await all_resources(s) if "/static/" in str(r.uri))
+        read = await s.read_resource(uri)
+        read_again = await s.read_resource(uri)
+        assert read_again.contents == read.contents
+        await assert_counts(port, expect(hits_tools=1, misses_tools=2, hits_resources=1, misses_resources=1))
+
+        # A tool that is not read-only reaches the upstream every time and is never counted.
+        started = text_of(await s.call_tool(WRITER, {}))
+        stopped = text_of(await s.call_tool(WRITER, {}))
+        assert started.startswith("Started") and stopped.startswith("Stopped"), (started, stopped)
+        await assert_counts(port, expect(hits_tools=1, misses_tools=2, hits_resources=1, misses_resources=1))
