@@ -62,42 +62,44 @@ impl Router {
             lookup.store().invalidate(&lookup.key).await;
         }
         let slot: Slot = Arc::new(Mutex::new(Some((ctx, target))));
-        let init = {
-            let (router, slot) = (Arc::clone(&self), Arc::clone(&slot));
-            let lookup = &lookup;
-            async move {
-                // Only the first of identical requests runs this: it goes upstream.
-                let Some((ctx, target)) = take(&slot) else {
-                    return Err(());
-                };
-                record(&ctx, "miss");
-                lookup.counters.miss();
-                router.fill(cache, lookup, ctx, target).await
-            }
-        };
-        let found = lookup.store().try_get_with(lookup.key.clone(), init).await;
-        // Still here: answered by another request's fill, or by an entry.
-        let Some((ctx, target)) = take(&slot) else {
-            // This request filled it: the store's upkeep is done a little at a time, after
-            // the host has its answer, rather than in rare long batches.
-            lookup.store().run_pending_tasks().await;
-            return;
-        };
-        match found {
-            Ok(entry) => {
-                record(&ctx, "hit");
-                lookup.counters.hit();
-                ctx.reply(&entry.result);
-            }
-            // The fill it waited for stored nothing (its answer was not to be kept, or it
-            // failed): it asks for itself, and keeps what it may.
-            Err(_) => {
-                record(&ctx, "miss");
-                lookup.counters.miss();
-                if let Ok(entry) = self.fill(cache, &lookup, ctx, target).await {
-                    lookup.store().insert(lookup.key.clone(), entry).await;
+        // A request that waited for another's fill, which kept nothing (its answer was not to
+        // be kept, or it failed), tries once more, then asks for itself.
+        for _ in 0..2 {
+            let init = {
+                let (router, slot) = (Arc::clone(&self), Arc::clone(&slot));
+                let lookup = &lookup;
+                async move {
+                    // Only the first of identical requests runs this: it goes upstream.
+                    let Some((ctx, target)) = take(&slot) else {
+                        return Err(());
+                    };
+                    record(&ctx, "miss");
+                    lookup.counters.miss();
+                    router.fill(cache, lookup, ctx, target).await
+                }
+            };
+            let found = lookup.store().try_get_with(lookup.key.clone(), init).await;
+            let Some((ctx, target)) = take(&slot) else {
+                // This request filled it: the store's upkeep is done a little at a time,
+                // after the host has its answer, rather than in rare long batches.
+                lookup.store().run_pending_tasks().await;
+                return;
+            };
+            match found {
+                Ok(entry) => {
+                    record(&ctx, "hit");
+                    lookup.counters.hit();
+                    return ctx.reply(&entry.result);
+                }
+                Err(_) => {
+                    *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some((ctx, target))
                 }
             }
+        }
+        if let Some((ctx, target)) = take(&slot) {
+            record(&ctx, "miss");
+            lookup.counters.miss();
+            self.send(ctx, target, None);
         }
     }
 
