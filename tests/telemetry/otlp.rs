@@ -563,7 +563,10 @@ fn stdio_spans_go_over_grpc_with_the_hosts_trace_carried_upstream() {
     let otlp = Otlp::start();
     let endpoint = otlp.grpc_url();
     let service = "manifold-otlp-grpc";
-    let config = fixture_upstream("alpha", &["--name", "alpha"]);
+    let config = format!(
+        "{}tool_cache.echo = {{ ttl = \"1h\" }}\n",
+        fixture_upstream("alpha", &["--name", "alpha"])
+    );
     let mut m = Piped::start(&config, &grpc_env(&endpoint, service));
     m.initialize();
 
@@ -676,6 +679,28 @@ fn stdio_spans_go_over_grpc_with_the_hosts_trace_carried_upstream() {
         !spans.iter().any(|g| kind(&g.span) == SpanKind::Client),
         "nothing went upstream"
     );
+
+    // A cached tool: the first call is a miss with its upstream hop, the second a hit without.
+    for (n, how) in [(4, "miss"), (5, "hit")] {
+        let host = HostSpan::new(n);
+        let r = m.request(
+            "tools/call",
+            json!({"name": "alpha__echo", "arguments": {"text": "t"},
+                "_meta": {"traceparent": host.traceparent()}}),
+        );
+        assert_eq!(r["result"]["content"][0]["text"], "t", "{r}");
+        let spans = otlp.trace(&host.trace, |s| has_kinds(s, &[SpanKind::Server]));
+        let server = &one_of_kind(&spans, SpanKind::Server).span;
+        assert_attrs(server, &[("manifold.cache", how)]);
+        if how == "miss" {
+            otlp.trace(&host.trace, |s| has_kinds(s, &[SpanKind::Client]));
+        } else {
+            assert!(
+                !spans.iter().any(|g| kind(&g.span) == SpanKind::Client),
+                "a hit went upstream: {spans:#?}"
+            );
+        }
+    }
 
     // Without a parent from the host, a request starts a trace of its own.
     let r = m.request(
