@@ -310,6 +310,10 @@ impl Cache {
             Directive::Bypass => return Ok(Plan::Bypass),
         };
         let args = match (family, params.get("arguments")) {
+            // Far over the limit: not even read.
+            (Family::Tools, Some(raw)) if raw.len() > 2 * self.max_argument_bytes => {
+                return Ok(Plan::Forward)
+            }
             (Family::Tools, Some(raw)) => {
                 match canonical(raw).filter(|a| a.len() <= self.max_argument_bytes) {
                     Some(args) => args,
@@ -488,43 +492,54 @@ fn directive(params: &RawObject<'_>) -> Result<Directive, RouteError> {
 }
 
 /// `raw` JSON in a canonical form: object members sorted by key, no insignificant
-/// whitespace, strings escaped one way. `None` if it is not JSON.
+/// whitespace, strings escaped one way. Numbers keep their own text (`1.0` and `1` are two
+/// keys): read as doubles, different numbers could share a key. `None` if it is not JSON.
 fn canonical(raw: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(raw).ok()?;
     let mut out = String::with_capacity(raw.len());
-    write_canonical(&value, &mut out);
+    write_canonical(raw, &mut out)?;
     Some(out)
 }
 
-fn write_canonical(value: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+fn write_canonical(raw: &str, out: &mut String) -> Option<()> {
+    use manifold_protocol::{object::json_string, scan};
+    let raw = raw.trim();
+    match raw.as_bytes().first()? {
+        b'{' => {
+            let mut members = Vec::new();
+            let mut keys_ok = true;
+            scan::for_each_member(raw, |m| match m.key_text() {
+                Some(key) => members.push((key, m.value)),
+                None => keys_ok = false,
+            })
+            .ok()?;
+            keys_ok.then_some(())?;
+            members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             out.push('{');
-            for (i, (k, v)) in members.into_iter().enumerate() {
+            for (i, (key, value)) in members.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&manifold_protocol::object::json_string(k));
+                out.push_str(&json_string(&key));
                 out.push(':');
-                write_canonical(v, out);
+                write_canonical(value, out)?;
             }
             out.push('}');
         }
-        Value::Array(items) => {
+        b'[' => {
             out.push('[');
-            for (i, v) in items.iter().enumerate() {
+            for (i, item) in scan::elements(raw).ok()?.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                write_canonical(v, out);
+                write_canonical(item, out)?;
             }
             out.push(']');
         }
-        other => out.push_str(&other.to_string()),
+        b'"' => out.push_str(&json_string(&scan::string_value(raw)?)),
+        // Numbers, true, false, null: a scanned value is one token.
+        _ => out.push_str(raw),
     }
+    Some(())
 }
 
 #[cfg(test)]
