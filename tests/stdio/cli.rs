@@ -49,6 +49,43 @@ fn check_prints_the_merged_catalog_and_every_renamed_name() {
 }
 
 #[test]
+fn check_marks_what_is_cached_and_warns_of_cached_tools_that_do_not_exist() {
+    let dir = TempDir::new("check-cache");
+    let config = format!(
+        "{}cache = {{ ttl = \"30s\" }}\nresource_cache = {{ ttl = \"5m\" }}\n\
+         tool_cache.whoami = {{ ttl = \"500ms\" }}\ntool_cache.nosuch = {{ ttl = \"1s\" }}\n",
+        fixture_upstream("alpha", &["--name", "alpha", "--hints"]),
+    );
+    let (code, out, err) = check(&dir.write("c.toml", &config));
+    assert_eq!(
+        code, 0,
+        "a missing tool is a warning, not a failure: {out}{err}"
+    );
+    // Read-only and closed-world: the upstream-wide rule; named: its own rule.
+    assert!(
+        out.contains("alpha__echo -> alpha:echo  [cached 30s]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("alpha__whoami -> alpha:whoami  [cached 500ms]"),
+        "{out}"
+    );
+    // Open-world by default, and not read-only: not cached.
+    assert!(out.contains("alpha__add -> alpha:add\n"), "{out}");
+    assert!(out.contains("alpha__crash -> alpha:crash\n"), "{out}");
+    assert!(
+        out.contains("alpha+fixture://alpha/readme -> alpha:fixture://alpha/readme  [cached 300s]"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "warning: upstreams.alpha.tool_cache.nosuch: the upstream lists no tool \"nosuch\""
+        ),
+        "{out}"
+    );
+}
+
+#[test]
 fn check_fails_on_collisions_naming_file_and_keys() {
     let dir = TempDir::new("check");
     let config = format!(

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use manifold_catalog::{Catalog, UpstreamSlice};
-use manifold_config::{CacheRule, CacheScope, CacheSettings, UpstreamConfig};
+use manifold_config::{CacheRule, CacheScope, CacheSettings, UpstreamCaches, UpstreamConfig};
 use manifold_protocol::RawObject;
 use manifold_telemetry::{metrics, CacheCounters, Eviction};
 use moka::notification::RemovalCause;
@@ -454,6 +454,19 @@ impl UpstreamCache {
             .chain(self.resources.iter())
             .map(|r| &r.store)
     }
+}
+
+/// The rule of `caches` that covers a tool, given its descriptor as the upstream lists it:
+/// its own `tool_cache` entry, else the upstream's `cache` when the tool is read-only and
+/// closed-world.
+pub fn tool_rule<'c>(caches: &'c UpstreamCaches, tool: &str) -> Option<&'c CacheRule> {
+    let name = RawObject::parse(tool).ok()?.get_str("name")?.into_owned();
+    caches.tools.get(&name).or_else(|| {
+        caches
+            .read_only_tools
+            .as_ref()
+            .filter(|_| read_only_closed_world(tool).is_some())
+    })
 }
 
 /// The name of a tool whose annotations say it changes nothing (`readOnlyHint: true`) and

@@ -6,6 +6,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use manifold_catalog::{Catalog, Kind, NameOrigin, UpstreamState};
+use manifold_config::{CacheRule, UpstreamConfig};
+use manifold_protocol::RawObject;
+use manifold_server::cache;
 
 use crate::run;
 
@@ -26,7 +29,8 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
         let (hub, handles) = run::start_upstreams(&config, &defs);
         hub.wait_settled(config.server.startup_timeout).await;
         let catalog = hub.catalog();
-        let out = render(&catalog, &config.skipped);
+        let mut out = render(&catalog, &config.skipped, &config.upstreams);
+        out.push_str(&unknown_cached_tools(&catalog, &config.upstreams));
         let problems = problems(path, &catalog);
         run::stop_upstreams(&handles).await;
         (out, problems)
@@ -42,7 +46,7 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::FAILURE)
 }
 
-fn render(catalog: &Catalog, skipped: &[(String, String)]) -> String {
+fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[UpstreamConfig]) -> String {
     let mut out = String::new();
     let defs = catalog.defs();
     let _ = writeln!(out, "upstreams:");
@@ -71,10 +75,65 @@ fn render(catalog: &Catalog, skipped: &[(String, String)]) -> String {
                 NameOrigin::Shortened => "  [shortened]",
                 NameOrigin::Renamed => "  [renamed]",
             };
+            let cached = cache_rule(catalog, upstreams, kind, item.upstream, &item.original)
+                .map(|r| format!("  [cached {:?}]", r.ttl))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {} -> {}:{}{note}",
+                "  {} -> {}:{}{note}{cached}",
                 item.exposed, defs[item.upstream].key, item.original
+            );
+        }
+    }
+    out
+}
+
+/// The cache rule that covers an item, if any.
+fn cache_rule<'c>(
+    catalog: &Catalog,
+    upstreams: &'c [UpstreamConfig],
+    kind: Kind,
+    upstream: usize,
+    original: &str,
+) -> Option<&'c CacheRule> {
+    let caches = &upstreams.get(upstream)?.caches;
+    match kind {
+        Kind::Tools => catalog
+            .slice(upstream)?
+            .tools
+            .iter()
+            .find(|t| tool_name(t.get()).as_deref() == Some(original))
+            .and_then(|t| cache::tool_rule(caches, t.get())),
+        Kind::Resources | Kind::ResourceTemplates => caches.resources.as_ref(),
+        Kind::Prompts => None,
+    }
+}
+
+fn tool_name(tool: &str) -> Option<String> {
+    RawObject::parse(tool)
+        .ok()?
+        .get_str("name")
+        .map(|n| n.into_owned())
+}
+
+/// Warnings (not failures: tools may come later) for `tool_cache` entries that name no tool
+/// of a running upstream.
+fn unknown_cached_tools(catalog: &Catalog, upstreams: &[UpstreamConfig]) -> String {
+    let mut out = String::new();
+    for (i, u) in upstreams.iter().enumerate() {
+        let (Some(slice), UpstreamState::Up) = (catalog.slice(i), catalog.state(i)) else {
+            continue;
+        };
+        let names: Vec<String> = slice
+            .tools
+            .iter()
+            .filter_map(|t| tool_name(t.get()))
+            .collect();
+        for name in u.caches.tools.keys().filter(|n| !names.contains(n)) {
+            let _ = writeln!(
+                out,
+                "warning: upstreams.{}.tool_cache.{name}: the upstream lists no tool {name:?}",
+                u.key
             );
         }
     }
