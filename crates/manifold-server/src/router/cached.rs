@@ -1,6 +1,6 @@
 //! Requests the cache may answer: looked up, or filled by forwarding the request as usual
 //! while its answer is kept. Identical requests at the same time wait for one fill; those
-//! whose fill stored nothing then go upstream themselves.
+//! whose fill stored nothing try the store once more, then go upstream themselves.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
