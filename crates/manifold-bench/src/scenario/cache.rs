@@ -18,12 +18,11 @@
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 
-use super::counted::{self, Side};
+use super::counted;
 use super::http_throughput::{self, Side as HttpSide};
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::session::Session;
 use crate::setup::{Plan, Setup, Upstream};
-use crate::stats;
 
 /// The goal: a hit adds at most this much to the p50 of the direct call.
 const HIT_GOAL_US: f64 = 10.0;
@@ -68,27 +67,13 @@ pub fn cache(setup: &Setup, plan: &Plan) -> Result<Value> {
         ),
         (setup.through("cache-uncached", &ups)?, &distinct),
     ];
-    let mut sides = Vec::new();
-    for (spec, line) in &specs {
-        sides.push(Side::start(spec, line, setup.limits)?);
-    }
-    let calls = plan.latency_calls;
-    let warmup = Plan::warmup(calls);
-    for side in &mut sides {
-        side.warm_up(warmup, ECHO_TEXT.len(), plan.round_limit)?;
-    }
+    let mut sides = counted::start_all(&specs, setup, plan, ECHO_TEXT.len())?;
+    let (calls, warmup) = (plan.latency_calls, Plan::warmup(plan.latency_calls));
     counted::rounds(&mut sides, plan, calls)?;
 
     let mut v = Map::new();
     let mut invalid = Vec::new();
-    for (side, (name, _)) in sides.iter().zip(SIDES) {
-        v.insert(name.into(), side.to_json()?);
-        invalid.extend(side.seen.invalid(name));
-    }
-    for (key, base, side) in PAIRS {
-        let compared = stats::compare(&sides[base].rounds, &sides[side].rounds);
-        v.insert(key.into(), compared);
-    }
+    counted::report(&sides, &SIDES, &PAIRS, &Value::Null, &mut v, &mut invalid)?;
     // The hit side's first call was its only miss; every call of the others went upstream.
     let mut upstream = Map::new();
     for (i, expected) in [(1, 1), (2, sides[2].seen.calls), (3, sides[3].seen.calls)] {

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::mcp::RequestLine;
 use crate::procstat::Usage;
 use crate::session::{Counted, Session};
-use crate::setup::Plan;
+use crate::setup::{Plan, Setup};
 use crate::stats::{self, Summary};
 use crate::target::{Limits, TargetSpec};
 
@@ -102,6 +102,54 @@ impl<'a> Side<'a> {
         side["first_error"] = json!(self.seen.first_error);
         Ok(side)
     }
+}
+
+/// A side for each (target, call), started and warmed up with `Plan::warmup` calls of the
+/// plan's latency count (each answer a text of `text_len` bytes).
+pub fn start_all<'a>(
+    specs: &[(TargetSpec, &'a RequestLine)],
+    setup: &Setup,
+    plan: &Plan,
+    text_len: usize,
+) -> Result<Vec<Side<'a>>> {
+    let mut sides = Vec::with_capacity(specs.len());
+    for (spec, line) in specs {
+        sides.push(Side::start(spec, line, setup.limits)?);
+    }
+    for side in &mut sides {
+        side.warm_up(Plan::warmup(plan.latency_calls), text_len, plan.round_limit)?;
+    }
+    Ok(sides)
+}
+
+/// Into `v`: each side's figures under its name in `names` (a name without a side gets
+/// `missing`), and each comparison `(key, base, side)` of `pairs` whose sides both ran; into
+/// `invalid`, why the run is invalid for each side that saw an error answer.
+pub fn report(
+    sides: &[Side],
+    names: &[(&str, &str)],
+    pairs: &[(&str, usize, usize)],
+    missing: &Value,
+    v: &mut Map<String, Value>,
+    invalid: &mut Vec<String>,
+) -> Result<()> {
+    for (i, (name, _)) in names.iter().enumerate() {
+        match sides.get(i) {
+            Some(side) => {
+                v.insert((*name).into(), side.to_json()?);
+                invalid.extend(side.seen.invalid(name));
+            }
+            None => {
+                v.insert((*name).into(), missing.clone());
+            }
+        }
+    }
+    for &(key, base, side) in pairs {
+        if let (Some(b), Some(s)) = (sides.get(base), sides.get(side)) {
+            v.insert(key.into(), stats::compare(&b.rounds, &s.rounds));
+        }
+    }
+    Ok(())
 }
 
 /// `plan.rounds` rounds of `calls` calls on every side: each side once per round, the order

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 
-use super::counted::{self, Side};
+use super::counted;
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::procstat::Usage;
 use crate::redis_server::RedisServer;
@@ -113,15 +113,8 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
             &through,
         ));
     }
-    let mut sides = Vec::new();
-    for (spec, line) in &specs {
-        sides.push(Side::start(spec, line, setup.limits)?);
-    }
-    let calls = plan.latency_calls;
-    let warmup = Plan::warmup(calls);
-    for side in &mut sides {
-        side.warm_up(warmup, ECHO_TEXT.len(), plan.round_limit)?;
-    }
+    let mut sides = counted::start_all(&specs, setup, plan, ECHO_TEXT.len())?;
+    let (calls, warmup) = (plan.latency_calls, Plan::warmup(plan.latency_calls));
     let redis_before = match &redis {
         Ok(server) => Some((command_calls(server)?, Usage::of(pid_of(server)?)?)),
         Err(_) => None,
@@ -130,14 +123,8 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
 
     let mut v = Map::new();
     let mut invalid = Vec::new();
-    for (i, (name, _)) in SIDES.iter().enumerate() {
-        let Some(side) = sides.get(i) else {
-            v.insert((*name).into(), json!({ "not_run": not_run(&redis) }));
-            continue;
-        };
-        v.insert((*name).into(), side.to_json()?);
-        invalid.extend(side.seen.invalid(name));
-    }
+    let missing = json!({ "not_run": not_run(&redis) });
+    counted::report(&sides, &SIDES, &PAIRS, &missing, &mut v, &mut invalid)?;
     let server = match (&redis, redis_before, sides.get(3)) {
         (Ok(server), Some((commands, cpu)), Some(side)) => {
             let after = command_calls(server)?;
@@ -163,14 +150,6 @@ pub fn policy(setup: &Setup, plan: &Plan) -> Result<Value> {
         }
         _ => json!({ "not_run": not_run(&redis) }),
     };
-    for (key, base, side) in PAIRS {
-        if side < sides.len() {
-            v.insert(
-                key.into(),
-                stats::compare(&sides[base].rounds, &sides[side].rounds),
-            );
-        }
-    }
     let errors: usize = sides.iter().map(|s| s.seen.errors).sum();
     drop(sides);
     v.insert("redis_server".into(), server);
