@@ -60,11 +60,7 @@ fn quick_latency_run_writes_sane_json() {
     assert!(doc["machine"]["nproc"].as_u64().unwrap() >= 1);
     assert!(doc["machine"]["kernel"].is_string());
     let lat = &doc["scenarios"]["latency"];
-    let (rounds, calls) = (
-        lat["rounds"].as_u64().unwrap(),
-        lat["calls_per_round"].as_u64().unwrap(),
-    );
-    assert_eq!((rounds, calls), (2, 300), "{lat}");
+    let (rounds, calls) = quick_rounds(lat);
     for side in ["direct", "through"] {
         check_percentiles(side, &lat[side], rounds, calls);
         assert!(f(&lat["answer_bytes"][side]) > 0.0);
@@ -79,6 +75,36 @@ fn quick_latency_run_writes_sane_json() {
     let goals = doc["goals"].as_array().unwrap();
     assert_eq!(goals.len(), 2, "p50 and p99 added-latency goals: {goals:?}");
     assert!(goals.iter().all(|g| g["met"].is_boolean()));
+}
+
+/// The rounds and calls per round of a scenario's figures: a quick run's.
+fn quick_rounds(s: &Value) -> (u64, u64) {
+    let (rounds, calls) = (
+        s["rounds"].as_u64().unwrap(),
+        s["calls_per_round"].as_u64().unwrap(),
+    );
+    assert_eq!((rounds, calls), (2, 300), "{s}");
+    (rounds, calls)
+}
+
+/// Each `(pair, base, side)`: the added p50 is the side's median minus the base's, whatever
+/// its sign on a noisy machine.
+fn check_added(s: &Value, pairs: &[(&str, &str, &str)]) {
+    for (pair, base, side) in pairs {
+        let added = f(&s[*pair]["added"]["p50_us"]);
+        let (b, w) = (f(&s[*base]["p50_us"]), f(&s[*side]["p50_us"]));
+        assert!(
+            (added - (w - b)).abs() < 0.11,
+            "{pair}: {added} vs {w} - {b}"
+        );
+    }
+}
+
+/// The run reports one goal, on `figure`.
+fn check_one_goal(doc: &Value, figure: &str) {
+    let goals = doc["goals"].as_array().unwrap();
+    assert_eq!(goals.len(), 1, "{goals:?}");
+    assert_eq!(goals[0]["figure"], figure, "{goals:?}");
 }
 
 /// Percentiles of one side: every call counted, positive and in order.
@@ -105,11 +131,7 @@ fn quick_http_latency_run_writes_sane_json() {
     assert_eq!(doc["quick"], true);
     assert!(doc["binaries"]["peer"].is_null());
     let lat = &doc["scenarios"]["http-latency"];
-    let (rounds, calls) = (
-        lat["rounds"].as_u64().unwrap(),
-        lat["calls_per_round"].as_u64().unwrap(),
-    );
-    assert_eq!((rounds, calls), (2, 300), "{lat}");
+    let (rounds, calls) = quick_rounds(lat);
     for side in ["direct", "stdio", "http", "floor"] {
         let s = &lat[side];
         check_percentiles(side, s, rounds, calls);
@@ -126,18 +148,14 @@ fn quick_http_latency_run_writes_sane_json() {
     assert!(lat["peer"].is_null());
     let why = lat["http_vs_peer"]["not_applicable"].as_str().unwrap();
     assert!(why.contains("--peer"), "{why}");
-    for (pair, base, side) in [
-        ("stdio_vs_direct", "direct", "stdio"),
-        ("http_vs_direct", "direct", "http"),
-        ("http_vs_floor", "floor", "http"),
-    ] {
-        let added = f(&lat[pair]["added"]["p50_us"]);
-        let (d, t) = (f(&lat[base]["p50_us"]), f(&lat[side]["p50_us"]));
-        assert!(
-            (added - (t - d)).abs() < 0.11,
-            "{pair}: {added} vs {t} - {d}"
-        );
-    }
+    check_added(
+        lat,
+        &[
+            ("stdio_vs_direct", "direct", "stdio"),
+            ("http_vs_direct", "direct", "http"),
+            ("http_vs_floor", "floor", "http"),
+        ],
+    );
     let goals = doc["goals"].as_array().unwrap();
     let named: Vec<&str> = goals
         .iter()
@@ -160,28 +178,20 @@ fn quick_telemetry_run_exports_spans_and_writes_sane_json() {
         return;
     };
     let t = &doc["scenarios"]["telemetry"];
-    let (rounds, calls) = (
-        t["rounds"].as_u64().unwrap(),
-        t["calls_per_round"].as_u64().unwrap(),
-    );
-    assert_eq!((rounds, calls), (2, 300), "{t}");
+    let (rounds, calls) = quick_rounds(t);
     for side in ["direct", "off", "metrics", "tracing"] {
         check_percentiles(side, &t[side], rounds, calls);
         assert!(f(&t[side]["answer_bytes"]) > 100.0, "{side}: {t}");
         assert!(f(&t[side]["server_cpu_per_call"]["switches"]) > 0.0);
     }
-    for (pair, base, side) in [
-        ("off_vs_direct", "direct", "off"),
-        ("metrics_vs_off", "off", "metrics"),
-        ("tracing_vs_off", "off", "tracing"),
-    ] {
-        let added = f(&t[pair]["added"]["p50_us"]);
-        let (d, w) = (f(&t[base]["p50_us"]), f(&t[side]["p50_us"]));
-        assert!(
-            (added - (w - d)).abs() < 0.11,
-            "{pair}: {added} vs {w} - {d}"
-        );
-    }
+    check_added(
+        t,
+        &[
+            ("off_vs_direct", "direct", "off"),
+            ("metrics_vs_off", "off", "metrics"),
+            ("tracing_vs_off", "off", "tracing"),
+        ],
+    );
     // Every traced call gave a server span and a client span, and they reached the receiver.
     let otlp = &t["otlp"];
     assert!(f(&otlp["total"]["requests"]) >= 1.0, "{otlp}");
@@ -191,12 +201,7 @@ fn quick_telemetry_run_exports_spans_and_writes_sane_json() {
     let traced = f(&otlp["calls_traced"]);
     assert!(f(&otlp["total"]["spans"]) >= 2.0 * traced, "{otlp}");
     assert_eq!(otlp["env"]["OTEL_TRACES_SAMPLER"], "always_on");
-    let goals = doc["goals"].as_array().unwrap();
-    assert_eq!(goals.len(), 1, "{goals:?}");
-    assert_eq!(
-        goals[0]["figure"], "telemetry: metrics + tracing, added p50",
-        "{goals:?}"
-    );
+    check_one_goal(&doc, "telemetry: metrics + tracing, added p50");
 }
 
 #[test]
@@ -205,11 +210,7 @@ fn quick_policy_run_counts_every_answer_and_writes_sane_json() {
         return;
     };
     let p = &doc["scenarios"]["policy"];
-    let (rounds, calls) = (
-        p["rounds"].as_u64().unwrap(),
-        p["calls_per_round"].as_u64().unwrap(),
-    );
-    assert_eq!((rounds, calls), (2, 300), "{p}");
+    let (rounds, calls) = quick_rounds(p);
     // Without a redis-server the Redis setting is skipped, and the report says why.
     let redis_ran = p["redis_server"]["not_run"].is_null();
     let mut sides = vec!["direct", "plain", "memory"];
@@ -234,23 +235,14 @@ fn quick_policy_run_counts_every_answer_and_writes_sane_json() {
     let check = &p["refusal_check"]["memory"];
     assert_eq!(check["refused"], check["of"], "{check}");
     assert_eq!(check["kind"], "quota_exceeded", "{check}");
-    for (pair, base, side) in [
-        ("plain_vs_direct", "direct", "plain"),
-        ("memory_vs_plain", "plain", "memory"),
-    ] {
-        let added = f(&p[pair]["added"]["p50_us"]);
-        let (d, w) = (f(&p[base]["p50_us"]), f(&p[side]["p50_us"]));
-        assert!(
-            (added - (w - d)).abs() < 0.11,
-            "{pair}: {added} vs {w} - {d}"
-        );
-    }
-    let goals = doc["goals"].as_array().unwrap();
-    assert_eq!(goals.len(), 1, "{goals:?}");
-    assert_eq!(
-        goals[0]["figure"], "policy step, memory, added over none p50",
-        "{goals:?}"
+    check_added(
+        p,
+        &[
+            ("plain_vs_direct", "direct", "plain"),
+            ("memory_vs_plain", "plain", "memory"),
+        ],
     );
+    check_one_goal(&doc, "policy step, memory, added over none p50");
 }
 
 #[test]
@@ -259,11 +251,7 @@ fn quick_cache_run_counts_every_answer_and_upstream_call() {
         return;
     };
     let c = &doc["scenarios"]["cache"];
-    let (rounds, calls) = (
-        c["rounds"].as_u64().unwrap(),
-        c["calls_per_round"].as_u64().unwrap(),
-    );
-    assert_eq!((rounds, calls), (2, 300), "{c}");
+    let (rounds, calls) = quick_rounds(c);
     for side in ["direct", "hit", "miss", "uncached"] {
         check_percentiles(side, &c[side], rounds, calls);
         assert_eq!(c[side]["errors"], 0, "{side}: {c}");
@@ -300,21 +288,12 @@ fn quick_cache_run_counts_every_answer_and_upstream_call() {
     assert!(f(&c["http"]["cached_over_forwarded"]["median"]) > 0.0);
     assert_eq!(c["valid"], true, "{c}");
     assert_eq!(c["errors"], 0);
-    for (pair, base, side) in [
-        ("hit_vs_direct", "direct", "hit"),
-        ("miss_vs_uncached", "uncached", "miss"),
-    ] {
-        let added = f(&c[pair]["added"]["p50_us"]);
-        let (d, w) = (f(&c[base]["p50_us"]), f(&c[side]["p50_us"]));
-        assert!(
-            (added - (w - d)).abs() < 0.11,
-            "{pair}: {added} vs {w} - {d}"
-        );
-    }
-    let goals = doc["goals"].as_array().unwrap();
-    assert_eq!(goals.len(), 1, "{goals:?}");
-    assert_eq!(
-        goals[0]["figure"], "cache hit, added over direct p50",
-        "{goals:?}"
+    check_added(
+        c,
+        &[
+            ("hit_vs_direct", "direct", "hit"),
+            ("miss_vs_uncached", "uncached", "miss"),
+        ],
     );
+    check_one_goal(&doc, "cache hit, added over direct p50");
 }
