@@ -237,14 +237,6 @@ fn telemetry_rows(v: &Value) -> Vec<Row> {
     rows
 }
 
-/// The sides of the `policy` scenario and their names in the table.
-const POLICY_SIDES: [(&str, &str); 4] = [
-    ("direct", "direct to the fixture"),
-    ("plain", "Manifold, no teams or limits"),
-    ("memory", "Manifold, team + limits in memory"),
-    ("redis", "Manifold, team + limits in Redis"),
-];
-
 /// The comparisons of the `policy` scenario and their names in the table.
 const POLICY_PAIRS: [(&str, &str); 5] = [
     ("plain_vs_direct", "policy: none, added over direct"),
@@ -266,7 +258,7 @@ fn policy_table(out: &mut String, v: &Value) {
         "\nTeams and limits (the policy step), small tools/call over stdio ({} rounds of {} calls, interleaved)",
         v["rounds"], v["calls_per_round"]
     );
-    counted_sides_table(out, v, &POLICY_SIDES);
+    counted_sides_table(out, v, &crate::scenario::policy::SIDES);
     out.push('\n');
     row_table(out, &policy_rows(v), ["base", "with"]);
     let redis = &v["redis_server"];
@@ -304,7 +296,7 @@ fn policy_table(out: &mut String, v: &Value) {
             each.join(", ")
         );
     }
-    let calls: f64 = POLICY_SIDES
+    let calls: f64 = crate::scenario::policy::SIDES
         .iter()
         .map(|(k, _)| v[*k]["calls"].as_f64().unwrap_or(0.0))
         .sum();
@@ -316,14 +308,6 @@ fn policy_table(out: &mut String, v: &Value) {
 fn policy_rows(v: &Value) -> Vec<Row> {
     added_rows(v, &POLICY_PAIRS, "memory_vs_plain")
 }
-
-/// The sides of the `cache` scenario and their names in the table.
-const CACHE_SIDES: [(&str, &str); 4] = [
-    ("direct", "direct to the fixture"),
-    ("hit", "Manifold, cached, every call a hit"),
-    ("miss", "Manifold, cached, every call a miss"),
-    ("uncached", "Manifold, no cache"),
-];
 
 /// The comparisons of the `cache` scenario and their names in the table.
 const CACHE_PAIRS: [(&str, &str); 5] = [
@@ -346,7 +330,7 @@ fn cache_table(out: &mut String, v: &Value) {
         "\nResult cache, small tools/call over stdio ({} rounds of {} calls, interleaved)",
         v["rounds"], v["calls_per_round"]
     );
-    counted_sides_table(out, v, &CACHE_SIDES);
+    counted_sides_table(out, v, &crate::scenario::cache::SIDES);
     out.push('\n');
     row_table(out, &cache_rows(v), ["base", "with"]);
     let http = &v["http"];

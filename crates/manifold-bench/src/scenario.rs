@@ -2,14 +2,14 @@
 //! bounded loops, ends its processes (dropping a `Session` ends its stdio server, dropping the
 //! last handle on an `HttpServer` ends that one) and returns JSON.
 
-mod cache;
+pub(crate) mod cache;
 mod counted;
 mod http_latency;
 mod http_rss;
 mod http_throughput;
 mod latency;
 mod list;
-mod policy;
+pub(crate) mod policy;
 mod rss;
 mod telemetry;
 mod throughput;

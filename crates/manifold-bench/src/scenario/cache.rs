@@ -36,7 +36,7 @@ const CACHED: &str = "[upstreams.alpha.tool_cache.echo]\nttl = \"1h\"\n";
 const MISS_BUDGET: &str = "[cache]\nmax_bytes = \"512KiB\"\n";
 
 /// The sides over stdio, in the order of the JSON document and the table.
-const SIDES: [(&str, &str); 4] = [
+pub(crate) const SIDES: [(&str, &str); 4] = [
     ("direct", "direct to the fixture"),
     ("hit", "Manifold, cached, every call a hit"),
     ("miss", "Manifold, cached, every call a miss"),

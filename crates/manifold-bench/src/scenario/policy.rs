@@ -44,7 +44,7 @@ const PREFIX: &str = "manifold-load";
 const CHECK_PREFIX: &str = "manifold-load-check";
 
 /// The sides, in the order of the JSON document and the table.
-const SIDES: [(&str, &str); 4] = [
+pub(crate) const SIDES: [(&str, &str); 4] = [
     ("direct", "direct to the fixture"),
     ("plain", "Manifold, no teams or limits"),
     ("memory", "Manifold, team + limits in memory"),
