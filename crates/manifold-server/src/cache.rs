@@ -79,7 +79,8 @@ impl Family {
 }
 
 /// What an answer is stored under. Hashed by its digest, worked out once: a store hashes
-/// a key on every operation, and the arguments may be long.
+/// a key on every operation, and the arguments may be long. Cloned for every store call, so
+/// its texts are shared, not copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
     digest: u64,
@@ -87,9 +88,9 @@ pub struct Key {
     epoch: u64,
     family: Family,
     /// The tool name or URI as the upstream knows it.
-    name: Box<str>,
+    name: Arc<str>,
     /// The arguments in canonical form (empty for resources).
-    args: Box<str>,
+    args: Arc<str>,
     /// The team whose entry it is; `None`: shared (or no team).
     team: Option<Arc<str>>,
 }
@@ -105,8 +106,8 @@ impl Key {
         upstream: usize,
         epoch: u64,
         family: Family,
-        name: Box<str>,
-        args: Box<str>,
+        name: Arc<str>,
+        args: Arc<str>,
         team: Option<Arc<str>>,
     ) -> Self {
         use std::hash::BuildHasher;
@@ -148,7 +149,6 @@ pub struct Lookup {
     ttl: Duration,
     /// Not looked up: the answer replaces the entry.
     pub refresh: bool,
-    pub family: Family,
     changes: u64,
     pub counters: Arc<CacheCounters>,
 }
@@ -342,7 +342,6 @@ impl Cache {
             store: rule.store.clone(),
             ttl: rule.ttl,
             refresh,
-            family,
             changes: up.changes.load(Ordering::Acquire),
             counters: Arc::clone(&up.counters[family as usize]),
         })))
@@ -408,7 +407,7 @@ impl Cache {
         up.changes.fetch_add(1, Ordering::AcqRel);
         let uri: Box<str> = uri.into();
         let _ = rule.store.invalidate_entries_if(move |k, _| {
-            k.upstream == upstream && k.family == Family::Resources && k.name == uri
+            k.upstream == upstream && k.family == Family::Resources && *k.name == *uri
         });
     }
 }
@@ -421,6 +420,11 @@ impl Lookup {
     /// The tool name or URI, as the upstream knows it.
     pub fn key_name(&self) -> &str {
         &self.key.name
+    }
+
+    /// What the entry answers.
+    pub fn family(&self) -> Family {
+        self.key.family
     }
 }
 
@@ -459,6 +463,7 @@ impl UpstreamCache {
 /// The rule of `caches` that covers a tool, given its descriptor as the upstream lists it:
 /// its own `tool_cache` entry, else the upstream's `cache` when the tool is read-only and
 /// closed-world.
+/// (The choice `Cache::plan` makes per request, from the hints it works out once per catalog.)
 pub fn tool_rule<'c>(caches: &'c UpstreamCaches, tool: &str) -> Option<&'c CacheRule> {
     let name = RawObject::parse(tool).ok()?.get_str("name")?.into_owned();
     caches.tools.get(&name).or_else(|| {

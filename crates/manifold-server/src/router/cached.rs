@@ -113,7 +113,7 @@ impl Router {
         ctx: Context,
         target: Target,
     ) -> Result<Arc<crate::cache::Entry>, ()> {
-        let subscription = match lookup.family {
+        let subscription = match lookup.family() {
             Family::Resources => {
                 self.hold_subscription(target.upstream, lookup.key_name())
                     .await
