@@ -148,22 +148,6 @@ fn lines_with(text: &str, needle: &str) -> usize {
     text.lines().filter(|l| l.contains(needle)).count()
 }
 
-/// The admin port Manifold logged at start (`--admin 127.0.0.1:0`).
-fn admin_port(m: &Manifold) -> u16 {
-    const MARK: &str = "admin listening on 127.0.0.1:";
-    let mut port = 0;
-    eventually("the admin port in the log", || {
-        let stderr = m.stderr();
-        let Some(rest) = stderr.split(MARK).nth(1) else {
-            return false;
-        };
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        port = digits.parse().unwrap();
-        true
-    });
-    port
-}
-
 /// `manifold_limit_store_errors_total{decision}` as /metrics shows it.
 fn store_errors(admin: u16, decision: &str) -> u64 {
     let body = harness::client()
@@ -416,7 +400,7 @@ fn outage_setup(
         ),
     );
     let m = serve(&config, Some("red"), &["--admin", "127.0.0.1:0"]);
-    let admin = admin_port(&m);
+    let admin = m.admin_port();
     (m, admin, prefix)
 }
 

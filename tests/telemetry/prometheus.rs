@@ -75,7 +75,7 @@ fn dashboards_have_data_from_a_real_prometheus() {
         ],
         dir,
     );
-    let admin = admin_port(&m);
+    let admin = m.admin_port();
     let init = m.initialize();
     assert!(init.get("result").is_some(), "initialize failed: {init}");
 
@@ -589,24 +589,6 @@ fn encode(s: &str) -> String {
 
 // ---------------------------------------------------------------------------------------
 // Manifold's /metrics
-
-/// The admin port Manifold reports on stderr.
-fn admin_port(m: &Manifold) -> u16 {
-    const MARK: &str = "admin listening on 127.0.0.1:";
-    let until = Instant::now() + WAIT;
-    loop {
-        let stderr = m.stderr();
-        if let Some(rest) = stderr.split(MARK).nth(1) {
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            return digits.parse().unwrap();
-        }
-        assert!(
-            Instant::now() < until,
-            "Manifold never reported its admin port; stderr:\n{stderr}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn http_get(client: &Client, url: &str) -> String {
     let r = client.get(url).send().unwrap();
