@@ -6,10 +6,9 @@
 #[path = "../support/jwt.rs"]
 mod jwt;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
 
 use reqwest::blocking::{Client, Response};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -35,11 +34,14 @@ const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 // ---- a gateway started with environment variables and any listen address ----
 
 /// `manifold serve` on `listen`, with `env` set (for `${VAR}` in the config).
-struct Gateway {
-    child: Child,
-    port: u16,
-    stderr: Arc<Mutex<String>>,
-    _dir: TempDir,
+struct Gateway(Server);
+
+impl std::ops::Deref for Gateway {
+    type Target = Server;
+
+    fn deref(&self) -> &Server {
+        &self.0
+    }
 }
 
 impl Gateway {
@@ -47,69 +49,13 @@ impl Gateway {
         Gateway::start_with(config, &[], "127.0.0.1")
     }
 
+    /// Everything Manifold logs is kept, so that a credential logged at any level is seen.
     fn start_with(config: &str, env: &[(&str, &str)], ip: &str) -> Gateway {
-        let dir = TempDir::new("auth");
-        let path = dir.write("manifold.toml", config);
-        let mut cmd = Command::new(manifold_bin());
-        cmd.args(["serve", "--config", path.to_str().unwrap()])
-            .args(["--listen", &format!("{ip}:0")])
-            // Everything Manifold logs, so that a credential logged at any level is seen.
-            .env("MANIFOLD_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (name, value) in env {
-            cmd.env(name, value);
-        }
-        let mut child = cmd.spawn().expect("manifold starts");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = Arc::clone(&stderr);
-        let pipe = child.stderr.take().unwrap();
-        let marker = format!("listening on {ip}:");
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { return };
-                if let Some(rest) = line.split(&marker).nth(1) {
-                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                    if let Ok(port) = digits.parse::<u16>() {
-                        let _ = tx.send(port);
-                    }
-                }
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let port = match rx.recv_timeout(WAIT) {
-            Ok(port) => port,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "manifold did not listen; stderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            }
-        };
-        Gateway {
-            child,
-            port,
-            stderr,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        Gateway(Server::start_with(config, "debug", env, ip))
     }
 
     fn metadata_url(&self) -> String {
         self.url(METADATA_PATH)
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
     }
 
     /// A host presenting `cred` on every request, not yet in a session.
@@ -144,20 +90,6 @@ impl Gateway {
         eventually(&format!("{text:?} logged {n} times"), || {
             self.stderr().matches(text).count() >= n
         });
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = Command::new("kill").arg(pid.to_string()).status();
-        }
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until && self.child.try_wait().ok().flatten().is_none() {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -25,13 +25,20 @@ pub struct Server {
 impl Server {
     /// Starts Manifold on `config` (TOML text) with an HTTP listener on a free loopback port.
     pub fn start(config: &str) -> Server {
+        Server::start_with(config, "info,manifold_upstream=debug", &[], "127.0.0.1")
+    }
+
+    /// The same, logging at `log` (`MANIFOLD_LOG`), with `env` set, listening on `ip` (a free
+    /// port); reached on loopback all the same.
+    pub fn start_with(config: &str, log: &str, env: &[(&str, &str)], ip: &str) -> Server {
         let dir = TempDir::new("http");
         let path = dir.write("manifold.toml", config);
         let mut cmd = Command::new(manifold_bin());
         cmd.args(["serve", "--config", path.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0"])
-            .env("MANIFOLD_LOG", "info,manifold_upstream=debug");
-        let (child, port, stderr) = spawn_listening(cmd, "manifold");
+            .args(["--listen", &format!("{ip}:0")])
+            .env("MANIFOLD_LOG", log)
+            .envs(env.iter().copied());
+        let (child, port, stderr) = spawn_listening(cmd, "manifold", ip);
         Server {
             child,
             port,
@@ -93,8 +100,8 @@ impl Drop for Server {
 }
 
 /// Spawns `cmd` with its stderr collected, and waits (bounded) for the port it reports
-/// listening on.
-pub fn spawn_listening(mut cmd: Command, what: &str) -> (Child, u16, Arc<Mutex<String>>) {
+/// listening on at `ip`.
+pub fn spawn_listening(mut cmd: Command, what: &str, ip: &str) -> (Child, u16, Arc<Mutex<String>>) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -105,10 +112,11 @@ pub fn spawn_listening(mut cmd: Command, what: &str) -> (Child, u16, Arc<Mutex<S
     let (tx, rx) = std::sync::mpsc::channel();
     let sink = Arc::clone(&stderr);
     let pipe = child.stderr.take().unwrap();
+    let marker = format!("listening on {ip}:");
     std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines() {
             let Ok(line) = line else { return };
-            if let Some(port) = listening_port(&line) {
+            if let Some(port) = listening_port(&line, &marker) {
                 let _ = tx.send(port);
             }
             let mut s = sink.lock().unwrap();
@@ -123,8 +131,8 @@ pub fn spawn_listening(mut cmd: Command, what: &str) -> (Child, u16, Arc<Mutex<S
     (child, port, stderr)
 }
 
-fn listening_port(line: &str) -> Option<u16> {
-    let rest = line.split("listening on 127.0.0.1:").nth(1)?;
+fn listening_port(line: &str, marker: &str) -> Option<u16> {
+    let rest = line.split(marker).nth(1)?;
     rest.split(|c: char| !c.is_ascii_digit())
         .next()?
         .parse()
@@ -348,7 +356,7 @@ impl FixtureHttp {
         cmd.arg("--http")
             .arg(format!("127.0.0.1:{port}"))
             .args(&args);
-        let (child, port, stderr) = spawn_listening(cmd, "the fixture");
+        let (child, port, stderr) = spawn_listening(cmd, "the fixture", "127.0.0.1");
         FixtureHttp {
             child,
             port,
