@@ -143,6 +143,24 @@ fn rate_pttl(redis: &RedisServer, prefix: &str, id: &str) -> i64 {
     redis.command(&["PTTL", &key]).parse().unwrap()
 }
 
+/// `line` was logged, and a little later still only once; the log so far.
+fn logged_once(m: &Manifold, line: &str) -> String {
+    m.assert_logged(line);
+    std::thread::sleep(Duration::from_millis(300));
+    let stderr = m.stderr();
+    assert_eq!(lines_with(&stderr, line), 1, "{stderr}");
+    stderr
+}
+
+/// Two calls while Redis is up, answered and counted there.
+fn two_counted_calls(m: &mut Manifold, redis: &RedisServer, prefix: &str, id: &str) {
+    for i in 0..2 {
+        let r = m.call("alpha__add", json!({"a": i, "b": 1}));
+        assert_eq!(text_of(&r), sum_text(i), "{r}");
+    }
+    assert_eq!(quota_in_redis(redis, prefix, id), "2");
+}
+
 /// How many lines of `text` contain `needle`.
 fn lines_with(text: &str, needle: &str) -> usize {
     text.lines().filter(|l| l.contains(needle)).count()
@@ -411,11 +429,7 @@ fn fail_closed_refuses_calls_while_redis_is_down_and_counts_again_once_it_is_bac
     let id = "team:red:tool:alpha__add";
 
     // Counted in Redis while it is up.
-    for i in 0..2 {
-        let r = m.call("alpha__add", json!({"a": i, "b": 1}));
-        assert_eq!(text_of(&r), sum_text(i), "{r}");
-    }
-    assert_eq!(quota_in_redis(&redis, &prefix, id), "2");
+    two_counted_calls(&mut m, &redis, &prefix, id);
 
     redis.stop();
     const DOWN_CALLS: u64 = 6;
@@ -434,10 +448,7 @@ fn fail_closed_refuses_calls_while_redis_is_down_and_counts_again_once_it_is_bac
     // None of them reached the upstream (call_count has no limit: it needs no store).
     assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 2);
     // One outage, logged once, however many calls it refused.
-    m.assert_logged(UNREACHABLE);
-    std::thread::sleep(Duration::from_millis(300));
-    let stderr = m.stderr();
-    assert_eq!(lines_with(&stderr, UNREACHABLE), 1, "{stderr}");
+    let stderr = logged_once(&m, UNREACHABLE);
     assert!(
         stderr.contains("calls are refused until it is back"),
         "{stderr}"
@@ -454,10 +465,7 @@ fn fail_closed_refuses_calls_while_redis_is_down_and_counts_again_once_it_is_bac
     check_refusals(&answers, -32021, "quota_exceeded", id);
     assert_eq!(quota_in_redis(&redis, &prefix, id), "5");
     assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 2 + 5);
-    m.assert_logged(REACHABLE_AGAIN);
-    std::thread::sleep(Duration::from_millis(300));
-    let stderr = m.stderr();
-    assert_eq!(lines_with(&stderr, REACHABLE_AGAIN), 1, "{stderr}");
+    let stderr = logged_once(&m, REACHABLE_AGAIN);
     assert_eq!(lines_with(&stderr, UNREACHABLE), 1, "{stderr}");
     assert_eq!(store_errors(admin, "refused"), DOWN_CALLS);
 }
@@ -468,11 +476,7 @@ fn fail_open_passes_calls_uncounted_while_redis_is_down_and_counts_again_once_it
     let (mut m, admin, prefix) = outage_setup(&redis, "open", true, 3);
     let id = "team:red:tool:alpha__add";
 
-    for i in 0..2 {
-        let r = m.call("alpha__add", json!({"a": i, "b": 1}));
-        assert_eq!(text_of(&r), sum_text(i), "{r}");
-    }
-    assert_eq!(quota_in_redis(&redis, &prefix, id), "2");
+    two_counted_calls(&mut m, &redis, &prefix, id);
 
     // Down: more calls than the quota allows all pass, and reach the upstream.
     redis.stop();
@@ -486,10 +490,7 @@ fn fail_open_passes_calls_uncounted_while_redis_is_down_and_counts_again_once_it
         );
     }
     assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 2 + DOWN_CALLS);
-    m.assert_logged(UNREACHABLE);
-    std::thread::sleep(Duration::from_millis(300));
-    let stderr = m.stderr();
-    assert_eq!(lines_with(&stderr, UNREACHABLE), 1, "{stderr}");
+    let stderr = logged_once(&m, UNREACHABLE);
     assert!(
         stderr.contains("calls are allowed without counting"),
         "{stderr}"
@@ -507,10 +508,7 @@ fn fail_open_passes_calls_uncounted_while_redis_is_down_and_counts_again_once_it
         upstream_count(&mut m, "alpha", "tool:add"),
         2 + DOWN_CALLS + 3
     );
-    m.assert_logged(REACHABLE_AGAIN);
-    std::thread::sleep(Duration::from_millis(300));
-    let stderr = m.stderr();
-    assert_eq!(lines_with(&stderr, REACHABLE_AGAIN), 1, "{stderr}");
+    logged_once(&m, REACHABLE_AGAIN);
     assert_eq!(store_errors(admin, "allowed"), DOWN_CALLS);
 }
 
