@@ -237,15 +237,6 @@ fn telemetry_rows(v: &Value) -> Vec<Row> {
     rows
 }
 
-/// The comparisons of the `policy` scenario and their names in the table.
-const POLICY_PAIRS: [(&str, &str); 5] = [
-    ("plain_vs_direct", "policy: none, added over direct"),
-    ("memory_vs_direct", "policy: memory, added over direct"),
-    ("redis_vs_direct", "policy: Redis, added over direct"),
-    ("memory_vs_plain", "policy step, memory, added over none"),
-    ("redis_vs_plain", "policy step, Redis, added over none"),
-];
-
 /// Each setting's percentiles, server CPU and error answers; then what each adds over the
 /// direct call and what the policy step adds over no policy (with the goal); then Redis's
 /// side, the refusal check and whether the run is valid.
@@ -306,17 +297,8 @@ fn policy_table(out: &mut String, v: &Value) {
 /// Added p50 and p99 of each setting over the direct call and of the policy step over no
 /// policy; the goal is on the step in memory, and is never met by an invalid run.
 fn policy_rows(v: &Value) -> Vec<Row> {
-    added_rows(v, &POLICY_PAIRS, "memory_vs_plain")
+    added_rows(v, &crate::scenario::policy::PAIRS, "memory_vs_plain")
 }
-
-/// The comparisons of the `cache` scenario and their names in the table.
-const CACHE_PAIRS: [(&str, &str); 5] = [
-    ("hit_vs_direct", "cache hit, added over direct"),
-    ("miss_vs_direct", "cache miss, added over direct"),
-    ("uncached_vs_direct", "no cache, added over direct"),
-    ("hit_vs_uncached", "cache hit, added over no cache"),
-    ("miss_vs_uncached", "cache miss, added over no cache"),
-];
 
 /// Each side's percentiles, server CPU and error answers over stdio; what a hit, a miss and
 /// plain forwarding add (with the goal, on the hit); calls/s over HTTP with and without the
@@ -385,7 +367,7 @@ fn cache_table(out: &mut String, v: &Value) {
 /// Added p50 and p99 of a hit, a miss and no cache over the direct call and of a hit and a
 /// miss over no cache; the goal is on the hit over direct, and is never met by an invalid run.
 fn cache_rows(v: &Value) -> Vec<Row> {
-    added_rows(v, &CACHE_PAIRS, "hit_vs_direct")
+    added_rows(v, &crate::scenario::cache::PAIRS, "hit_vs_direct")
 }
 
 /// Each side's percentiles, server CPU and error answers, one line each; a side that was
@@ -428,14 +410,14 @@ fn counted_sides_table(out: &mut String, v: &Value, sides: &[(&str, &str)]) {
 
 /// Added p50 and p99 of each comparison in `pairs` that the scenario made; the goal
 /// (`goal_added_p50_us`) is on the p50 of `goal_key`, and is never met by an invalid run.
-fn added_rows(v: &Value, pairs: &[(&str, &str)], goal_key: &str) -> Vec<Row> {
+fn added_rows(v: &Value, pairs: &[(&str, usize, usize, &str)], goal_key: &str) -> Vec<Row> {
     let mut rows = Vec::new();
     if v.is_null() {
         return rows;
     }
     let limit = num(&v["goal_added_p50_us"]);
     let valid = v["valid"] == true;
-    for (key, what) in pairs {
+    for (key, _, _, what) in pairs {
         let c = &v[*key];
         if c.is_null() {
             continue;

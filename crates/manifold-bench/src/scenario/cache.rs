@@ -43,13 +43,13 @@ pub(crate) const SIDES: [(&str, &str); 4] = [
     ("uncached", "Manifold, no cache"),
 ];
 
-/// The comparisons reported: (key, base side, side).
-const PAIRS: [(&str, usize, usize); 5] = [
-    ("hit_vs_direct", 0, 1),
-    ("miss_vs_direct", 0, 2),
-    ("uncached_vs_direct", 0, 3),
-    ("hit_vs_uncached", 3, 1),
-    ("miss_vs_uncached", 3, 2),
+/// The comparisons reported: (key, base side, side, name in the table).
+pub(crate) const PAIRS: [(&str, usize, usize, &str); 5] = [
+    ("hit_vs_direct", 0, 1, "cache hit, added over direct"),
+    ("miss_vs_direct", 0, 2, "cache miss, added over direct"),
+    ("uncached_vs_direct", 0, 3, "no cache, added over direct"),
+    ("hit_vs_uncached", 3, 1, "cache hit, added over no cache"),
+    ("miss_vs_uncached", 3, 2, "cache miss, added over no cache"),
 ];
 
 pub fn cache(setup: &Setup, plan: &Plan) -> Result<Value> {

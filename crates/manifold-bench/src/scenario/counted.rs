@@ -128,7 +128,7 @@ pub fn start_all<'a>(
 pub fn report(
     sides: &[Side],
     names: &[(&str, &str)],
-    pairs: &[(&str, usize, usize)],
+    pairs: &[(&str, usize, usize, &str)],
     missing: &Value,
     v: &mut Map<String, Value>,
     invalid: &mut Vec<String>,
@@ -144,7 +144,7 @@ pub fn report(
             }
         }
     }
-    for &(key, base, side) in pairs {
+    for &(key, base, side, _) in pairs {
         if let (Some(b), Some(s)) = (sides.get(base), sides.get(side)) {
             v.insert(key.into(), stats::compare(&b.rounds, &s.rounds));
         }

@@ -51,13 +51,28 @@ pub(crate) const SIDES: [(&str, &str); 4] = [
     ("redis", "Manifold, team + limits in Redis"),
 ];
 
-/// The comparisons reported: (key, base side, side).
-const PAIRS: [(&str, usize, usize); 5] = [
-    ("plain_vs_direct", 0, 1),
-    ("memory_vs_direct", 0, 2),
-    ("redis_vs_direct", 0, 3),
-    ("memory_vs_plain", 1, 2),
-    ("redis_vs_plain", 1, 3),
+/// The comparisons reported: (key, base side, side, name in the table).
+pub(crate) const PAIRS: [(&str, usize, usize, &str); 5] = [
+    ("plain_vs_direct", 0, 1, "policy: none, added over direct"),
+    (
+        "memory_vs_direct",
+        0,
+        2,
+        "policy: memory, added over direct",
+    ),
+    ("redis_vs_direct", 0, 3, "policy: Redis, added over direct"),
+    (
+        "memory_vs_plain",
+        1,
+        2,
+        "policy step, memory, added over none",
+    ),
+    (
+        "redis_vs_plain",
+        1,
+        3,
+        "policy step, Redis, added over none",
+    ),
 ];
 
 /// Redis commands that run the limit script.
