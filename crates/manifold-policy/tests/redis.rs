@@ -106,6 +106,24 @@ async fn concurrent(
     admitted
 }
 
+/// Waits (bounded) until 8 checks in a row are admitted: the limiter uses Redis again by
+/// itself; a few checks may still fail while its pooled connections are reopened.
+async fn admitted_again(limiter: &RedisLimiter, limits: &[Arc<LimitDef>], failure: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut admitted_in_a_row = 0;
+    while admitted_in_a_row < 8 {
+        assert!(Instant::now() < deadline, "{failure}");
+        match limiter.check(limits).await {
+            Ok(None) => admitted_in_a_row += 1,
+            Ok(Some(refusal)) => panic!("{refusal:?}"),
+            Err(_) => {
+                admitted_in_a_row = 0;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_quota_is_exact_under_concurrency() {
     let server = RedisServer::start();
@@ -348,22 +366,12 @@ async fn redis_going_away_and_coming_back() {
     server.restart();
     // The same limiter recovers by itself; a few checks may still fail while the pooled
     // connections are reopened.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut admitted_in_a_row = 0;
-    while admitted_in_a_row < 8 {
-        assert!(
-            Instant::now() < deadline,
-            "Redis was not used again after restarting"
-        );
-        match limiter.check(&limits).await {
-            Ok(None) => admitted_in_a_row += 1,
-            Ok(Some(refusal)) => panic!("{refusal:?}"),
-            Err(_) => {
-                admitted_in_a_row = 0;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    admitted_again(
+        &limiter,
+        &limits,
+        "Redis was not used again after restarting",
+    )
+    .await;
     // And counts again.
     assert_eq!(server.command(&["EXISTS", "t:rate:team:a"]), "1");
 }
@@ -399,22 +407,12 @@ async fn a_frozen_server_is_timed_out_and_used_again_when_it_thaws() {
         unreachable_within(&limiter, &limits, Duration::from_secs(2)).await;
     }
     server.resume();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut admitted_in_a_row = 0;
-    while admitted_in_a_row < 8 {
-        assert!(
-            Instant::now() < deadline,
-            "Redis was not used again after it thawed"
-        );
-        match limiter.check(&limits).await {
-            Ok(None) => admitted_in_a_row += 1,
-            Ok(Some(refusal)) => panic!("{refusal:?}"),
-            Err(_) => {
-                admitted_in_a_row = 0;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    admitted_again(
+        &limiter,
+        &limits,
+        "Redis was not used again after it thawed",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
