@@ -113,12 +113,19 @@ fn values_an_upstream_cannot_parse_are_refused_at_the_door() {
         "[".repeat(124),
         "]".repeat(124)
     );
+    // Past 128 levels too (the depth a recursive parser stops at): the id is read all the same.
+    let deeper = format!(
+        r#"{{"jsonrpc":"2.0","id":"n5","method":"tools/call","params":{{"name":"alpha__echo","arguments":{{"text":"hi","deep":{}1{}}}}}}}"#,
+        "[".repeat(1000),
+        "]".repeat(1000)
+    );
     let started = Instant::now();
     for (id, line, says) in [
         ("n1", r#"{"jsonrpc":"2.0","id":"n1","method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"x","x":1e400}}}"#.to_owned(), "range of a double"),
         ("n2", r#"{"jsonrpc":"2.0","id":"n2","method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"\ud800"}}}"#.to_owned(), "lone surrogate"),
         ("n3", r#"{"jsonrpc":"2.0","id":"n3","method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"x","\udfff":1}}}"#.to_owned(), "lone surrogate"),
         ("n4", deep, "nested more than 64 levels"),
+        ("n5", deeper, "nested more than 64 levels"),
     ] {
         expect_error(&mut m, &line, json!(id), -32602, says);
     }

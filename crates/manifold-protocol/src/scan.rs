@@ -8,7 +8,8 @@
 //! per byte. The input is `&str`, so UTF-8 is already checked.
 //!
 //! It accepts what `serde_json` accepts for the same text (the tests compare the two on
-//! generated documents), except nesting deeper than [`MAX_DEPTH`], which it refuses.
+//! generated documents), except nesting deeper than [`MAX_DEPTH`], which it refuses (the
+//! strict scanner reads such nesting to its end without recursing, and reports a breach).
 //!
 //! Host input is also held to I-JSON (RFC 7493) by the `_strict` entry points: no member
 //! name twice in one object (compared after unescaping), no lone surrogate in a `\u` escape,
@@ -295,13 +296,20 @@ impl<'a, const STRICT: bool> Scanner<'a, STRICT> {
 
     /// At `{` or `[`: steps in; false when `close` follows at once (an empty container).
     fn open(&mut self, depth: usize, close: u8) -> Result<bool, SyntaxError> {
-        if depth > MAX_DEPTH {
-            return Err(self.err("nested too deeply"));
-        }
         if STRICT && depth > HOST_MAX_DEPTH {
             self.violate(self.i, || {
                 format!("nested more than {HOST_MAX_DEPTH} levels deep")
             });
+        }
+        if depth > MAX_DEPTH {
+            if !STRICT {
+                return Err(self.err("nested too deeply"));
+            }
+            // A host message this deep is refused anyway (the breach above), but only once
+            // it has been read to the end: its id, and where the breach lies, are wanted for
+            // the answer. The rest of this container is checked without recursion.
+            self.deep_container()?;
+            return Ok(false);
         }
         self.i += 1;
         self.ws();
@@ -310,6 +318,76 @@ impl<'a, const STRICT: bool> Scanner<'a, STRICT> {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// At `{` or `[` past [`MAX_DEPTH`]: checks the grammar of the whole container with a
+    /// stack of its own instead of the call stack, and steps past it. Member names are not
+    /// compared here: the message already breaks I-JSON, and only the first breach counts.
+    #[cold]
+    fn deep_container(&mut self) -> Result<(), SyntaxError> {
+        let mut closers: Vec<u8> = Vec::new();
+        loop {
+            // At a value.
+            match self.peek() {
+                Some(b'{') | Some(b'[') => {
+                    let close = if self.peek() == Some(b'{') {
+                        b'}'
+                    } else {
+                        b']'
+                    };
+                    self.i += 1;
+                    self.ws();
+                    if self.peek() == Some(close) {
+                        self.i += 1;
+                    } else {
+                        closers.push(close);
+                        if close == b'}' {
+                            self.deep_key()?;
+                        }
+                        continue;
+                    }
+                }
+                _ => self.value(0)?,
+            }
+            // Past a value: close what ends here, or step to the next item.
+            loop {
+                let Some(&close) = closers.last() else {
+                    return Ok(());
+                };
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.ws();
+                        if close == b'}' {
+                            self.deep_key()?;
+                        }
+                        break;
+                    }
+                    Some(c) if c == close => {
+                        self.i += 1;
+                        closers.pop();
+                    }
+                    _ if close == b'}' => return Err(self.err("expected ',' or '}'")),
+                    _ => return Err(self.err("expected ',' or ']'")),
+                }
+            }
+        }
+    }
+
+    /// A member's name and colon, inside [`Scanner::deep_container`]; stops at its value.
+    fn deep_key(&mut self) -> Result<(), SyntaxError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.err("expected a key"));
+        }
+        self.string()?;
+        self.ws();
+        if self.peek() != Some(b':') {
+            return Err(self.err("expected ':'"));
+        }
+        self.i += 1;
+        self.ws();
+        Ok(())
     }
 
     /// After an item: true past a `,` (another item follows), false past `close`.

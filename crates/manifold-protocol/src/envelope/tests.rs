@@ -209,6 +209,20 @@ fn host_messages_are_held_to_i_json() {
     let (got, at) = violation(&deep).unwrap();
     assert!(got.contains("64 levels"), "{got}");
     assert_eq!(at, Place::Params);
+    // Past the depth the grammar scan itself recurses to, the id is still read and the
+    // breach still placed.
+    let deeper = format!(
+        r#"{{"jsonrpc":"2.0","id":"n3","method":"tools/call","params":{{"name":"a","arguments":{{"deep":{}1{}}},"x":1}},"z":2}}"#,
+        "[".repeat(500),
+        "]".repeat(500)
+    );
+    let env = Envelope::decode_host(deeper.as_bytes()).unwrap();
+    assert_eq!(env.id, Some("\"n3\""));
+    let (got, at) = env.violation().unwrap();
+    assert!(got.problem.contains("64 levels"), "{got}");
+    assert_eq!(*at, Place::Params);
+    // Upstream traffic that deep is refused as before.
+    assert!(Envelope::decode(deeper.as_bytes()).is_err());
 }
 
 #[test]

@@ -130,6 +130,42 @@ fn nesting_deeper_than_the_limit_is_refused() {
 }
 
 #[test]
+fn strict_scans_read_any_depth_to_the_end_without_recursing() {
+    // A host's message nested past the limit is a breach, not a parse error: its id and the
+    // place of the breach are still read.
+    for depth in [MAX_DEPTH + 1, 100_000] {
+        for text in [
+            format!("{}{}", "[".repeat(depth), "]".repeat(depth)),
+            format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth)),
+            format!(
+                "{}{{\"b\":[1,{{}},[]],\"c\":\"x\"}}{}",
+                "[".repeat(depth),
+                "]".repeat(depth)
+            ),
+        ] {
+            let v = validate_strict(&text).unwrap().expect("a breach");
+            assert!(v.problem.contains("64 levels"), "{v}");
+        }
+    }
+    // Below the limit's depth, the grammar is still checked.
+    let deep = "[".repeat(MAX_DEPTH + 5);
+    for (bad, problem) in [
+        (format!("{deep}1,]"), "expected a value"),
+        (format!("{deep}{{\"a\" 1}}"), "expected ':'"),
+        (format!("{deep}{{1:1}}"), "expected a key"),
+        (format!("{deep}1}}"), "expected ',' or ']'"),
+        (format!("{deep}\"x"), "unterminated string"),
+        (deep.clone(), "unexpected end of input"),
+    ] {
+        assert_eq!(
+            validate_strict(&bad).unwrap_err().problem,
+            problem,
+            "{problem}"
+        );
+    }
+}
+
+#[test]
 fn members_are_exact_slices_in_order() {
     let text = r#" { "b" : [1, 2] , "a\u0041":"x\"y", "":null,"n":-1.5e3 } "#;
     let got = members(text).unwrap();
