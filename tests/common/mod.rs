@@ -391,19 +391,24 @@ impl Manifold {
 
     /// The port of the admin listener (`--admin 127.0.0.1:0`), as Manifold logged it.
     pub fn admin_port(&self) -> u16 {
-        const MARK: &str = "admin listening on 127.0.0.1:";
-        let mut port = 0;
-        eventually("the admin port in the log", || {
-            let stderr = self.stderr();
-            let Some(rest) = stderr.split(MARK).nth(1) else {
-                return false;
-            };
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            port = digits.parse().unwrap();
-            true
-        });
-        port
+        admin_port_in(|| self.stderr())
     }
+}
+
+/// The port of the admin listener on 127.0.0.1, once the log `stderr` returns names it.
+pub fn admin_port_in(stderr: impl Fn() -> String) -> u16 {
+    const MARK: &str = "admin listening on 127.0.0.1:";
+    let mut port = 0;
+    eventually("the admin port in the log", || {
+        let stderr = stderr();
+        let Some(rest) = stderr.split(MARK).nth(1) else {
+            return false;
+        };
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        port = digits.parse().unwrap();
+        true
+    });
+    port
 }
 
 impl Drop for Manifold {

@@ -55,6 +55,11 @@ impl Server {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// `path` on the admin address (`server.admin = "127.0.0.1:0"` in the config).
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", admin_port_in(|| self.stderr()))
+    }
+
     /// A host: a client with its own connection pool, not yet in a session.
     pub fn host(&self) -> Host {
         self.host_using(client())
@@ -116,7 +121,9 @@ pub fn spawn_listening(mut cmd: Command, what: &str, ip: &str) -> (Child, u16, A
     std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines() {
             let Ok(line) = line else { return };
-            if let Some(port) = listening_port(&line, &marker) {
+            // The admin address, when there is one, is not the one hosts use.
+            let admin = line.contains("admin listening on");
+            if let Some(port) = listening_port(&line, &marker).filter(|_| !admin) {
                 let _ = tx.send(port);
             }
             let mut s = sink.lock().unwrap();

@@ -254,3 +254,91 @@ fn the_team_comes_from_the_config_or_the_flag() {
     assert_ne!(bad.wait_exit(), Some(0));
     assert!(bad.stderr().contains("\"green\""), "{}", bad.stderr());
 }
+
+/// `secret` (tasks, and instructions an outsider must not read) and `public` (tools only);
+/// team `a` uses secret, `b` public, and `c` may use both but sees only public's tools.
+fn secret_and_public() -> String {
+    format!(
+        r#"[teams.a]
+upstreams = ["secret"]
+
+[teams.b]
+upstreams = ["public"]
+
+[teams.c]
+tools = {{ include = ["public__*"] }}
+prompts = {{ include = ["nothing"] }}
+resources = {{ include = ["nothing"] }}
+
+{}{}"#,
+        fixture_upstream(
+            "secret",
+            &[
+                "--name",
+                "secret",
+                "--tasks",
+                "--instructions",
+                "Internal: payroll DB at 10.0.0.5"
+            ]
+        ),
+        fixture_upstream(
+            "public",
+            &["--name", "public", "--no-prompts", "--no-resources"]
+        ),
+    )
+}
+
+/// `manifold serve --team TEAM` on `config`, initialized; returns the initialize answer too.
+fn initialized_as(team: &str, config: &str) -> (Manifold, Value) {
+    let dir = TempDir::new("teams");
+    let path = dir.write("manifold.toml", config);
+    let mut m = Manifold::start_with(
+        &["serve", "--config", path.to_str().unwrap(), "--team", team],
+        dir,
+    );
+    let init = m.initialize();
+    (m, init)
+}
+
+#[test]
+fn initialize_tells_a_team_only_of_the_upstreams_in_its_view() {
+    for team in ["b", "c"] {
+        let (mut m, init) = initialized_as(team, &secret_and_public());
+        let text = init.to_string();
+        assert_eq!(
+            init["result"]["serverInfo"]["title"], "Manifold (public)",
+            "team {team}: {init}"
+        );
+        for leak in ["secret", "payroll", "10.0.0.5"] {
+            assert!(!text.contains(leak), "team {team} learns {leak:?}: {text}");
+        }
+        let caps = &init["result"]["capabilities"];
+        // Only secret offers these: a team that cannot see it is not offered them.
+        for only_secret in ["tasks", "prompts", "resources"] {
+            assert!(caps.get(only_secret).is_none(), "team {team}: {caps}");
+        }
+        assert!(caps.get("tools").is_some(), "{caps}");
+        // What it may not see is unknown under every method that names an upstream's item.
+        let r = m.call("secret__echo", json!({"text": "x"}));
+        assert_eq!(r["error"]["message"], "Unknown tool: secret__echo", "{r}");
+        let r = m.request(
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "secret__greet"}, "argument": {"name": "name", "value": "a"}}),
+        );
+        assert_eq!(
+            r["error"]["message"], "Unknown prompt: secret__greet",
+            "{r}"
+        );
+        let r = m.request(
+            "resources/read",
+            json!({"uri": "secret+fixture://secret/readme"}),
+        );
+        assert_eq!(error_code(&r), -32002, "{r}");
+    }
+    let (_m, init) = initialized_as("a", &secret_and_public());
+    assert_eq!(init["result"]["serverInfo"]["title"], "Manifold (secret)");
+    let instructions = init["result"]["instructions"].as_str().unwrap();
+    assert!(instructions.contains("payroll"), "{instructions}");
+    assert!(!instructions.contains("public"), "{instructions}");
+    assert!(init["result"]["capabilities"].get("tasks").is_some());
+}

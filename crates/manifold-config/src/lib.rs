@@ -86,6 +86,10 @@ pub struct ServerSettings {
     /// Where `/metrics`, `/healthz` and `/readyz` are served apart from hosts (`--admin`).
     /// Without it they are served on the HTTP listener, and not at all over stdio.
     pub admin: Option<std::net::SocketAddr>,
+    /// The bearer token `/metrics` asks for (kept as its SHA-256), wherever it is served.
+    /// Without it, `/metrics` on the host listener is open only while hosts need no
+    /// credentials; with authentication configured it is served on the admin address alone.
+    pub metrics_token: Option<KeyHash>,
     /// The team a stdio host runs as (`--team` overrides it); none: anonymous.
     pub team: Option<String>,
 }

@@ -510,6 +510,11 @@ fn visibility(raw: RawVisibility) -> Visibility {
     }
 }
 
+/// A bearer secret other than a team's key (`server.metrics_token`), read like one.
+pub(crate) fn secret_token(ctx: &Ctx<'_>, key: &str, text: &str) -> Result<KeyHash, ConfigError> {
+    api_key(ctx, key, text)
+}
+
 /// `sha256:<64 hex digits>`, or the key itself (usually `${ENV}`), hashed here.
 fn api_key(ctx: &Ctx<'_>, key: &str, text: &str) -> Result<KeyHash, ConfigError> {
     if let Some(hex) = text.strip_prefix("sha256:") {
@@ -530,7 +535,7 @@ fn api_key(ctx: &Ctx<'_>, key: &str, text: &str) -> Result<KeyHash, ConfigError>
         return Err(ctx.err(
             key,
             format!(
-                "an API key must have at least {MIN_API_KEY_CHARS} characters (or be given as \
+                "a key must have at least {MIN_API_KEY_CHARS} characters (or be given as \
                  sha256:<hex> of the key)"
             ),
         ));

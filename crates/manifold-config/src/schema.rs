@@ -30,6 +30,7 @@ pub(crate) struct RawServer {
     pub(crate) max_requests_per_session: Option<u64>,
     pub(crate) replay_events: Option<u64>,
     pub(crate) admin: Option<String>,
+    pub(crate) metrics_token: Option<String>,
     pub(crate) team: Option<String>,
 }
 

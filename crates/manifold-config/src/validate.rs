@@ -109,6 +109,11 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         session_queue_bytes: to_usize(ctx, "server.session_queue_bytes", session_queue_bytes)?,
         http: http_settings(ctx, &raw)?,
         admin: admin_addr(ctx, &raw)?,
+        metrics_token: raw
+            .metrics_token
+            .as_deref()
+            .map(|t| crate::policy::secret_token(ctx, "server.metrics_token", t))
+            .transpose()?,
         team: raw.team.clone(),
     })
 }

@@ -1,12 +1,21 @@
 //! The `initialize` result: the negotiated version, capabilities that reflect what the
-//! upstreams offer, and a `serverInfo` that says what this merged server is.
+//! upstreams offer, and a `serverInfo` that says what this merged server is. All of it comes
+//! from the upstreams the host may know of: a team is never told of an upstream its view
+//! hides, not even through a capability only that upstream offers.
 
 use manifold_catalog::{Catalog, UpstreamState};
 use serde_json::{json, Map, Value};
 
-/// The initialize result for `catalog`, as JSON text.
-pub fn result(catalog: &Catalog, version: &str) -> String {
-    let slices: Vec<_> = catalog.slices().iter().flatten().collect();
+/// The initialize result for `catalog`, as JSON text, naming only the upstreams (by index)
+/// for which `known` holds.
+pub fn result(catalog: &Catalog, version: &str, known: impl Fn(usize) -> bool) -> String {
+    let slices: Vec<_> = catalog
+        .slices()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| known(*i))
+        .filter_map(|(_, s)| s.as_ref())
+        .collect();
     let offers = |cap: &str| slices.iter().any(|s| s.has_capability(cap));
     let mut caps = Map::new();
     // Tools are always offered: upstreams that are still starting may bring some later, and
@@ -45,7 +54,13 @@ pub fn result(catalog: &Catalog, version: &str) -> String {
         tasks.insert("requests".into(), json!({ "tools": { "call": {} } }));
         caps.insert("tasks".into(), Value::Object(tasks));
     }
-    let keys: Vec<&str> = catalog.defs().iter().map(|d| d.key.as_str()).collect();
+    let keys: Vec<&str> = catalog
+        .defs()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| known(*i))
+        .map(|(_, d)| d.key.as_str())
+        .collect();
     let result = json!({
         "protocolVersion": version,
         "capabilities": caps,
@@ -54,18 +69,18 @@ pub fn result(catalog: &Catalog, version: &str) -> String {
             "title": format!("Manifold ({})", keys.join(", ")),
             "version": env!("CARGO_PKG_VERSION"),
         },
-        "instructions": instructions(catalog),
+        "instructions": instructions(catalog, &known),
     });
     result.to_string()
 }
 
 /// Tells the model what it is talking to, and passes on each upstream's own instructions.
-fn instructions(catalog: &Catalog) -> Value {
+fn instructions(catalog: &Catalog, known: &impl Fn(usize) -> bool) -> Value {
     let mut text = String::from(
         "Manifold presents several MCP servers as one. Tool and prompt names start with the \
          server's prefix; resource URIs start with the server's prefix and '+'. Servers:",
     );
-    for (i, def) in catalog.defs().iter().enumerate() {
+    for (i, def) in catalog.defs().iter().enumerate().filter(|(i, _)| known(*i)) {
         let state = match catalog.state(i) {
             UpstreamState::Up => "available".to_owned(),
             UpstreamState::Starting => "starting".to_owned(),

@@ -83,6 +83,9 @@ impl Team {
 pub struct View {
     generation: u64,
     listings: [Listing; 4],
+    /// Which upstreams (by index) the team may know of: named in `initialize`, counted in
+    /// its capabilities.
+    upstreams: Vec<bool>,
 }
 
 impl View {
@@ -94,16 +97,36 @@ impl View {
                     .is_some_and(|d| team.sees(kind, &d.key, &item.exposed))
             }
         };
-        let listing = |kind: Kind| catalog.listing(kind).filtered(keep(kind));
+        let listings = Kind::ALL.map(|kind| catalog.listing(kind).filtered(keep(kind)));
+        // An upstream the team may use is known to it when the team sees everything it
+        // serves, or when at least one of its items is in the view: the existence of an
+        // upstream whose every item is hidden is not told either.
+        let c = &team.config;
+        let unfiltered = c.tools.is_empty() && c.prompts.is_empty() && c.resources.is_empty();
+        let mut upstreams: Vec<bool> = defs
+            .iter()
+            .map(|d| unfiltered && c.admits_upstream(&d.key))
+            .collect();
+        for item in listings.iter().flat_map(Listing::items) {
+            if let Some(known) = upstreams.get_mut(item.upstream) {
+                *known = true;
+            }
+        }
         Self {
             generation: catalog.generation(),
-            listings: Kind::ALL.map(listing),
+            listings,
+            upstreams,
         }
     }
 
     pub fn listing(&self, kind: Kind) -> &Listing {
         let index = Kind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
         &self.listings[index]
+    }
+
+    /// Whether the team may know that upstream `index` exists.
+    pub fn knows_upstream(&self, index: usize) -> bool {
+        self.upstreams.get(index).copied().unwrap_or(false)
     }
 }
 

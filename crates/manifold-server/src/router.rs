@@ -459,7 +459,14 @@ impl Router {
                 .hub
                 .wait_settled(router.settings.startup_timeout)
                 .await;
-            let result = initialize::result(&router.hub.catalog(), negotiated);
+            let catalog = router.hub.catalog();
+            let result = match session.caller().restricted() {
+                Some(team) => {
+                    let view = team.view(&catalog);
+                    initialize::result(&catalog, negotiated, |i| view.knows_upstream(i))
+                }
+                None => initialize::result(&catalog, negotiated, |_| true),
+            };
             session.finish_initialize(negotiated, client);
             ctx.reply(&result);
         });

@@ -7,9 +7,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use manifold_catalog::UpstreamState;
+use manifold_config::{KeyHash, ServerSettings};
 
 use crate::router::Router;
 
@@ -18,19 +19,63 @@ pub(super) struct Admin {
     router: Arc<Router>,
     /// Which upstreams `/readyz` waits for (by index).
     required: Vec<bool>,
+    /// Whether `/readyz` names each upstream and its state: on the admin address only, so
+    /// that the address hosts use tells nobody which upstreams exist.
+    detail: bool,
+    metrics: MetricsAccess,
 }
 
-/// Adds `/healthz`, `/readyz` and, when `metrics`, `/metrics`; the app must hold an `Admin`.
-pub(super) fn routes(cfg: &mut web::ServiceConfig, metrics: bool) {
-    cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz));
-    if metrics {
-        cfg.route("/metrics", web::get().to(scrape));
+/// Who may read `/metrics` where it is served: its labels name teams, tools and upstreams.
+#[derive(Clone)]
+pub(super) enum MetricsAccess {
+    Open,
+    /// Only with `Authorization: Bearer <token>` (`server.metrics_token`, kept hashed).
+    Token(KeyHash),
+    /// Not served here; the text says where it is.
+    Elsewhere(&'static str),
+}
+
+impl MetricsAccess {
+    /// On the host listener: never open while hosts need credentials.
+    pub(super) fn on_listener(settings: &ServerSettings, authenticated: bool) -> Self {
+        if settings.admin.is_some() {
+            return Self::Elsewhere("/metrics is served on the admin address (server.admin)\n");
+        }
+        match settings.metrics_token {
+            Some(token) => Self::Token(token),
+            None if authenticated => Self::Elsewhere(
+                "with authentication configured, /metrics is served on the admin address \
+                 (server.admin) or with server.metrics_token\n",
+            ),
+            None => Self::Open,
+        }
+    }
+
+    /// On the admin address.
+    fn on_admin(settings: &ServerSettings) -> Self {
+        settings.metrics_token.map_or(Self::Open, Self::Token)
     }
 }
 
-pub(super) fn data(router: Arc<Router>, required: Vec<bool>) -> web::Data<Admin> {
-    web::Data::new(Admin { router, required })
+/// Adds `/healthz`, `/readyz` and `/metrics`; the app must hold an `Admin`.
+pub(super) fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(scrape));
+}
+
+pub(super) fn data(
+    router: Arc<Router>,
+    required: Vec<bool>,
+    detail: bool,
+    metrics: MetricsAccess,
+) -> web::Data<Admin> {
+    web::Data::new(Admin {
+        router,
+        required,
+        detail,
+        metrics,
+    })
 }
 
 /// Serves the admin endpoints alone on `addr` (one worker: scrapes and probes are rare).
@@ -39,17 +84,14 @@ pub fn serve(
     addr: SocketAddr,
     required: Vec<bool>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
-    let admin = data(router, required);
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(admin.clone())
-            .configure(|cfg| routes(cfg, true))
-    })
-    .workers(1)
-    .keep_alive(Duration::from_secs(75))
-    .disable_signals()
-    .shutdown_timeout(1)
-    .bind(addr)?;
+    let metrics = MetricsAccess::on_admin(router.settings());
+    let admin = data(router, required, true, metrics);
+    let server = HttpServer::new(move || App::new().app_data(admin.clone()).configure(routes))
+        .workers(1)
+        .keep_alive(Duration::from_secs(75))
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind(addr)?;
     let bound = server.addrs().first().copied().unwrap_or(addr);
     Ok((server.run(), bound))
 }
@@ -58,27 +100,41 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok\n")
 }
 
-/// 200 when every upstream marked `required` is up, else 503; the body lists every upstream.
+/// 200 when every upstream marked `required` is up, else 503. The body counts upstreams;
+/// on the admin address it also lists each one with its state.
 async fn readyz(admin: web::Data<Admin>) -> HttpResponse {
     let catalog = admin.router.hub().catalog();
-    let mut ready = true;
+    let (mut required_up, mut required_total, mut up) = (0, 0, 0);
     let mut upstreams = serde_json::Map::new();
     for (i, def) in catalog.defs().iter().enumerate() {
-        let state = match catalog.state(i) {
-            UpstreamState::Up => "up".to_owned(),
-            UpstreamState::Starting => "starting".to_owned(),
-            UpstreamState::Down { reason } => format!("down: {reason}"),
-        };
+        let state = catalog.state(i);
         let required = admin.required.get(i).copied().unwrap_or(false);
-        if required && *catalog.state(i) != UpstreamState::Up {
-            ready = false;
+        let is_up = *state == UpstreamState::Up;
+        up += usize::from(is_up);
+        required_total += usize::from(required);
+        required_up += usize::from(required && is_up);
+        if admin.detail {
+            let state = match state {
+                UpstreamState::Up => "up".to_owned(),
+                UpstreamState::Starting => "starting".to_owned(),
+                UpstreamState::Down { reason } => format!("down: {reason}"),
+            };
+            upstreams.insert(
+                def.key.clone(),
+                serde_json::json!({ "state": state, "required": required }),
+            );
         }
-        upstreams.insert(
-            def.key.clone(),
-            serde_json::json!({ "state": state, "required": required }),
-        );
     }
-    let body = serde_json::json!({ "ready": ready, "upstreams": upstreams });
+    let ready = required_up == required_total;
+    let mut body = serde_json::json!({
+        "ready": ready,
+        "up": up,
+        "total": catalog.defs().len(),
+        "required": { "up": required_up, "total": required_total },
+    });
+    if admin.detail {
+        body["upstreams"] = serde_json::Value::Object(upstreams);
+    }
     let status = if ready {
         StatusCode::OK
     } else {
@@ -87,7 +143,29 @@ async fn readyz(admin: web::Data<Admin>) -> HttpResponse {
     HttpResponse::build(status).json(body)
 }
 
-async fn scrape(admin: web::Data<Admin>) -> HttpResponse {
+async fn scrape(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
+    match &admin.metrics {
+        MetricsAccess::Open => {}
+        MetricsAccess::Token(token) => {
+            let presented = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(|t| KeyHash::of(t.trim()));
+            if presented.as_ref() != Some(token) {
+                return HttpResponse::Unauthorized()
+                    .insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"metrics\""))
+                    .content_type("text/plain")
+                    .body("/metrics needs the bearer token of server.metrics_token\n");
+            }
+        }
+        MetricsAccess::Elsewhere(why) => {
+            return HttpResponse::NotFound()
+                .content_type("text/plain")
+                .body(*why);
+        }
+    }
     let text = crate::scrape::render(&admin.router);
     HttpResponse::Ok()
         .content_type(manifold_telemetry::exposition::CONTENT_TYPE)

@@ -69,19 +69,18 @@ pub fn serve(
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
     let workers = settings.workers;
-    // With an admin address, metrics are served there only.
-    let metrics_here = router.settings().admin.is_none();
     let (auth, resource) = match auth {
         Some(a) if a.authenticator.required() => (Some(a.authenticator), a.resource),
         _ => (None, None),
     };
+    let metrics = admin::MetricsAccess::on_listener(router.settings(), auth.is_some());
     let shared = web::Data::new(Shared {
         router: Arc::clone(&router),
         settings,
         auth,
         resource,
     });
-    let admin = admin::data(Arc::clone(&router), required);
+    let admin = admin::data(Arc::clone(&router), required, false, metrics);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(shared.clone())
@@ -111,7 +110,7 @@ pub fn serve(
                 &format!("{METADATA_PATH}/mcp"),
                 web::get().to(resource_metadata),
             )
-            .configure(|cfg| admin::routes(cfg, metrics_here))
+            .configure(admin::routes)
     })
     .workers(workers)
     // Hosts pause between calls; a connection they keep should not be closed under them.
