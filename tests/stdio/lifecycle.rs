@@ -240,3 +240,101 @@ fn server_cpus_that_do_not_exist_stop_serve_with_a_clear_error() {
     let err = m.stderr();
     assert!(err.contains("server.cpus") && err.contains("1023"), "{err}");
 }
+
+/// Runs `manifold serve` on `config`, initializes, then writes `calls` pipelined calls of
+/// `tool` (ids 1..=calls) to its stdin at once and closes stdin right after them, and reads
+/// stdout to its end. Returns every answer to a call, by id, and the exit code.
+fn pipelined_then_closed(
+    dir: &TempDir,
+    config: &str,
+    calls: usize,
+    tool: &str,
+) -> (
+    std::collections::HashMap<u64, Vec<serde_json::Value>>,
+    Option<i32>,
+) {
+    use std::io::{BufRead, BufReader, Write};
+    let path = dir.write("manifold.toml", config);
+    let mut child = std::process::Command::new(manifold_bin())
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env("MANIFOLD_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (initialized, init_seen) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut answers: std::collections::HashMap<u64, Vec<serde_json::Value>> =
+            Default::default();
+        for line in stdout.lines() {
+            let message: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            match message["id"].as_u64() {
+                Some(id) => answers.entry(id).or_default().push(message),
+                None => {
+                    let _ = initialized.send(());
+                }
+            }
+        }
+        answers
+    });
+    stdin
+        .write_all(
+            concat!(
+                r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+                "\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    init_seen.recv_timeout(WAIT).expect("initialize answered");
+    let mut text = String::from("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+    for id in 1..=calls {
+        text.push_str(&format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"{tool}\",\"arguments\":{{\"text\":\"n{id}\",\"ms\":30000}}}}}}\n"
+        ));
+    }
+    stdin.write_all(text.as_bytes()).unwrap();
+    // The host closes its input right after its last request.
+    drop(stdin);
+    let answers = reader.join().unwrap();
+    let code = child.wait().unwrap().code();
+    (answers, code)
+}
+
+#[test]
+fn every_request_read_before_the_host_closes_its_input_is_answered() {
+    let dir = TempDir::new("eof");
+    let (config, pid_files) = pid_config(&dir);
+    let config = config.replace("shutdown_grace_ms = 300", "shutdown_grace_ms = 60000");
+    let (answers, code) = pipelined_then_closed(&dir, &config, 20_000, "alpha__echo");
+    assert_eq!(code, Some(0));
+    assert_eq!(answers.len(), 20_000, "every call answered");
+    for (id, got) in &answers {
+        assert_eq!(got.len(), 1, "call {id} answered once: {got:?}");
+        assert_eq!(text_of(&got[0]), format!("n{id}"), "{:?}", got[0]);
+    }
+    assert_all_gone(&pids_of(&pid_files));
+}
+
+#[test]
+fn requests_the_upstream_does_not_answer_in_the_grace_time_get_one_clear_error() {
+    let dir = TempDir::new("eof-slow");
+    let (config, pid_files) = pid_config(&dir);
+    // `sleep` answers after 30 s (ms = 30000): far past the 300 ms of grace.
+    let (answers, code) = pipelined_then_closed(&dir, &config, 50, "alpha__sleep");
+    assert_eq!(code, Some(0));
+    assert_eq!(answers.len(), 50, "every call answered");
+    for (id, got) in &answers {
+        assert_eq!(got.len(), 1, "call {id} answered once: {got:?}");
+        assert_eq!(error_code(&got[0]), -32010, "{:?}", got[0]);
+        let message = got[0]["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("closed its input") && message.contains("shutdown_grace_ms"),
+            "{message}"
+        );
+    }
+    assert_all_gone(&pids_of(&pid_files));
+}

@@ -101,6 +101,9 @@ impl Context {
     /// A request that arrived from `origin`; `parent` is the trace context it carried.
     pub fn new(origin: &Origin, id: &str, method: &str, parent: Option<&Carrier>) -> Self {
         let session = origin.session.clone();
+        if let Some(session) = &session {
+            session.request_started();
+        }
         let version = session
             .as_ref()
             .and_then(|s| s.version())
@@ -182,6 +185,9 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        if let Some(session) = &self.session {
+            session.request_done();
+        }
         let outcome = match self.outcome.load(Ordering::Relaxed) {
             0 => Outcome::Cancelled,
             n => Outcome::ALL[usize::from(n - 1)],

@@ -250,18 +250,22 @@ impl Router {
         if let Some(router) = self.this.upgrade() {
             router.forget_session(&session);
         }
-        let cancelled: usize = self
-            .upstreams
-            .iter()
-            .filter_map(UpstreamHandle::connection)
-            .map(|c| c.cancel_session(id, reason))
-            .sum();
+        let cancelled = self.cancel_in_flight(id, reason);
         tracing::info!(
             session = id,
             transport = session.transport().name(),
             cancelled,
             "session ended: {reason}"
         );
+    }
+
+    /// Cancels upstream every request session `id` has in flight (on shared connections and
+    /// its own); each is answered with an error giving `reason`. Returns how many there were.
+    pub fn cancel_in_flight(&self, id: u64, reason: &str) -> usize {
+        self.connections_of(id)
+            .iter()
+            .map(|c| c.cancel_session(id, reason))
+            .sum()
     }
 
     /// Handles one message from a host.

@@ -3,7 +3,7 @@
 
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -91,6 +91,10 @@ pub struct Session {
     log_level: AtomicU8,
     /// The exposed URIs the host subscribed to. Locked to add, remove or look one up.
     subscriptions: Mutex<HashSet<String>>,
+    /// Requests read from the host that are neither answered nor cancelled by it (a
+    /// [`crate::context::Context`] is alive for each): what a host that closed its input is
+    /// still owed.
+    unanswered: AtomicUsize,
 }
 
 /// No `logging/setLevel` yet.
@@ -149,7 +153,35 @@ impl Session {
             outbound: Mutex::new(Outbound::default()),
             log_level: AtomicU8::new(UNSET),
             subscriptions: Mutex::new(HashSet::new()),
+            unanswered: AtomicUsize::new(0),
         })
+    }
+
+    /// A request of the host's was read (its context made).
+    pub(crate) fn request_started(&self) {
+        self.unanswered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request of the host's was answered, or cancelled (its context dropped).
+    pub(crate) fn request_done(&self) {
+        self.unanswered.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Requests read and not yet answered.
+    pub fn unanswered(&self) -> usize {
+        self.unanswered.load(Ordering::Relaxed)
+    }
+
+    /// Waits (polling: this happens once, at the end of a session) until every request read
+    /// has been answered, or until `deadline`; returns how many are still unanswered.
+    pub fn wait_answered(&self, deadline: Instant) -> usize {
+        loop {
+            let left = self.unanswered();
+            if left == 0 || Instant::now() >= deadline {
+                return left;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     /// The log level the host asked for, if it did (an index into the RFC 5424 levels).

@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
+use std::time::Instant;
 
 use manifold_protocol::{Frame, LineBuffer};
 use manifold_telemetry::{metrics, Direction, HostTransport};
@@ -19,7 +20,8 @@ use crate::session::{Session, Transport};
 use crate::sessions::Ending;
 
 /// Serves the process's own stdin/stdout as one session, returned once registered. The
-/// session ends when the host closes stdin, or when its output overflows.
+/// session ends when the host closes stdin (once every request read has been answered), or
+/// when its output overflows.
 pub fn serve_stdio(router: Arc<Router>) -> io::Result<Arc<Session>> {
     let input = File::from(io::stdin().as_fd().try_clone_to_owned()?);
     let output = io::stdout().as_fd().try_clone_to_owned()?;
@@ -34,7 +36,7 @@ pub fn serve(
 ) -> io::Result<Arc<Session>> {
     let id = Session::next_id();
     let limit = router.settings().session_queue_bytes;
-    let outlet = outlet_for(output, id, limit, router.sessions().ending())?;
+    let (outlet, pipe) = outlet_for(output, id, limit, router.sessions().ending())?;
     let session = Session::with_id(id, Transport::Stdio, outlet);
     session.set_caller(router.stdio_caller());
     router
@@ -45,45 +47,68 @@ pub fn serve(
     std::thread::Builder::new()
         .name("host-input".into())
         .spawn(move || {
-            let why = read_loop(&router, &origin, input);
-            router.end_session(id, &why);
+            let pace = pipe.as_ref().map(|p| (p, limit / 2));
+            let why = read_loop(&router, &origin, input, pace);
+            if why == CLOSED_INPUT {
+                finish(&router, &origin, pipe.as_deref());
+            }
+            router.end_session(id, why);
         })?;
     Ok(session)
 }
 
-/// Pipes and sockets get the non-blocking writer; terminals and files plain writes, so that
-/// interactive use does not switch a shared terminal to non-blocking mode.
+/// Why the session ends when the host closes its input.
+const CLOSED_INPUT: &str = "the host closed its input";
+
+/// Pipes and sockets get the non-blocking writer (returned too, to pace and flush it);
+/// terminals and files plain writes, so that interactive use does not switch a shared
+/// terminal to non-blocking mode.
 fn outlet_for(
     fd: OwnedFd,
     session: u64,
     limit: usize,
     ending: Ending,
-) -> io::Result<Arc<dyn Outlet>> {
+) -> io::Result<(Arc<dyn Outlet>, Option<Arc<PipeWriter>>)> {
     let ft = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
     if matches!(
         ft,
         rustix::fs::FileType::Fifo | rustix::fs::FileType::Socket
     ) {
         let writer = PipeWriter::new(fd, limit, WhenFull::Fail)?;
-        Ok(Arc::new(PipeOutlet::new(writer, session, ending)))
+        let outlet = PipeOutlet::new(Arc::clone(&writer), session, ending);
+        Ok((Arc::new(outlet), Some(writer)))
     } else {
-        Ok(Arc::new(BlockingOutlet::new(File::from(fd))))
+        Ok((Arc::new(BlockingOutlet::new(File::from(fd))), None))
     }
 }
 
-/// Reads until end of input; returns why it stopped.
-fn read_loop(router: &Arc<Router>, origin: &Origin, mut input: impl Read) -> String {
+/// Reads until end of input; returns why it stopped. With `pace`, reading stops while more
+/// than its byte count of output waits for the host, and resumes once half of that is left:
+/// a host that reads slowly slows its own requests down, and its answers never reach the
+/// limit at which the session would end (unless answers to requests already read do).
+fn read_loop(
+    router: &Arc<Router>,
+    origin: &Origin,
+    mut input: impl Read,
+    pace: Option<(&Arc<PipeWriter>, usize)>,
+) -> &'static str {
     let mut buf = LineBuffer::new(router.settings().max_message_bytes);
     let session = origin.session.as_ref();
     loop {
+        if let Some((pipe, high)) = pace {
+            pipe.wait_below(high, high / 2);
+        }
         let n = match buf.read_with(|spare| input.read(spare)) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return format!("reading from the host failed: {e}"),
+            Err(e) => {
+                tracing::info!("reading from the host failed: {e}");
+                return "reading from the host failed";
+            }
         };
         metrics().host_bytes(HostTransport::Stdio, Direction::In, n);
         if session.is_some_and(|s| s.end_reason().is_some()) {
-            return "the session ended".into();
+            return "the session ended";
         }
         while let Some(frame) = buf.next_frame() {
             dispatch(router, origin, frame);
@@ -92,7 +117,39 @@ fn read_loop(router: &Arc<Router>, origin: &Origin, mut input: impl Read) -> Str
             if let Some(frame) = buf.take_rest() {
                 dispatch(router, origin, frame);
             }
-            return "the host closed its input".into();
+            return CLOSED_INPUT;
+        }
+    }
+}
+
+/// The host closed its input: every request it sent is still owed exactly one answer. Waits
+/// up to `shutdown_grace_ms` for the upstreams to answer, cancels what is left (each gets an
+/// error saying why), and waits the same time again for the output to reach the host.
+fn finish(router: &Router, origin: &Origin, pipe: Option<&PipeWriter>) {
+    let Some(session) = &origin.session else {
+        return;
+    };
+    let grace = router.settings().shutdown_grace;
+    let left = session.wait_answered(Instant::now() + grace);
+    if left > 0 {
+        let reason = format!(
+            "the host closed its input and Manifold is shutting down; no answer came within \
+             server.shutdown_grace_ms ({} ms)",
+            grace.as_millis()
+        );
+        let cancelled = router.cancel_in_flight(session.id(), &reason);
+        // Requests not yet sent upstream (waiting for a start or a limit) end on their own.
+        let still = session.wait_answered(Instant::now() + grace);
+        tracing::warn!(
+            unanswered = left,
+            cancelled,
+            never_answered = still,
+            "the host closed its input with requests in flight"
+        );
+    }
+    if let Some(pipe) = pipe {
+        if !pipe.flush(Instant::now() + grace) {
+            tracing::warn!("the host did not read all of its output before Manifold stopped");
         }
     }
 }

@@ -167,6 +167,46 @@ impl PipeWriter {
         lock(&self.state).queued
     }
 
+    /// Waits while more than `high` bytes are queued, until at most `low` are (or the pipe
+    /// closes); returns at once below `high`. The stdio transport calls it before reading
+    /// more of a host's input, so that a host that reads its output slowly is paced instead
+    /// of having its answers pile up.
+    pub fn wait_below(&self, high: usize, low: usize) {
+        let mut st = lock(&self.state);
+        if st.queued <= high {
+            return;
+        }
+        while st.queued > low && st.file.is_some() {
+            st = self
+                .changed
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Waits until everything queued has been written, the pipe closed, or `deadline`
+    /// passed; returns whether everything was written.
+    pub fn flush(&self, deadline: std::time::Instant) -> bool {
+        let mut st = lock(&self.state);
+        loop {
+            if st.file.is_none() {
+                return st.queue.is_empty();
+            }
+            if st.queue.is_empty() && !st.draining {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+
     fn drain(self: Arc<Self>) {
         loop {
             let (file, chunk) = {
@@ -186,6 +226,8 @@ impl PipeWriter {
             let ok = write_all_polling(&file, &chunk);
             let mut st = lock(&self.state);
             st.queued = st.queued.saturating_sub(chunk.len());
+            // Nothing owned any more: a flush waiting for the last chunk may return.
+            st.draining = !st.queue.is_empty();
             if !ok {
                 st.file = None;
                 st.queue.clear();
