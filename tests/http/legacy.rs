@@ -69,3 +69,63 @@ fn unknown_sessions_are_refused() {
     let r = c.post(server.url("/messages")).body("{}").send().unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 }
+
+#[test]
+fn a_host_that_does_not_read_its_stream_gets_429_then_catches_up() {
+    // Answers of 64 KiB to a host that does not read its stream for a while: past
+    // session_queue_bytes new requests are refused with 429, the session lives on, and once
+    // the host reads, every accepted call has its answer.
+    let config = format!(
+        "[server]\nsession_queue_bytes = 1048576\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha"])
+    );
+    let server = Server::start(&config);
+    let c = client();
+    let r = c
+        .get(server.url("/sse"))
+        .header("accept", "text/event-stream")
+        .timeout(Duration::from_secs(3600))
+        .send()
+        .unwrap();
+    let mut events = Events::new(r);
+    let post_url = server.url(&events.next_event().unwrap().data);
+    let post = |body: Value| {
+        c.post(&post_url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .unwrap()
+    };
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"old","version":"1"}}});
+    post(init);
+    assert_eq!(events.next_message().unwrap().1["id"], 0);
+    post(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let mut accepted = 0u64;
+    let refusal = loop {
+        assert!(accepted < 2000, "never refused");
+        let call = json!({"jsonrpc":"2.0","id":accepted + 1,"method":"tools/call","params":{"name":"alpha__big","arguments":{"bytes":65536}}});
+        let r = post(call);
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            break r;
+        }
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        accepted += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(refusal.headers()["retry-after"], "1");
+    let body: Value = refusal.json().unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has not read"),
+        "{body}"
+    );
+    for _ in 0..accepted {
+        let (_, answer) = events.next_message().unwrap();
+        assert_eq!(text_of(&answer).len(), 65536);
+    }
+    let r = post(json!({"jsonrpc":"2.0","id":"again","method":"ping"}));
+    assert_eq!(r.status(), StatusCode::ACCEPTED, "the session lives on");
+    assert_eq!(events.next_message().unwrap().1["id"], "again");
+}

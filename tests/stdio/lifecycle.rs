@@ -338,3 +338,69 @@ fn requests_the_upstream_does_not_answer_in_the_grace_time_get_one_clear_error()
     }
     assert_all_gone(&pids_of(&pid_files));
 }
+
+#[test]
+fn a_host_that_reads_slowly_is_paced_and_loses_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+    // 1,000 answers of 16 KiB (16 MiB) to a host that reads nothing for a while: far past
+    // twice the 4 MiB limit, which would end its session if Manifold kept reading.
+    let config = format!(
+        "[server]\nsession_queue_bytes = 4194304\n\n{}",
+        fixture_upstream("alpha", &["--name", "alpha"])
+    );
+    let dir = TempDir::new("paced");
+    let path = dir.write("manifold.toml", &config);
+    let mut child = std::process::Command::new(manifold_bin())
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env("MANIFOLD_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    )
+    .unwrap();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("\"result\""), "{line}");
+    let calls = 1000;
+    let writer = std::thread::spawn(move || {
+        let mut text = String::new();
+        for id in 1..=calls {
+            text.push_str(&format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"alpha__big\",\"arguments\":{{\"bytes\":16384}}}}}}\n"
+            ));
+        }
+        stdin.write_all(text.as_bytes()).unwrap();
+        stdin
+    });
+    // The host is busy elsewhere: Manifold must stop reading rather than give up on it.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "Manifold is still serving"
+    );
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < calls {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "output ended early"
+        );
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            text_of(&message).len(),
+            16384,
+            "{}",
+            &line[..200.min(line.len())]
+        );
+        assert!(answered.insert(message["id"].as_u64().unwrap()));
+    }
+    drop(writer.join().unwrap());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

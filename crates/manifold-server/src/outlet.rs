@@ -27,11 +27,17 @@ pub trait Outlet: Send + Sync {
     }
     /// A request this outlet serves will not be answered (the host cancelled it).
     fn unanswered(&self) {}
+    /// Bytes given to this outlet that the host has not taken yet.
+    fn backlog(&self) -> usize {
+        0
+    }
 }
 
 /// A session's output to a pipe or socket (stdio): non-blocking writes, queued while the host
-/// reads slowly. When the queue passes its limit, the session is ended: one host that stops
-/// reading must not hold memory, upstreams or shutdown hostage.
+/// reads slowly. The stdio transport stops reading the host's input while the queue is long
+/// (see `stdio::read_loop`); should it still pass the writer's limit (twice
+/// `session_queue_bytes`), the session is ended: one host that stops reading must not hold
+/// memory, upstreams or shutdown hostage.
 pub struct PipeOutlet {
     writer: Arc<PipeWriter>,
     session: u64,
@@ -67,6 +73,10 @@ impl Outlet for PipeOutlet {
                 .ending
                 .end(self.session, "the host closed its output".into()),
         }
+    }
+
+    fn backlog(&self) -> usize {
+        self.writer.queued()
     }
 }
 

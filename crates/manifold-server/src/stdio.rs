@@ -36,7 +36,8 @@ pub fn serve(
 ) -> io::Result<Arc<Session>> {
     let id = Session::next_id();
     let limit = router.settings().session_queue_bytes;
-    let (outlet, pipe) = outlet_for(output, id, limit, router.sessions().ending())?;
+    let hard = limit.saturating_mul(2);
+    let (outlet, pipe) = outlet_for(output, id, hard, router.sessions().ending())?;
     let session = Session::with_id(id, Transport::Stdio, outlet);
     session.set_caller(router.stdio_caller());
     router
@@ -47,7 +48,7 @@ pub fn serve(
     std::thread::Builder::new()
         .name("host-input".into())
         .spawn(move || {
-            let pace = pipe.as_ref().map(|p| (p, limit / 2));
+            let pace = pipe.as_ref().map(|p| (p, limit));
             let why = read_loop(&router, &origin, input, pace);
             if why == CLOSED_INPUT {
                 finish(&router, &origin, pipe.as_deref());
@@ -56,6 +57,9 @@ pub fn serve(
         })?;
     Ok(session)
 }
+
+/// The writer under a stdio session's outlet, when it writes to a pipe or socket.
+type Pipe = Option<Arc<PipeWriter>>;
 
 /// Why the session ends when the host closes its input.
 const CLOSED_INPUT: &str = "the host closed its input";
@@ -68,7 +72,7 @@ fn outlet_for(
     session: u64,
     limit: usize,
     ending: Ending,
-) -> io::Result<(Arc<dyn Outlet>, Option<Arc<PipeWriter>>)> {
+) -> io::Result<(Arc<dyn Outlet>, Pipe)> {
     let ft = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
     if matches!(
         ft,
@@ -82,10 +86,14 @@ fn outlet_for(
     }
 }
 
-/// Reads until end of input; returns why it stopped. With `pace`, reading stops while more
-/// than its byte count of output waits for the host, and resumes once half of that is left:
-/// a host that reads slowly slows its own requests down, and its answers never reach the
-/// limit at which the session would end (unless answers to requests already read do).
+/// Reads until end of input; returns why it stopped.
+///
+/// The one stdio host is paced rather than cut off: its input is not read while more than
+/// `pace`'s byte count of output (`session_queue_bytes`) waits for it (until half of that is
+/// left), nor while more than `max_requests_per_session` of its requests are unanswered. So a
+/// host that reads slowly slows its own requests down, and what Manifold holds for it stays
+/// bounded by the limit plus the answers to requests already read; only if those (or
+/// notifications) pass twice the limit is the session ended.
 fn read_loop(
     router: &Arc<Router>,
     origin: &Origin,
@@ -94,10 +102,8 @@ fn read_loop(
 ) -> &'static str {
     let mut buf = LineBuffer::new(router.settings().max_message_bytes);
     let session = origin.session.as_ref();
+    let in_flight = router.settings().http.max_requests_per_session;
     loop {
-        if let Some((pipe, high)) = pace {
-            pipe.wait_below(high, high / 2);
-        }
         let n = match buf.read_with(|spare| input.read(spare)) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -111,6 +117,12 @@ fn read_loop(
             return "the session ended";
         }
         while let Some(frame) = buf.next_frame() {
+            if let Some((pipe, high)) = pace {
+                pipe.wait_below(high, high / 2);
+            }
+            if let Some(session) = session {
+                wait_for_answers(session, in_flight);
+            }
             dispatch(router, origin, frame);
         }
         if n == 0 {
@@ -119,6 +131,14 @@ fn read_loop(
             }
             return CLOSED_INPUT;
         }
+    }
+}
+
+/// Waits while the host has more than `limit` requests unanswered. Rare (a host pipelining
+/// past the limit), so a short sleep is simpler than a wake-up on every answer.
+fn wait_for_answers(session: &Session, limit: usize) {
+    while session.unanswered() > limit && session.end_reason().is_none() {
+        std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }
 

@@ -48,6 +48,9 @@ pub struct PipeWriter {
     changed: Condvar,
     limit: usize,
     when_full: WhenFull,
+    /// `State::queued`, readable without the lock (set under it), for a reader that checks
+    /// it before every message it takes in.
+    backlog: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -88,6 +91,7 @@ impl PipeWriter {
             changed: Condvar::new(),
             limit,
             when_full,
+            backlog: AtomicUsize::new(0),
         }))
     }
 
@@ -133,6 +137,7 @@ impl PipeWriter {
             }
         }
         st.queued += rest.len();
+        self.backlog.store(st.queued, Ordering::Relaxed);
         st.queue.push_back(rest);
         if !st.drainer_started {
             st.drainer_started = true;
@@ -155,6 +160,7 @@ impl PipeWriter {
         st.file = None;
         st.queue.clear();
         st.queued = 0;
+        self.backlog.store(0, Ordering::Relaxed);
         self.changed.notify_all();
     }
 
@@ -164,7 +170,7 @@ impl PipeWriter {
 
     /// Bytes waiting to be written.
     pub fn queued(&self) -> usize {
-        lock(&self.state).queued
+        self.backlog.load(Ordering::Relaxed)
     }
 
     /// Waits while more than `high` bytes are queued, until at most `low` are (or the pipe
@@ -172,6 +178,9 @@ impl PipeWriter {
     /// more of a host's input, so that a host that reads its output slowly is paced instead
     /// of having its answers pile up.
     pub fn wait_below(&self, high: usize, low: usize) {
+        if self.backlog.load(Ordering::Relaxed) <= high {
+            return;
+        }
         let mut st = lock(&self.state);
         if st.queued <= high {
             return;
@@ -226,12 +235,14 @@ impl PipeWriter {
             let ok = write_all_polling(&file, &chunk);
             let mut st = lock(&self.state);
             st.queued = st.queued.saturating_sub(chunk.len());
+            self.backlog.store(st.queued, Ordering::Relaxed);
             // Nothing owned any more: a flush waiting for the last chunk may return.
             st.draining = !st.queue.is_empty();
             if !ok {
                 st.file = None;
                 st.queue.clear();
                 st.queued = 0;
+                self.backlog.store(0, Ordering::Relaxed);
             }
             self.changed.notify_all();
         }

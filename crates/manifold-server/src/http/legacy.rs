@@ -13,8 +13,8 @@ use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::streams::{EventBody, LegacyOutlet};
 use super::{
-    caller_of, check_origin, cors, new_token, read_body, rpc_error, sse_response, trace_context,
-    Shared,
+    backlogged, caller_of, check_origin, cors, hard_limit, new_token, read_body, rpc_error,
+    sse_response, trace_context, Shared,
 };
 use crate::context::Origin;
 use crate::router::Handled;
@@ -34,11 +34,7 @@ pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpRes
     };
     let sessions = shared.router.sessions();
     let id = Session::next_id();
-    let (outlet, rx, queued) = LegacyOutlet::new(
-        id,
-        sessions.ending(),
-        shared.router.settings().session_queue_bytes,
-    );
+    let (outlet, rx, queued) = LegacyOutlet::new(id, sessions.ending(), hard_limit(&shared));
     let outlet = Arc::new(outlet);
     let session = Session::with_id(id, Transport::Sse, Arc::clone(&outlet) as _);
     session.set_caller(caller);
@@ -115,6 +111,9 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> Ht
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
+    if let Some(refusal) = backlogged(shared, &**session.stream()) {
+        return refusal;
+    }
     session.touch();
     metrics().host_bytes(HostTransport::Sse, Direction::In, body.len());
     let origin = Origin {

@@ -353,6 +353,38 @@ fn check_version(headers: &HeaderMap) -> Result<&'static str, HttpResponse> {
         })
 }
 
+/// What a session's streams may hold unread before the session is ended: twice
+/// `session_queue_bytes`, past which new requests are already refused (see [`backlogged`]).
+fn hard_limit(shared: &Shared) -> usize {
+    shared
+        .router
+        .settings()
+        .session_queue_bytes
+        .saturating_mul(2)
+}
+
+/// A host that has left more than `session_queue_bytes` of its session's output unread gets
+/// 429 for new requests until it reads: it slows down instead of losing its session. Only if
+/// what it already asked for, or notifications, pass twice that is the session ended.
+fn backlogged(shared: &Shared, outlet: &dyn crate::outlet::Outlet) -> Option<HttpResponse> {
+    let limit = shared.router.settings().session_queue_bytes;
+    let waiting = outlet.backlog();
+    if waiting <= limit {
+        return None;
+    }
+    let mut r = rpc_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        codes::TOO_MANY_REQUESTS,
+        &format!(
+            "this session's host has {waiting} bytes of output it has not read \
+             (server.session_queue_bytes is {limit}); read the session's streams, then retry"
+        ),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    Some(r)
+}
+
 /// Reads a request body of at most `max` bytes.
 async fn read_body(mut payload: web::Payload, max: usize) -> Result<Bytes, HttpResponse> {
     let mut body = web::BytesMut::new();

@@ -15,8 +15,8 @@ use super::streams::{First, PostOutlet, Replay, Streams};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::{
-    caller_of, check_origin, check_version, cors, new_token, read_body, rpc_error, sse_response,
-    trace_context, Shared, SESSION_HEADER,
+    backlogged, caller_of, check_origin, check_version, cors, hard_limit, new_token, read_body,
+    rpc_error, sse_response, trace_context, Shared, SESSION_HEADER,
 };
 use crate::context::Origin;
 use crate::policy::Caller;
@@ -59,6 +59,9 @@ async fn handle_post(
     let Some(streams) = session.transport_state::<Streams>() else {
         return not_found();
     };
+    if let Some(refusal) = backlogged(shared, &*streams) {
+        return refusal;
+    }
     let limit = shared.settings.max_requests_per_session;
     if streams.in_progress.load(Ordering::Relaxed) >= limit {
         let mut r = rpc_error(
@@ -154,7 +157,7 @@ fn session_for_post(
     let streams = Arc::new(Streams::new(
         id,
         sessions.ending(),
-        shared.router.settings().session_queue_bytes,
+        hard_limit(shared),
         shared.settings.replay_events,
     ));
     let session = Session::with_state(

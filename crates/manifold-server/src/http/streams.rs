@@ -237,6 +237,10 @@ impl Outlet for Streams {
     fn answer(&self, parts: &[&[u8]]) {
         self.push(0, &message(parts, HostTransport::Http), false);
     }
+
+    fn backlog(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
 }
 
 /// The JSON text of a message given as parts of a line, counted as sent to a host.
@@ -461,5 +465,9 @@ impl Outlet for LegacyOutlet {
                 format!("the host is not reading its SSE stream ({queued} bytes waiting)"),
             );
         }
+    }
+
+    fn backlog(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
     }
 }
