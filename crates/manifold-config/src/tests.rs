@@ -216,6 +216,21 @@ fn shipped_example_configs_load() {
 }
 
 #[test]
+fn plain_http_with_credentials_beyond_loopback_is_warned_of() {
+    let warn = |addr: &str, auth, tls| crate::cleartext_warning(addr.parse().unwrap(), auth, tls);
+    let text = warn("0.0.0.0:8080", true, false).unwrap();
+    assert!(
+        text.contains("clear text") && text.contains("[server.tls]"),
+        "{text}"
+    );
+    assert_eq!(warn("0.0.0.0:8080", true, true), None);
+    assert_eq!(warn("127.0.0.1:8080", true, false), None);
+    assert_eq!(warn("[::1]:8080", true, false), None);
+    // Without credentials there is nothing to leak (and remote_refusal decides).
+    assert_eq!(warn("0.0.0.0:8080", false, false), None);
+}
+
+#[test]
 fn debug_of_a_whole_config_redacts_env_values() {
     let config =
         toml("[upstreams.gh]\ncommand = \"gh\"\nenv = { TOKEN = \"${GITHUB_TOKEN}\" }\n").unwrap();
