@@ -199,11 +199,17 @@ fn load_uses_the_process_environment() {
 
 #[test]
 fn shipped_example_configs_load() {
-    // The repository's examples must stay valid; they only use variables set everywhere.
+    // The repository's examples must stay valid; they only use variables set everywhere, or
+    // given here. (The certificate files of secure.toml are read by `manifold check`.)
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
-    let env = |name: &str| (name == "HOME").then(|| "/home/me".to_owned());
+    let env = |name: &str| match name {
+        "HOME" => Some("/home/me".to_owned()),
+        "MANIFOLD_API_KEY" => Some("example-key-0123456789abcdef".to_owned()),
+        _ => None,
+    };
     for name in [
         "demo.toml",
+        "secure.toml",
         "claude_desktop_config.json",
         "reference-servers.toml",
     ] {
