@@ -1,6 +1,7 @@
-//! TLS on the HTTP listener (`[server.tls]`): tool calls over HTTPS, HTTP/2 when the host
-//! offers it by ALPN, refusal of a host that trusts another CA, start-up refused for a missing
-//! or mismatched key, and the warning for credentials over plain HTTP beyond loopback.
+//! TLS on the HTTP listener (`[server.tls]`): tool calls and event streams over HTTPS, HTTP/2
+//! when the host offers it by ALPN, refusal of a host that trusts another CA, start-up refused
+//! for a missing or mismatched key, and the warning for credentials over plain HTTP beyond
+//! loopback (none with TLS, whose protected resource metadata names an https:// resource).
 //! Certificates are made here with the `openssl` command (a CA and a leaf for 127.0.0.1 and
 //! localhost).
 
@@ -153,7 +154,9 @@ fn chain(e: &dyn std::error::Error) -> String {
 #[test]
 fn tools_are_called_over_https_with_http2_when_the_host_offers_it() {
     let pki = Pki::new();
-    let server = Server::start_https(&upstream(), &pki.table(), "127.0.0.1");
+    // Quick keep-alives, so that the session's own stream shows it is attached.
+    let config = format!("[server]\nsse_keepalive_ms = 100\n\n{}", upstream());
+    let server = Server::start_https(&config, &pki.table(), "127.0.0.1");
     let stderr = server.stderr();
     assert!(
         stderr.contains("Streamable HTTP at https://127.0.0.1:"),
@@ -165,6 +168,13 @@ fn tools_are_called_over_https_with_http2_when_the_host_offers_it() {
     assert_eq!((r.status(), r.version()), (StatusCode::OK, Version::HTTP_2));
     let answer = h2.call("alpha__echo", json!({"text": "over h2"}));
     assert_eq!(text_of(&answer), "over h2");
+    // Streams work over HTTP/2 too: a POST answered with progress events, and the GET stream.
+    let progress = json!({"name": "alpha__progress", "arguments": {"steps": 2}, "_meta": {"progressToken": "t"}});
+    let (_, r) = h2.send("tools/call", progress);
+    assert_eq!(content_type(&r), "text/event-stream");
+    let messages = messages_of(r);
+    assert_eq!(text_of(messages.last().unwrap()), "progressed 2");
+    Events::attached(&h2).close();
 
     let mut h1 = server.ready_host_using(pki.client_builder().http1_only().build().unwrap());
     let (_, r) = h1.send("tools/list", json!({}));
@@ -260,6 +270,16 @@ fn credentials_over_plain_http_beyond_loopback_are_warned_of() {
         "{}",
         secure.stderr()
     );
+    // Hosts are pointed at the https:// resource in the protected resource metadata.
+    let metadata: serde_json::Value = pki
+        .client()
+        .get(secure.url("/.well-known/oauth-protected-resource"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let resource = metadata["resource"].as_str().unwrap();
+    assert!(resource.starts_with("https://127.0.0.1:"), "{metadata}");
     let loopback = Server::start_with(&keys, "info", &[], "127.0.0.1");
     assert!(!loopback.stderr().contains("clear text"));
 }
