@@ -75,7 +75,7 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     let pem = read(path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
         pem::Error::NoItemsFound => format!(
-            "{} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",
+            "{} holds no unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1)",
             path.display()
         ),
         other => not_pem(path, &other),
