@@ -34,6 +34,13 @@ step "install redis-server (Debian packages, unpacked under tests/.cache: no ser
 # The Redis limit backend's tests start their own server on a loopback port.
 bash tests/redis/install.sh
 
+step "install openssl (the TLS tests make their certificates with it)"
+if ! command -v openssl >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update
+    $sudo apt-get install -y openssl
+fi
+
 step "unit and integration tests (fixture upstreams over stdio and HTTP, rmcp client)"
 cargo test --workspace --locked
 

@@ -18,6 +18,8 @@ pub struct Server {
     pub child: Child,
     pub port: u16,
     pub stderr: Arc<Mutex<String>>,
+    /// `https` when the config has `[server.tls]`.
+    pub scheme: &'static str,
     /// Holds the config; removed when the server is dropped.
     _dir: TempDir,
 }
@@ -31,6 +33,23 @@ impl Server {
     /// The same, logging at `log` (`MANIFOLD_LOG`), with `env` set, listening on `ip` (a free
     /// port); reached on loopback all the same.
     pub fn start_with(config: &str, log: &str, env: &[(&str, &str)], ip: &str) -> Server {
+        Server::launch(config, log, env, ip, "http")
+    }
+
+    /// Starts Manifold serving HTTPS on `ip` (a free port): `tls` is the `[server.tls]` table
+    /// added to `config`. Hosts must trust the CA that signed its certificate (`host_using`).
+    pub fn start_https(config: &str, tls: &str, ip: &str) -> Server {
+        let config = format!("{config}\n{tls}");
+        Server::launch(&config, "info,manifold_upstream=debug", &[], ip, "https")
+    }
+
+    fn launch(
+        config: &str,
+        log: &str,
+        env: &[(&str, &str)],
+        ip: &str,
+        scheme: &'static str,
+    ) -> Server {
         let dir = TempDir::new("http");
         let path = dir.write("manifold.toml", config);
         let mut cmd = Command::new(manifold_bin());
@@ -43,12 +62,13 @@ impl Server {
             child,
             port,
             stderr,
+            scheme,
             _dir: dir,
         }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!("{}://127.0.0.1:{}{path}", self.scheme, self.port)
     }
 
     pub fn stderr(&self) -> String {
@@ -102,6 +122,37 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `manifold serve` on `config` (TOML text), expecting it to refuse to start: it must
+/// exit with a failure status (bounded wait); returns what it wrote to stderr.
+pub fn serve_refused(config: &str) -> String {
+    let dir = TempDir::new("refused");
+    let path = dir.write("manifold.toml", config);
+    let mut child = Command::new(manifold_bin())
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("manifold serve did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "exited with {status}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
 }
 
 /// Spawns `cmd` with its stderr collected, and waits (bounded) for the port it reports

@@ -15,4 +15,5 @@ mod legacy;
 mod protocol;
 mod sessions;
 mod streamable;
+mod tls;
 mod upstreams;

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -83,6 +86,31 @@ def config_text() -> str:
         f"command = {_toml_str(time_server_bin())}\n"
         'args = ["--local-timezone", "UTC"]\n'
     )
+
+
+def _wait_for_line(proc: subprocess.Popen, pattern: str, log: Path, what: str) -> re.Match:
+    """Reads the process's stderr log until a line matches (bounded)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    regex = re.compile(pattern)
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        m = regex.search(text)
+        if m:
+            return m
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"{what} did not start:\n{log.read_text(errors='replace')[-4000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _check_prerequisites() -> Path:

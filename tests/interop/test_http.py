@@ -11,11 +11,9 @@ preloaded, which binds it to 127.0.0.1 and reports the port it got.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,36 +25,22 @@ from mcp import types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import EVERYTHING_JS, HERE, REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _check_prerequisites, _toml_str, time_server_bin
+from conftest import (
+    EVERYTHING_JS,
+    HERE,
+    REPO,
+    REQUEST_TIMEOUT_S,
+    START_TIMEOUT_S,
+    _check_prerequisites,
+    _stop,
+    _toml_str,
+    _wait_for_line,
+    time_server_bin,
+)
 
 pytestmark = pytest.mark.anyio
 
 LOOPBACK = HERE / "loopback.cjs"
-
-
-def _wait_for_line(proc: subprocess.Popen, pattern: str, log: Path, what: str) -> re.Match:
-    """Reads the process's stderr log until a line matches (bounded)."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    regex = re.compile(pattern)
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        m = regex.search(text)
-        if m:
-            return m
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise AssertionError(f"{what} did not start:\n{log.read_text(errors='replace')[-4000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Everything:

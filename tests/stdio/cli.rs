@@ -6,9 +6,14 @@ use std::process::Command;
 use crate::common::*;
 
 fn check(config: &Path) -> (i32, String, String) {
+    check_with_env(config, &[])
+}
+
+fn check_with_env(config: &Path, env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(manifold_bin())
         .args(["check", "--config", config.to_str().unwrap()])
         .env("PATH", path_with_fixture())
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
@@ -174,10 +179,18 @@ fn every_shipped_config_loads() {
     let mut seen = 0;
     for entry in std::fs::read_dir(&root).unwrap() {
         let path = entry.unwrap().path();
+        // config/tls/ holds the certificate made for secure.toml, when one was made.
+        if !path.is_file() {
+            continue;
+        }
         let text = std::fs::read_to_string(&path).unwrap();
         seen += 1;
         if text.contains("manifold-fixture") {
-            let (code, out, err) = check(&path);
+            let (code, out, err) = if text.contains("[server.tls]") {
+                check_with_certificate(&path, &text)
+            } else {
+                check(&path)
+            };
             assert_eq!(code, 0, "{}: {out}{err}", path.display());
             assert!(
                 out.contains("__"),
@@ -197,6 +210,39 @@ fn every_shipped_config_loads() {
         }
     }
     assert!(seen >= 2, "config/ should hold the demo and examples");
+}
+
+/// `check` of a config with `[server.tls]` (config/secure.toml), copied beside the files its
+/// comment tells how to make, so that `check` reads a real certificate and key.
+fn check_with_certificate(path: &Path, text: &str) -> (i32, String, String) {
+    let dir = TempDir::new("secure");
+    let copy = dir.write(path.file_name().unwrap().to_str().unwrap(), text);
+    std::fs::create_dir(dir.path().join("tls")).unwrap();
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "30", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-keyout", "tls/key.pem", "-out", "tls/cert.pem"])
+        .current_dir(dir.path())
+        .output()
+        .expect("the openssl command (Debian package openssl)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    check_with_env(
+        &copy,
+        &[("MANIFOLD_API_KEY", "example-key-0123456789abcdef")],
+    )
 }
 
 #[test]

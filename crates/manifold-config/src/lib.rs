@@ -171,6 +171,21 @@ pub struct HttpSettings {
     pub max_requests_per_session: usize,
     /// Events kept per SSE stream for a host that reconnects with `Last-Event-ID`.
     pub replay_events: usize,
+    /// TLS on the listener (`[server.tls]`); none: plain HTTP. The admin listener never uses
+    /// it.
+    pub tls: Option<TlsSettings>,
+}
+
+/// The certificate chain and private key the HTTP listener serves TLS with (PEM files). Only
+/// the paths are validated here; the files are read when the listener is set up, so that
+/// `manifold check` and `serve` report their problems in one place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// The certificate chain, leaf first; relative paths are resolved against the config
+    /// file's folder.
+    pub cert: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1), resolved the same way.
+    pub key: PathBuf,
 }
 
 #[derive(Clone, Debug)]
@@ -305,6 +320,22 @@ pub fn remote_refusal(
              listen on 127.0.0.1, configure API keys or JWTs for teams, or set \
              server.allow_remote = true to accept that anyone who can reach it may use every \
              upstream"
+        )
+    })
+}
+
+/// Why serving on `addr` deserves a warning, if it does: hosts must present credentials, and
+/// without TLS those travel in clear text to a listener other machines can reach.
+pub fn cleartext_warning(
+    addr: std::net::SocketAddr,
+    authenticated: bool,
+    tls: bool,
+) -> Option<String> {
+    (!addr.ip().is_loopback() && authenticated && !tls).then(|| {
+        format!(
+            "{addr} is reachable from other machines and serves plain HTTP: API keys and JWTs \
+             travel in clear text; configure [server.tls] (cert and key) or put a TLS proxy in \
+             front"
         )
     })
 }

@@ -32,6 +32,16 @@ pub(crate) struct RawServer {
     pub(crate) admin: Option<String>,
     pub(crate) metrics_token: Option<String>,
     pub(crate) team: Option<String>,
+    pub(crate) tls: Option<RawTls>,
+}
+
+/// `[server.tls]`: both files are required once the table is there, so that a half-written
+/// table is an error rather than a silently plain listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawTls {
+    pub(crate) cert: String,
+    pub(crate) key: String,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -199,11 +199,17 @@ fn load_uses_the_process_environment() {
 
 #[test]
 fn shipped_example_configs_load() {
-    // The repository's examples must stay valid; they only use variables set everywhere.
+    // The repository's examples must stay valid; they only use variables set everywhere, or
+    // given here. (The certificate files of secure.toml are read by `manifold check`.)
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
-    let env = |name: &str| (name == "HOME").then(|| "/home/me".to_owned());
+    let env = |name: &str| match name {
+        "HOME" => Some("/home/me".to_owned()),
+        "MANIFOLD_API_KEY" => Some("example-key-0123456789abcdef".to_owned()),
+        _ => None,
+    };
     for name in [
         "demo.toml",
+        "secure.toml",
         "claude_desktop_config.json",
         "reference-servers.toml",
     ] {
@@ -213,6 +219,21 @@ fn shipped_example_configs_load() {
             assert!(!config.upstreams.is_empty(), "{name}");
         }
     }
+}
+
+#[test]
+fn plain_http_with_credentials_beyond_loopback_is_warned_of() {
+    let warn = |addr: &str, auth, tls| crate::cleartext_warning(addr.parse().unwrap(), auth, tls);
+    let text = warn("0.0.0.0:8080", true, false).unwrap();
+    assert!(
+        text.contains("clear text") && text.contains("[server.tls]"),
+        "{text}"
+    );
+    assert_eq!(warn("0.0.0.0:8080", true, true), None);
+    assert_eq!(warn("127.0.0.1:8080", true, false), None);
+    assert_eq!(warn("[::1]:8080", true, false), None);
+    // Without credentials there is nothing to leak (and remote_refusal decides).
+    assert_eq!(warn("0.0.0.0:8080", false, false), None);
 }
 
 #[test]

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{self, child};
-use crate::schema::{RawFilter, RawNames, RawServer, RawTelemetry, RawUpstream};
+use crate::schema::{RawFilter, RawNames, RawServer, RawTelemetry, RawTls, RawUpstream};
 use crate::{
     ConfigError, EnvLookup, HttpConfig, HttpKind, HttpSettings, Isolation, LogFormat, NameFilter,
     NameSettings, OtlpProtocol, RestartPolicy, ServerSettings, StdioConfig, TelemetryConfig,
-    Transport, UpstreamConfig, SAMPLERS,
+    TlsSettings, Transport, UpstreamConfig, SAMPLERS,
 };
 
 pub(crate) const DEFAULT_PAGE_SIZE: u64 = 1000;
@@ -233,6 +233,26 @@ fn http_settings(ctx: &Ctx<'_>, raw: &RawServer) -> Result<HttpSettings, ConfigE
         max_sessions: to_usize(ctx, "server.max_sessions", max_sessions)?,
         max_requests_per_session: to_usize(ctx, "server.max_requests_per_session", per_session)?,
         replay_events: to_usize(ctx, "server.replay_events", replay)?,
+        tls: match &raw.tls {
+            Some(tls) => Some(tls_settings(ctx, tls)?),
+            None => None,
+        },
+    })
+}
+
+/// The paths of `[server.tls]`, interpolated and resolved like `cwd`. The files themselves are
+/// read where the listener is set up.
+fn tls_settings(ctx: &Ctx<'_>, raw: &RawTls) -> Result<TlsSettings, ConfigError> {
+    let path = |key: &str, text: &str| -> Result<PathBuf, ConfigError> {
+        let text = ctx.interpolate(key, text)?;
+        if text.trim().is_empty() {
+            return Err(ctx.err(key, "must name a PEM file"));
+        }
+        Ok(resolve_path(ctx.file, &text))
+    };
+    Ok(TlsSettings {
+        cert: path("server.tls.cert", &raw.cert)?,
+        key: path("server.tls.key", &raw.key)?,
     })
 }
 
@@ -543,7 +563,7 @@ fn stdio(
         .collect::<Result<_, _>>()?;
     let env = interpolate_env(ctx, &child(path, "env"), env)?;
     let cwd = match cwd {
-        Some(cwd) => Some(resolve_cwd(
+        Some(cwd) => Some(resolve_path(
             ctx.file,
             &ctx.interpolate(&child(path, "cwd"), &cwd)?,
         )),
@@ -575,13 +595,14 @@ fn interpolate_env(
         .collect()
 }
 
-/// A relative `cwd` means relative to the config file, not to wherever manifold was started,
-/// so that a config keeps working when the host launches manifold from another directory.
-fn resolve_cwd(file: &Path, cwd: &str) -> PathBuf {
-    let cwd = Path::new(cwd);
+/// A relative path (`cwd`, TLS files) means relative to the config file, not to wherever
+/// manifold was started, so that a config keeps working when the host launches manifold from
+/// another directory.
+fn resolve_path(file: &Path, path: &str) -> PathBuf {
+    let path = Path::new(path);
     match file.parent() {
-        Some(dir) if cwd.is_relative() && !dir.as_os_str().is_empty() => dir.join(cwd),
-        _ => cwd.to_path_buf(),
+        Some(dir) if path.is_relative() && !dir.as_os_str().is_empty() => dir.join(path),
+        _ => path.to_path_buf(),
     }
 }
 

@@ -14,6 +14,9 @@ use crate::run;
 
 pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     let (config, defs) = run::load(path)?;
+    // The listener's certificate and key are read as `serve` would read them, so that a
+    // missing or mismatched file is found before deployment.
+    run::tls(&config)?;
     if no_start {
         for def in defs.iter() {
             println!(

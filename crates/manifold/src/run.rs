@@ -31,6 +31,27 @@ pub fn load(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
     Ok((config, defs))
 }
 
+/// The listener's TLS configuration, read from the files `[server.tls]` names; none when TLS
+/// is not configured.
+pub fn tls(config: &Config) -> anyhow::Result<Option<http::tls::ServerConfig>> {
+    match &config.server.http.tls {
+        Some(settings) => Ok(Some(http::tls::server_config(&config.source, settings)?)),
+        None => Ok(None),
+    }
+}
+
+/// Logs a warning when hosts send credentials in clear text to a listener other machines
+/// can reach.
+fn warn_of_cleartext(config: &Config, tls: bool) {
+    let Some(addr) = config.server.http.listen else {
+        return;
+    };
+    let authenticated = manifold_config::auth_required(&config.auth, &config.teams);
+    if let Some(warning) = manifold_config::cleartext_warning(addr, authenticated, tls) {
+        tracing::warn!("{warning}");
+    }
+}
+
 /// Starts the hub and one actor per upstream. Must run inside the actix system.
 pub fn start_upstreams(
     config: &Config,
@@ -115,6 +136,12 @@ pub fn serve(
     if let Some(addr) = admin {
         config.server.admin = Some(addr);
     }
+    // Read before anything starts, so that a bad certificate or key stops Manifold at once.
+    // Over stdio the files are not needed.
+    let tls = match config.server.http.listen {
+        Some(_) => tls(&config)?,
+        None => None,
+    };
     // Logging (and trace export) before any thread or child exists; kept to the end, when
     // dropping it exports the last spans.
     let _tracing = manifold_telemetry::logs::init(&config.telemetry);
@@ -122,6 +149,7 @@ pub fn serve(
     for (key, why) in &config.skipped {
         tracing::warn!(upstream = %key, "skipped: {why}");
     }
+    warn_of_cleartext(&config, tls.is_some());
     // Before any thread or child exists, so that all of them inherit it.
     pin_to(&config.server.cpus)?;
     let layers: Vec<Arc<dyn Layer>> = LimitLayer::new(&config.limits, &config.teams)
@@ -171,7 +199,7 @@ pub fn serve(
             None => None,
         };
         let served = match http {
-            Some(addr) => serve_http(&router, &config, addr).await,
+            Some(addr) => serve_http(&router, &config, addr, tls).await,
             None => serve_stdio(&router).await,
         };
         if let Some(admin) = admin {
@@ -220,16 +248,18 @@ async fn serve_http(
     router: &Arc<Router>,
     config: &Config,
     addr: std::net::SocketAddr,
+    tls: Option<http::tls::ServerConfig>,
 ) -> anyhow::Result<()> {
     let required = config.upstreams.iter().map(|u| u.required).collect();
     let auth = http::HttpAuth {
         authenticator: Arc::new(Authenticator::new(&config.auth, &config.teams)),
         resource: config.auth.resource.clone(),
     };
-    let (server, bound) = http::serve(Arc::clone(router), addr, required, Some(auth))
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let (server, bound) = http::serve(Arc::clone(router), addr, required, Some(auth), tls)
         .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(
-        "listening on {bound}: Streamable HTTP at http://{bound}/mcp, HTTP+SSE at http://{bound}/sse"
+        "listening on {bound}: Streamable HTTP at {scheme}://{bound}/mcp, HTTP+SSE at {scheme}://{bound}/sse"
     );
     let handle = server.handle();
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;

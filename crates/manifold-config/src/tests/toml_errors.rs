@@ -127,6 +127,26 @@ fn renames_and_env_names_are_checked() {
 }
 
 #[test]
+fn tls_needs_both_files_and_nothing_else() {
+    let (key, problem) = toml_err("[server.tls]\ncert = \"c.pem\"\n");
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("server.tls.key", "required key is missing")
+    );
+    let (key, problem) = toml_err("[server.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nca = \"x\"\n");
+    assert_eq!(key, "server.tls.ca");
+    assert!(problem == "unknown key; expected cert or key", "{problem}");
+    let (key, problem) = toml_err("[server.tls]\ncert = \" \"\nkey = \"k.pem\"\n");
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("server.tls.cert", "must name a PEM file")
+    );
+    let (key, problem) = toml_err("[server.tls]\ncert = \"c.pem\"\nkey = \"${NOPE}\"\n");
+    assert_eq!(key, "server.tls.key");
+    assert!(problem.contains("NOPE"), "{problem}");
+}
+
+#[test]
 fn unknown_keys_are_named_with_their_path() {
     let (key, problem) = toml_err("[upstreams.time]\ncomand = \"x\"\n");
     assert_eq!(key, "upstreams.time.comand");

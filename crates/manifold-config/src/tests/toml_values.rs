@@ -228,6 +228,15 @@ fn relative_cwd_resolves_against_the_config_directory() {
 }
 
 #[test]
+fn tls_paths_resolve_against_the_config_directory() {
+    let text = "[server.tls]\ncert = \"tls/cert.pem\"\nkey = \"${HOME}/key.pem\"\n";
+    let tls = toml(text).unwrap().server.http.tls.unwrap();
+    assert_eq!(tls.cert, PathBuf::from("/etc/manifold/tls/cert.pem"));
+    assert_eq!(tls.key, PathBuf::from("/home/me/key.pem"));
+    assert_eq!(toml("").unwrap().server.http.tls, None);
+}
+
+#[test]
 fn http_upstreams_and_listener_settings_are_read() {
     let config = toml(
         r#"

@@ -14,6 +14,7 @@ mod admin;
 mod legacy;
 mod streamable;
 pub mod streams;
+pub mod tls;
 
 use std::io;
 use std::net::SocketAddr;
@@ -60,12 +61,15 @@ pub struct HttpAuth {
 }
 
 /// Binds `addr` and returns the server, ready to be awaited (it runs on the current actix
-/// system), and the address it bound (the port, when 0 was asked for).
+/// system), and the address it bound (the port, when 0 was asked for). With `tls` (made by
+/// [`tls::server_config`]) it serves HTTPS, HTTP/2 or HTTP/1.1 as the host's ALPN offer
+/// says; without it, plain HTTP/1.1.
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
     required: Vec<bool>,
     auth: Option<HttpAuth>,
+    tls: Option<tls::ServerConfig>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
     let workers = settings.workers;
@@ -116,8 +120,11 @@ pub fn serve(
     // Hosts pause between calls; a connection they keep should not be closed under them.
     .keep_alive(Duration::from_secs(75))
     .disable_signals()
-    .shutdown_timeout(1)
-    .bind(addr)?;
+    .shutdown_timeout(1);
+    let server = match tls {
+        Some(config) => server.bind_rustls_0_23(addr, config)?,
+        None => server.bind(addr)?,
+    };
     let bound = server.addrs().first().copied().unwrap_or(addr);
     spawn_sweeper(&router);
     Ok((server.run(), bound))
