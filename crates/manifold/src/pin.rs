@@ -102,7 +102,11 @@ pub fn with_pins(
 /// `check`'s report of every tool and prompt that does not match its pin, with its diff.
 pub fn render_drift(catalog: &Catalog, lock: &Path) -> String {
     let drift = catalog.drift();
-    let mut out = format!("pinning ({}): {} differ\n", lock.display(), drift.len());
+    let mut out = format!(
+        "pinning ({}): {} not as pinned\n",
+        lock.display(),
+        drift.len()
+    );
     for d in drift {
         let verdict = match (d.held, d.pinned.is_some()) {
             (true, _) => "HELD",
