@@ -1,5 +1,6 @@
 //! `manifold check`: validate a config, start its upstreams, print the merged catalog with
-//! every renamed, sanitized or shortened name, and fail on anything a user must fix.
+//! every renamed, sanitized or shortened name (and, with `[pinning]`, every tool and prompt
+//! that differs from its pin), and fail on anything a user must fix, a held tool included.
 
 use std::fmt::Write as _;
 use std::path::Path;
