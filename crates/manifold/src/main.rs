@@ -64,6 +64,7 @@ enum Command {
     /// file `[pinning] lock` names, else manifold.lock beside the config. Nothing is written
     /// when an upstream fails to start.
     Pin {
+        /// Config file; a relative `[pinning] lock` is resolved against its folder.
         #[arg(long, short)]
         config: PathBuf,
     },

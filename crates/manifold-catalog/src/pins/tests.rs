@@ -133,6 +133,31 @@ fn new_tools_are_held_or_allowed_as_on_new_says() {
 }
 
 #[test]
+fn a_changed_prompt_is_held_by_its_original_name() {
+    let mut pins = pins_of(&[ECHO]);
+    let old = r#"{"name":"greet","arguments":[]}"#;
+    pins.prompts = UpstreamPins::of(&[], &[raw(old)]).prompts;
+    let c = catalog(pins, OnChange::Hold, OnNew::Hold, &[ECHO]);
+    assert!(c.listing(Kind::Prompts).items().is_empty());
+    let [drift] = c.drift() else {
+        panic!("{:?}", c.drift())
+    };
+    assert_eq!(
+        (drift.kind, drift.original.as_str()),
+        (Kind::Prompts, "greet")
+    );
+    assert_eq!(drift.reason(), "its arguments changed since it was pinned");
+    assert!(matches!(
+        c.resolve_name(Kind::Prompts, "fx__greet"),
+        Resolved::Held(_)
+    ));
+    assert!(matches!(
+        c.resolve_name(Kind::Tools, "fx__greet"),
+        Resolved::Unknown
+    ));
+}
+
+#[test]
 fn a_wrong_digest_in_the_lock_holds_the_tool() {
     let mut pins = pins_of(&[ECHO]);
     pins.tools.get_mut("echo").unwrap().digest = canonical::digest("something else");
