@@ -12,6 +12,7 @@ mod cli;
 mod errors;
 mod hostile;
 mod lifecycle;
+mod pinning;
 mod protocol;
 mod routing;
 mod teams;

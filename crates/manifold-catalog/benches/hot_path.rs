@@ -41,6 +41,7 @@ fn catalog(upstreams: usize, tools: usize) -> Catalog {
             tools: NameFilter::default(),
             prompts: NameFilter::default(),
             tool_timeouts: Default::default(),
+            pinning: None,
         })
         .collect();
     let slices = (0..upstreams)

@@ -8,6 +8,7 @@ use manifold_protocol::RawObject;
 use serde_json::value::RawValue;
 
 use crate::listing::{Item, Kind, Listing, NameOrigin};
+use crate::pins::{Drift, Pinning};
 use crate::{naming, uri};
 
 /// What the configuration says about an upstream's place in the catalog.
@@ -21,6 +22,9 @@ pub struct UpstreamDef {
     pub prompts: NameFilter,
     /// Request timeouts of single tools, by original name.
     pub tool_timeouts: std::collections::BTreeMap<String, std::time::Duration>,
+    /// Its pins, when `[pinning]` is configured: its tools and prompts are checked against
+    /// them at every catalog build.
+    pub pinning: Option<Arc<Pinning>>,
 }
 
 impl UpstreamDef {
@@ -39,6 +43,7 @@ impl UpstreamDef {
             tools: cfg.tools.clone(),
             prompts: cfg.prompts.clone(),
             tool_timeouts: cfg.tool_timeouts.clone(),
+            pinning: None,
         }
     }
 
@@ -159,6 +164,8 @@ pub struct Collision {
 pub enum Resolved<'a> {
     Found(&'a Item),
     Ambiguous(&'a Collision),
+    /// Held back because its definition does not match its pin (or it has none).
+    Held(&'a Drift),
     Unknown,
 }
 
@@ -176,6 +183,15 @@ pub struct Catalog {
     collisions: Vec<Collision>,
     /// Entries an upstream listed without their name or URI; reported by `check`.
     malformed: Vec<String>,
+    /// Tools and prompts that do not match their pins, held or served.
+    drift: Vec<Drift>,
+}
+
+/// What a build finds besides the items it lists.
+#[derive(Default)]
+struct Findings {
+    malformed: Vec<String>,
+    drift: Vec<Drift>,
 }
 
 impl Catalog {
@@ -189,9 +205,9 @@ impl Catalog {
         slices: Vec<Option<Arc<UpstreamSlice>>>,
     ) -> Self {
         let mut collisions = Vec::new();
-        let mut malformed = Vec::new();
+        let mut found = Findings::default();
         let lists = Kind::ALL.map(|kind| {
-            let items = merge_kind(kind, &defs, names, &slices, &mut malformed);
+            let items = merge_kind(kind, &defs, names, &slices, &mut found);
             let items = withhold_collisions(kind, items, &defs, &mut collisions);
             Listing::new(kind, items, page_size, generation)
         });
@@ -211,7 +227,8 @@ impl Catalog {
             uri_prefixes,
             unprefixed,
             collisions,
-            malformed,
+            malformed: found.malformed,
+            drift: found.drift,
         }
     }
 
@@ -264,6 +281,12 @@ impl Catalog {
         &self.malformed
     }
 
+    /// Tools and prompts whose definitions do not match their pins (or that have none), in
+    /// listing order; those with `held` set are in no listing.
+    pub fn drift(&self) -> &[Drift] {
+        &self.drift
+    }
+
     /// Looks up an exposed tool or prompt name.
     pub fn resolve_name(&self, kind: Kind, exposed: &str) -> Resolved<'_> {
         if let Some(item) = self.listing(kind).get(exposed) {
@@ -275,7 +298,11 @@ impl Catalog {
             .find(|c| c.kind == kind && c.exposed == exposed)
         {
             Some(c) => Resolved::Ambiguous(c),
-            None => Resolved::Unknown,
+            None => self
+                .drift
+                .iter()
+                .find(|d| d.held && d.kind == kind && d.exposed == exposed)
+                .map_or(Resolved::Unknown, Resolved::Held),
         }
     }
 
@@ -302,7 +329,7 @@ fn merge_kind(
     defs: &[UpstreamDef],
     names: &NameSettings,
     slices: &[Option<Arc<UpstreamSlice>>],
-    malformed: &mut Vec<String>,
+    found: &mut Findings,
 ) -> Vec<Item> {
     let mut items = Vec::new();
     for (upstream, (def, slice)) in defs.iter().zip(slices).enumerate() {
@@ -310,27 +337,54 @@ fn merge_kind(
         for raw in slice.items(kind) {
             match expose_item(kind, def, names, raw) {
                 Ok(Some((exposed, original, ..))) if shadowed(defs, def, &exposed) => {
-                    malformed.push(format!(
+                    found.malformed.push(format!(
                         "{}: its resource URI {original:?} starts with another upstream's URI \
                          prefix and would be routed there; give it a uri_prefix",
                         def.key
                     ));
                 }
-                Ok(Some((exposed, original, origin, raw))) => {
-                    items.push(Item {
+                Ok(Some((exposed, original, origin, text))) => {
+                    let item = Item {
                         exposed,
                         original,
                         upstream,
                         origin,
-                        raw,
-                    });
+                        raw: text,
+                    };
+                    if passes_pin(def, kind, &item, raw.get(), found) {
+                        items.push(item);
+                    }
                 }
                 Ok(None) => {}
-                Err(problem) => malformed.push(format!("{}: {problem}", def.key)),
+                Err(problem) => found.malformed.push(format!("{}: {problem}", def.key)),
             }
         }
     }
     items
+}
+
+/// Whether `item` may be listed as far as its pin goes (`raw`: its definition as the upstream
+/// listed it). A drift from its pin is recorded, held or not.
+fn passes_pin(def: &UpstreamDef, kind: Kind, item: &Item, raw: &str, found: &mut Findings) -> bool {
+    let Some(pinning) = def.pinning.as_deref() else {
+        return true;
+    };
+    if !matches!(kind, Kind::Tools | Kind::Prompts) {
+        return true;
+    }
+    match pinning.check(kind, item.upstream, &item.original, &item.exposed, raw) {
+        Ok(None) => true,
+        Ok(Some(drift)) => {
+            let held = drift.held;
+            found.drift.push(drift);
+            !held
+        }
+        Err(e) => {
+            let problem = format!("{}: {:?} cannot be digested: {e}", def.key, item.original);
+            found.malformed.push(problem);
+            false
+        }
+    }
 }
 
 /// Whether a URI exposed unchanged (the upstream has no URI prefix) would be taken for one

@@ -12,8 +12,10 @@
 mod build;
 mod listing;
 pub mod naming;
+pub mod pins;
 pub mod rewrite;
 pub mod uri;
 
 pub use build::{Catalog, Collision, Resolved, UpstreamDef, UpstreamSlice, UpstreamState};
 pub use listing::{Cursor, Item, Kind, Listing, NameOrigin, PageError};
+pub use pins::{Drift, Lock, Pin, Pinning, UpstreamPins};

@@ -55,6 +55,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         teams: Vec::new(),
         limits: Default::default(),
         cache: Default::default(),
+        pinning: None,
         upstreams,
         skipped,
     })

@@ -17,6 +17,7 @@ mod command;
 mod error;
 mod glob;
 mod interpolate;
+mod pinning;
 mod policy;
 mod redact;
 mod schema;
@@ -32,6 +33,7 @@ pub use cache::{
 };
 pub use command::resolve_command;
 pub use glob::glob_match;
+pub use pinning::{lock_path, OnChange, OnNew, PinningSettings, DEFAULT_LOCK_FILE};
 pub use policy::{
     auth_required, parse_per, redact_url, AuthConfig, JwtConfig, KeyHash, LimitBackend,
     LimitConfig, LimitsConfig, QuotaConfig, RateConfig, RedisConfig, TeamConfig, Visibility,
@@ -54,6 +56,9 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[cache]`; each upstream's caches are on the upstream.
     pub cache: CacheSettings,
+    /// `[pinning]`: checking tool and prompt definitions against a lock file; none when the
+    /// section is absent.
+    pub pinning: Option<PinningSettings>,
     /// Enabled upstreams, sorted by key so that everything derived from them is deterministic.
     pub upstreams: Vec<UpstreamConfig>,
     /// Entries that were skipped with the reason (`enabled = false`, `"disabled": true`).

@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use crate::cache::{self, RawCacheSettings};
 use crate::error::{self, child};
+use crate::pinning::{self, RawPinning};
 use crate::policy::{self, RawAuth, RawLimits};
 use crate::schema::{RawNames, RawServer, RawTelemetry, RawUpstream};
 use crate::validate::{self, Ctx};
@@ -31,6 +32,7 @@ struct RawFile {
     limits: RawLimits,
     #[serde(default)]
     cache: RawCacheSettings,
+    pinning: Option<RawPinning>,
     /// Kept generic here; see the module comment.
     #[serde(default)]
     upstreams: BTreeMap<String, toml::Value>,
@@ -64,6 +66,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
     validate::check_team(ctx, &server, &teams)?;
     let cache = cache::settings(ctx, raw.cache)?;
     cache::check(ctx, &cache, &upstreams)?;
+    let pinning = pinning::settings(ctx, raw.pinning)?;
     Ok(Config {
         source: ctx.file.to_path_buf(),
         server,
@@ -73,6 +76,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         teams,
         limits,
         cache,
+        pinning,
         upstreams,
         skipped,
     })

@@ -297,12 +297,16 @@ fn add_tool(state: &State, args: &Value) -> Value {
     if tools::is_static(state, name) {
         return tool_error(format!("tool {name} already exists"));
     }
-    let description = format!(
-        "Dynamic tool {name} of fixture server {}; echoes `text`.",
-        state.args.name
-    );
-    if !state.add_dynamic(name, tools::echo_descriptor(name, description)) {
-        return tool_error(format!("tool {name} already exists"));
+    match args.get("description").and_then(Value::as_str) {
+        Some(description) => {
+            state.set_dynamic(name, tools::echo_descriptor(name, description.to_owned()));
+        }
+        None => {
+            let description = tools::dynamic_description(name, &state.args.name);
+            if !state.add_dynamic(name, tools::echo_descriptor(name, description)) {
+                return tool_error(format!("tool {name} already exists"));
+            }
+        }
     }
     // Not about this call: every client's own stream (the standalone one over HTTP).
     let changed = rpc::notification("notifications/tools/list_changed", &json!({}));

@@ -113,6 +113,11 @@ pub struct Args {
     /// crash, add_tool, log. Other tools get none. Without it no tool has annotations.
     #[arg(long)]
     pub hints: bool,
+    /// Start with a run-time tool already added, as `add_tool` adds it (so that `add_tool`
+    /// can later change its description): `NAME`, `NAME=DESCRIPTION`, or `NAME=@FILE` to read
+    /// the description from FILE at start.
+    #[arg(long = "dynamic-tool")]
+    pub dynamic_tools: Vec<String>,
 }
 
 fn main() {

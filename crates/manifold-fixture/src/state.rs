@@ -49,6 +49,7 @@ pub struct State {
 
 impl State {
     pub fn new(args: Args, pid: u32, transport: Arc<dyn Transport>) -> Self {
+        let dynamic = tools::initial_dynamic(&args);
         Self {
             tools: tools::static_tools(&args),
             prompts: catalog::prompts(&args),
@@ -57,7 +58,7 @@ impl State {
             args,
             pid,
             transport,
-            dynamic: RwLock::new(Vec::new()),
+            dynamic: RwLock::new(dynamic),
             inflight: Mutex::new(HashMap::new()),
             cancelled: AtomicU64::new(0),
             asking: Mutex::new(HashMap::new()),
@@ -119,6 +120,15 @@ impl State {
         }
         dynamic.push((name.to_owned(), descriptor));
         true
+    }
+
+    /// Adds a dynamic tool, or replaces the descriptor of the one of that name.
+    pub fn set_dynamic(&self, name: &str, descriptor: Value) {
+        let mut dynamic = self.dynamic.write().unwrap_or_else(PoisonError::into_inner);
+        match dynamic.iter_mut().find(|(n, _)| n == name) {
+            Some((_, old)) => *old = descriptor,
+            None => dynamic.push((name.to_owned(), descriptor)),
+        }
     }
 
     /// Registers an in-flight call under its key (`exchange::request_key`).

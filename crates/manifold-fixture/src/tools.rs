@@ -29,7 +29,7 @@ const SPECS: [Spec; 16] = [
     ("fail", "Always returns a tool error (isError true)", "{}", &[]),
     ("whoami", "Returns the server name and pid", "{}", &[]),
     ("progress", "Sends `steps` progress notifications when given a progressToken, `interval_ms` apart (default 0)", r#"{"steps": {"type": "integer", "minimum": 0}, "interval_ms": {"type": "integer", "minimum": 0}}"#, &["steps"]),
-    ("add_tool", "Adds an echo-like tool `name` and sends tools/list_changed", r#"{"name": {"type": "string"}}"#, &["name"]),
+    ("add_tool", "Adds an echo-like tool `name` and sends tools/list_changed; with `description`, gives it that description, replacing the definition of a run-time tool of that name", r#"{"name": {"type": "string"}, "description": {"type": "string"}}"#, &["name"]),
     ("log", "Sends a notifications/message with `level` (default info) and `message`", r#"{"level": {"type": "string"}, "message": {"type": "string"}}"#, &["message"]),
     ("cancelled_count", "Returns how many in-flight calls were cancelled", "{}", &[]),
     ("call_count", "Returns how many times `what` happened: `tool:NAME` (calls of a tool) or `read:URI` (reads of a resource)", r#"{"what": {"type": "string"}}"#, &["what"]),
@@ -63,6 +63,35 @@ pub fn descriptor(name: &str, description: String, properties: Value, required: 
         // Unknown member: lets tests check the aggregator passes tools through losslessly.
         "x-fixture": { "kept": true },
     })
+}
+
+/// The description `add_tool` gives a tool when it is not told one.
+pub fn dynamic_description(name: &str, server: &str) -> String {
+    format!("Dynamic tool {name} of fixture server {server}; echoes `text`.")
+}
+
+/// The run-time tools `--dynamic-tool` adds at start: `NAME`, `NAME=DESCRIPTION`, or
+/// `NAME=@FILE` (the description read from FILE at each start, so that a test can make a
+/// restarted server come back with another one).
+pub fn initial_dynamic(args: &crate::Args) -> Vec<(String, Value)> {
+    (args.dynamic_tools.iter())
+        .map(|spec| {
+            let (name, description) = match spec.split_once('=') {
+                Some((name, given)) => (name, given_description(given)),
+                None => (spec.as_str(), dynamic_description(spec, &args.name)),
+            };
+            (name.to_owned(), echo_descriptor(name, description))
+        })
+        .collect()
+}
+
+fn given_description(given: &str) -> String {
+    match given.strip_prefix('@') {
+        Some(file) => std::fs::read_to_string(file)
+            .map(|text| text.trim_end().to_owned())
+            .unwrap_or_else(|e| format!("(cannot read {file}: {e})")),
+        None => given.to_owned(),
+    }
 }
 
 pub fn echo_descriptor(name: &str, description: String) -> Value {

@@ -31,6 +31,13 @@ pub enum RouteError {
         name: String,
         owners: String,
     },
+    /// A tool or prompt held back because its definition does not match its pin.
+    #[error("{kind} {name:?} is held: {reason}; review it and run manifold pin")]
+    Held {
+        kind: &'static str,
+        name: String,
+        reason: String,
+    },
     #[error("Resource not found: {0}")]
     UnknownResource(String),
     #[error("Invalid cursor")]
@@ -71,7 +78,7 @@ impl RouteError {
     pub fn outcome(&self) -> Outcome {
         match self {
             RouteError::Upstream(e) => upstream_outcome(e),
-            RouteError::Hidden(_) => Outcome::Denied,
+            RouteError::Hidden(_) | RouteError::Held { .. } => Outcome::Denied,
             RouteError::Limited { refusal, .. } => match refusal.kind {
                 RefusalKind::RateLimited => Outcome::RateLimited,
                 RefusalKind::QuotaExceeded => Outcome::QuotaExceeded,
@@ -94,6 +101,7 @@ impl RouteError {
             | RouteError::UnknownTool(_)
             | RouteError::UnknownPrompt(_)
             | RouteError::Ambiguous { .. }
+            | RouteError::Held { .. }
             | RouteError::BadCursor => codes::INVALID_PARAMS,
             RouteError::UnknownResource(_) => codes::RESOURCE_NOT_FOUND,
             RouteError::Upstream(e) => return manifold_upstream::error_object(e),

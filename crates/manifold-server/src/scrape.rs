@@ -1,8 +1,8 @@
 //! What `/metrics` answers: everything recorded (see `manifold_telemetry::metrics`), and what
 //! is read at scrape time instead of being recorded on the request path: which upstreams are
-//! up, requests in flight, catalog sizes and open sessions.
+//! up, requests in flight, catalog sizes, pinning drift and open sessions.
 
-use manifold_catalog::{Kind, UpstreamState};
+use manifold_catalog::{Catalog, Kind, UpstreamState};
 use manifold_telemetry::exposition::Exposition;
 use manifold_telemetry::names::{self, label};
 use manifold_telemetry::{metrics, HostTransport};
@@ -46,6 +46,7 @@ pub fn render(router: &Router) -> String {
             e.sample(&names::CATALOG_ITEMS, &labels, n);
         }
     }
+    pinning(&mut e, &catalog);
     e.metric(&names::SESSIONS);
     let sessions = router.sessions().all();
     for t in HostTransport::ALL {
@@ -56,4 +57,48 @@ pub fn render(router: &Router) -> String {
         e.sample(&names::SESSIONS, &[(label::TRANSPORT, t.label())], n);
     }
     e.finish()
+}
+
+/// What each upstream with pins has held back and how many of its definitions changed, from
+/// the drift the catalog build recorded. Upstreams without pins have no series.
+fn pinning(e: &mut Exposition, catalog: &Catalog) {
+    let pinned: Vec<(usize, &str)> = (catalog.defs().iter().enumerate())
+        .filter(|(_, d)| d.pinning.is_some())
+        .map(|(i, d)| (i, d.key.as_str()))
+        .collect();
+    if pinned.is_empty() {
+        return;
+    }
+    let kinds = [(Kind::Tools, "tools"), (Kind::Prompts, "prompts")];
+    let count = |upstream: usize, kind: Kind, pred: &dyn Fn(&manifold_catalog::Drift) -> bool| {
+        let drift = catalog.drift().iter();
+        drift
+            .filter(|d| d.upstream == upstream && d.kind == kind && pred(d))
+            .count() as u64
+    };
+    e.metric(&names::PINNING_HELD);
+    for &(i, key) in &pinned {
+        for (kind, kind_label) in kinds {
+            for (reason, new) in [("changed", false), ("new", true)] {
+                let n = count(i, kind, &|d| d.held && d.pinned.is_none() == new);
+                let labels = [
+                    (label::UPSTREAM, key),
+                    (label::KIND, kind_label),
+                    (label::REASON, reason),
+                ];
+                e.sample(&names::PINNING_HELD, &labels, n);
+            }
+        }
+    }
+    e.metric(&names::PINNING_CHANGED);
+    for &(i, key) in &pinned {
+        for (kind, kind_label) in kinds {
+            let n = count(i, kind, &|d| d.pinned.is_some());
+            e.sample(
+                &names::PINNING_CHANGED,
+                &[(label::UPSTREAM, key), (label::KIND, kind_label)],
+                n,
+            );
+        }
+    }
 }

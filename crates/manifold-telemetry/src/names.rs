@@ -85,6 +85,18 @@ pub const CATALOG_ITEMS: Metric = Metric {
     kind: Kind::Gauge,
 };
 
+pub const PINNING_HELD: Metric = Metric {
+    name: "manifold_pinning_held",
+    help: "Tools and prompts left out of every listing because their definition differs from its pin (reason changed) or has none (reason new), by upstream, kind and reason.",
+    kind: Kind::Gauge,
+};
+
+pub const PINNING_CHANGED: Metric = Metric {
+    name: "manifold_pinning_changed",
+    help: "Tools and prompts whose definition differs from its pin, held or served (on_change = warn), by upstream and kind.",
+    kind: Kind::Gauge,
+};
+
 pub const CACHE_HITS: Metric = Metric {
     name: "manifold_cache_hits_total",
     help: "Requests answered from a cache (also those that waited for an identical request's answer), by cache and upstream.",
@@ -148,6 +160,8 @@ pub mod label {
     pub const DECISION: &str = "decision";
     /// `tools`, `prompts`, `resources` or `resource_templates`.
     pub const KIND: &str = "kind";
+    /// Why a tool or prompt is held: `changed` (it differs from its pin) or `new` (no pin).
+    pub const REASON: &str = "reason";
     /// Which cache: `tools` (tool results) or `resources` (resource reads).
     pub const CACHE: &str = "cache";
     /// Why a cache entry went: `size`, `expired` or `invalidated`.

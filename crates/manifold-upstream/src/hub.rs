@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use manifold_catalog::{rewrite, Catalog, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
+use manifold_catalog::{rewrite, Catalog, Drift, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
 use manifold_config::NameSettings;
 use tokio::sync::watch;
 
@@ -129,6 +129,13 @@ impl Hub {
                 tracing::error!(name = %c.exposed, owners = ?c.owners, "name collision: none of the claimants is exposed; rename one in the config");
             }
         }
+        // Every catalog build checks pins (at start, on restart, after list_changed); a
+        // change is logged when it first appears, not at every build that still sees it.
+        for d in new.drift() {
+            if !old.drift().iter().any(|o| o.same_change(d)) {
+                log_drift(&new, d);
+            }
+        }
         if let (true, Some(l)) = (changed, self.listener()) {
             l.upstream_changed(upstream);
         }
@@ -176,6 +183,41 @@ impl Hub {
         });
         if let Some(l) = self.listener() {
             l.upstream_notification(upstream, session, method, exposed.as_deref().or(params));
+        }
+    }
+}
+
+/// One log line for a tool or prompt that does not match its pin, with what changed (a new
+/// one's whole definition is left to `manifold check`).
+fn log_drift(catalog: &Catalog, d: &Drift) {
+    let upstream = catalog
+        .defs()
+        .get(d.upstream)
+        .map_or("", |def| def.key.as_str());
+    let what = if d.kind == Kind::Tools {
+        "tool"
+    } else {
+        "prompt"
+    };
+    let item = format!(
+        "{what} {:?} of upstream {upstream:?} ({})",
+        d.original, d.exposed
+    );
+    let reason = d.reason();
+    match (d.held, d.pinned.is_some()) {
+        (true, true) => tracing::warn!(
+            "pinning: {item} is held: {reason}; review it and run manifold pin\n{}",
+            d.diff().trim_end()
+        ),
+        (true, false) => {
+            tracing::warn!("pinning: {item} is held: {reason}; review it and run manifold pin")
+        }
+        (false, true) => tracing::warn!(
+            "pinning: {item} is served although {reason} (pinning.on_change = \"warn\")\n{}",
+            d.diff().trim_end()
+        ),
+        (false, false) => {
+            tracing::info!("pinning: {item} is served unpinned (pinning.on_new = \"allow\")")
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `manifold check`: validate a config, start its upstreams, print the merged catalog with
-//! every renamed, sanitized or shortened name, and fail on anything a user must fix.
+//! every renamed, sanitized or shortened name (and, with `[pinning]`, every tool and prompt
+//! that differs from its pin), and fail on anything a user must fix, a held tool included.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -10,7 +11,7 @@ use manifold_config::{CacheRule, UpstreamConfig};
 use manifold_protocol::RawObject;
 use manifold_server::cache;
 
-use crate::run;
+use crate::{pin, run};
 
 pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     let (config, defs) = run::load(path)?;
@@ -27,15 +28,14 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
         println!("ok: {} (not started)", path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let system = actix::System::new();
-    let (report, problems) = system.block_on(async move {
-        let (hub, handles) = run::start_upstreams(&config, &defs);
-        hub.wait_settled(config.server.startup_timeout).await;
-        let catalog = hub.catalog();
-        let mut out = render(&catalog, &config.skipped, &config.upstreams);
-        out.push_str(&unknown_cached_tools(&catalog, &config.upstreams));
-        let problems = problems(path, &catalog);
-        run::stop_upstreams(&handles).await;
+    let (report, problems) = run::with_started(&config, &defs, |catalog| {
+        let mut out = render(catalog, &config.skipped, &config.upstreams);
+        out.push_str(&unknown_cached_tools(catalog, &config.upstreams));
+        let mut problems = problems(path, catalog);
+        if let Some(pinning) = &config.pinning {
+            out.push_str(&pin::render_drift(catalog, &pinning.lock));
+            problems.extend(pin::held_problems(path, catalog));
+        }
         (out, problems)
     });
     print!("{report}");

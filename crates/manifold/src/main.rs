@@ -3,10 +3,13 @@
 //! `manifold serve --config FILE [--listen ADDR]` serves the merged catalog over stdio, or
 //! over HTTP;
 //! `manifold check --config FILE` validates the config, starts the upstreams and prints the
-//! merged catalog, every renamed or shortened name and every collision.
+//! merged catalog, every renamed or shortened name and every collision;
+//! `manifold pin --config FILE` starts the upstreams and writes the lock file of their tool and
+//! prompt definitions, which `[pinning]` checks them against.
 #![forbid(unsafe_code)]
 
 mod check;
+mod pin;
 mod run;
 
 use std::path::PathBuf;
@@ -47,13 +50,23 @@ enum Command {
         #[arg(long)]
         team: Option<String>,
     },
-    /// Validate a config, start its upstreams and print the merged catalog.
+    /// Validate a config, start its upstreams and print the merged catalog; with
+    /// `[pinning]`, also every tool and prompt that differs from its pin (exits non-zero when
+    /// any would be held).
     Check {
         #[arg(long, short)]
         config: PathBuf,
         /// Only validate the file and the naming rules; do not start the upstreams.
         #[arg(long)]
         no_start: bool,
+    },
+    /// Start the upstreams and write the lock file of their tool and prompt definitions: the
+    /// file `[pinning] lock` names, else manifold.lock beside the config. Nothing is written
+    /// when an upstream fails to start.
+    Pin {
+        /// Config file; a relative `[pinning] lock` is resolved against its folder.
+        #[arg(long, short)]
+        config: PathBuf,
     },
 }
 
@@ -73,6 +86,10 @@ fn main() -> ExitCode {
         Command::Check { config, no_start } => {
             manifold_telemetry::logs::init(&Default::default());
             check::check(&config, no_start)
+        }
+        Command::Pin { config } => {
+            manifold_telemetry::logs::init(&Default::default());
+            pin::pin(&config)
         }
     };
     match result {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use manifold_catalog::UpstreamDef;
+use manifold_catalog::{Catalog, UpstreamDef};
 use manifold_config::Config;
 use manifold_policy::Authenticator;
 use manifold_server::cache::Cache;
@@ -17,8 +17,19 @@ use manifold_server::{http, stdio, Router, Sessions};
 use manifold_upstream::{Hub, Isolation, Timing, UpstreamHandle};
 use tokio::signal::unix::{signal, SignalKind};
 
-/// Loads and validates a config, including the name rules that span upstreams.
+/// Loads and validates a config, including the name rules that span upstreams, with the pins
+/// of its `[pinning]` lock file (which must exist and parse when the section is there).
 pub fn load(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
+    let (config, defs) = load_unpinned(path)?;
+    let defs = match &config.pinning {
+        Some(pinning) => crate::pin::with_pins(&defs, pinning)?,
+        None => defs,
+    };
+    Ok((config, defs))
+}
+
+/// [`load`] without reading the lock file: what `manifold pin` needs to write it.
+pub fn load_unpinned(path: &Path) -> anyhow::Result<(Config, Arc<[UpstreamDef]>)> {
     let config = manifold_config::load(path)?;
     let defs: Arc<[UpstreamDef]> = config
         .upstreams
@@ -98,6 +109,24 @@ fn pin_to(cpus: &[usize]) -> anyhow::Result<()> {
         .with_context(|| format!("cannot run on CPUs {cpus:?} (server.cpus)"))?;
     tracing::info!(?cpus, "pinned to CPUs");
     Ok(())
+}
+
+/// Starts every upstream, waits for their first start attempts (at most
+/// `server.startup_timeout`), gives the catalog to `f`, and stops them again: what `check` and
+/// `pin` do.
+pub fn with_started<T>(
+    config: &Config,
+    defs: &Arc<[UpstreamDef]>,
+    f: impl FnOnce(&Catalog) -> T,
+) -> T {
+    let system = actix::System::new();
+    system.block_on(async move {
+        let (hub, handles) = start_upstreams(config, defs);
+        hub.wait_settled(config.server.startup_timeout).await;
+        let out = f(&hub.catalog());
+        stop_upstreams(&handles).await;
+        out
+    })
 }
 
 /// Stops every upstream and waits until their processes are gone.

@@ -13,6 +13,7 @@ fn def(key: &str) -> UpstreamDef {
         tools: NameFilter::default(),
         prompts: NameFilter::default(),
         tool_timeouts: Default::default(),
+        pinning: None,
     }
 }
 

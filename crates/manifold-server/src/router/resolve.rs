@@ -175,6 +175,7 @@ fn resolve_named<'c>(
     if let Some(team) = sight {
         let visible = match &found {
             Resolved::Found(item) => sees(team, catalog, kind, item.upstream, name),
+            Resolved::Held(drift) => sees(team, catalog, kind, drift.upstream, name),
             // A collision's claimants are named in its error: only for names the team sees.
             Resolved::Ambiguous(c) => c.owners.iter().all(|(key, _)| {
                 team.config.admits_upstream(key) && team.visibility(kind).admits(name)
@@ -193,6 +194,15 @@ fn resolve_named<'c>(
         Resolved::Found(item) => Ok(item),
         Resolved::Ambiguous(c) if kind == Kind::Tools => Err(RouteError::ambiguous("tool", c)),
         Resolved::Ambiguous(c) => Err(RouteError::ambiguous("prompt", c)),
+        Resolved::Held(drift) => Err(RouteError::Held {
+            kind: if kind == Kind::Tools {
+                "Tool"
+            } else {
+                "Prompt"
+            },
+            name: name.to_owned(),
+            reason: drift.reason(),
+        }),
         Resolved::Unknown if kind == Kind::Tools => Err(RouteError::UnknownTool(name.to_owned())),
         Resolved::Unknown => Err(RouteError::UnknownPrompt(name.to_owned())),
     }
