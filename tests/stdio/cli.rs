@@ -213,7 +213,8 @@ fn every_shipped_config_loads() {
 }
 
 /// `check` of a config with `[server.tls]` (config/secure.toml), copied beside the files its
-/// comment tells how to make, so that `check` reads a real certificate and key.
+/// comment tells how to make, so that `check` reads a real certificate and key and the lock
+/// file `manifold pin` wrote.
 fn check_with_certificate(path: &Path, text: &str) -> (i32, String, String) {
     let dir = TempDir::new("secure");
     let copy = dir.write(path.file_name().unwrap().to_str().unwrap(), text);
@@ -239,10 +240,19 @@ fn check_with_certificate(path: &Path, text: &str) -> (i32, String, String) {
         "{}",
         String::from_utf8_lossy(&made.stderr)
     );
-    check_with_env(
-        &copy,
-        &[("MANIFOLD_API_KEY", "example-key-0123456789abcdef")],
-    )
+    let env = [("MANIFOLD_API_KEY", "example-key-0123456789abcdef")];
+    // Its [pinning] needs the lock file its comment says to write first.
+    let pinned = Command::new(manifold_bin())
+        .args(["pin", "--config", copy.to_str().unwrap()])
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(
+        pinned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pinned.stderr)
+    );
+    check_with_env(&copy, &env)
 }
 
 #[test]
