@@ -22,9 +22,6 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde_json::{json, Map, Value};
 
-#[path = "common/mod.rs"]
-mod common;
-
 /// The whole of one test, processes included, must finish within this.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -62,7 +59,7 @@ impl Drop for Scratch {
 
 /// `[upstreams.alpha]` and `[upstreams.beta]`, each a `manifold-fixture --name KEY`.
 fn write_config(dir: &Path) -> PathBuf {
-    let fixture = common::fixture_bin();
+    let fixture = manifold_testkit::process::fixture_bin();
     let mut toml = String::new();
     for key in ["alpha", "beta"] {
         // Debug formatting of a str is a valid TOML basic string for any path.
@@ -81,7 +78,7 @@ where
     S: rmcp::ClientHandler,
 {
     let config = write_config(&scratch.0);
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_manifold"));
+    let mut cmd = tokio::process::Command::new(manifold_testkit::process::manifold_bin());
     cmd.arg("serve").arg("--config").arg(&config);
     let stderr = File::create(scratch.stderr_path()).expect("create stderr file");
     let (transport, _) = TokioChildProcess::builder(cmd)
@@ -371,7 +368,7 @@ async fn default_rmcp_client_negotiates_a_session_era_version() {
 async fn serve_http(scratch: &Scratch) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
     let config = write_config(&scratch.0);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_manifold"))
+    let mut child = tokio::process::Command::new(manifold_testkit::process::manifold_bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&config)
         .stdin(Stdio::null())

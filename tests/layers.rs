@@ -6,9 +6,6 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/mod.rs"]
-mod common;
-
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -67,7 +64,7 @@ fn request(id: u64, method: &str, params: Value) -> Vec<u8> {
 }
 
 async fn next(rx: &mut mpsc::UnboundedReceiver<Value>) -> Value {
-    tokio::time::timeout(common::WAIT, rx.recv())
+    tokio::time::timeout(manifold_testkit::process::WAIT, rx.recv())
         .await
         .expect("an answer in time")
         .expect("the sink is open")
@@ -75,7 +72,7 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<Value>) -> Value {
 
 #[test]
 fn a_waiting_layer_holds_only_its_own_request_and_a_refusal_never_reaches_the_upstream() {
-    let toml = common::fixture_upstream("alpha", &["--name", "alpha"]);
+    let toml = manifold_testkit::process::fixture_upstream("alpha", &["--name", "alpha"]);
     let config = manifold_config::parse_str(Path::new("layers.toml"), &toml, &|_| None).unwrap();
     let system = actix::System::new();
     system.block_on(async move {

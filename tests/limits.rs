@@ -7,24 +7,14 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/mod.rs"]
-mod common;
-
-#[allow(dead_code)]
-#[path = "http/harness.rs"]
-mod harness;
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use common::*;
-use harness::FixtureHttp;
-use redis_server::RedisServer;
+use manifold_testkit::http::{self, FixtureHttp};
+use manifold_testkit::process::*;
+use manifold_testkit::redis_server::RedisServer;
 
 const DAY_SECS: u64 = 86_400;
 
@@ -168,7 +158,7 @@ fn lines_with(text: &str, needle: &str) -> usize {
 
 /// `manifold_limit_store_errors_total{decision}` as /metrics shows it.
 fn store_errors(admin: u16, decision: &str) -> u64 {
-    let body = harness::client()
+    let body = http::client()
         .get(format!("http://127.0.0.1:{admin}/metrics"))
         .send()
         .unwrap()

@@ -3,9 +3,6 @@
 //! metadata it points at, sessions owned by the principal that opened them, per-team views,
 //! per-team headers to HTTP upstreams, and a per-team quota under concurrent calls.
 
-#[path = "../support/jwt.rs"]
-mod jwt;
-
 use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -15,9 +12,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use self::jwt::{hs256_token, jwks, now, unsigned_token, Issuer, JwksServer};
-use crate::common::*;
-use crate::harness::*;
+use manifold_testkit::http::*;
+use manifold_testkit::jwt::{hs256_token, jwks, now, unsigned_token, Issuer, JwksServer};
+use manifold_testkit::process::*;
 
 const RED_KEY: &str = "red-key-0123456789abcdef";
 const RED_KEY_2: &str = "red-key-2-0123456789abcdef";

@@ -8,8 +8,8 @@ use std::sync::Barrier;
 use serde_json::{json, Value};
 
 use crate::auth::{client_with, Cred};
-use crate::common::*;
-use crate::harness::*;
+use manifold_testkit::http::*;
+use manifold_testkit::process::*;
 
 const RED_KEY: &str = "red-cache-key-0123456789abcdef";
 const GREEN_KEY: &str = "green-cache-key-0123456789abcdef";

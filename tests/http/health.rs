@@ -5,8 +5,8 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::*;
-use crate::harness::*;
+use manifold_testkit::http::*;
+use manifold_testkit::process::*;
 
 #[test]
 fn ready_only_when_required_upstreams_are_up() {

@@ -4,12 +4,8 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod auth;
 mod cache;
-mod harness;
 mod health;
 mod legacy;
 mod protocol;

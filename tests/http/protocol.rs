@@ -7,8 +7,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::*;
-use crate::harness::*;
+use manifold_testkit::http::*;
+use manifold_testkit::process::*;
 
 /// A host that declares `capabilities` in its handshake.
 fn host_with(server: &Server, capabilities: Value) -> Host {

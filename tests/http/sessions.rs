@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::common::*;
-use crate::harness::*;
+use manifold_testkit::http::*;
+use manifold_testkit::process::*;
 
 #[test]
 fn idle_sessions_expire_and_free_their_place() {

@@ -5,8 +5,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::*;
-use crate::harness::*;
+use manifold_testkit::http::*;
+use manifold_testkit::process::*;
 
 fn config() -> String {
     two_fixtures()

@@ -12,8 +12,8 @@ use reqwest::blocking::Client;
 use reqwest::{Certificate, StatusCode, Version};
 use serde_json::json;
 
-use crate::common::*;
-use crate::harness::*;
+use manifold_testkit::http::*;
+use manifold_testkit::process::*;
 
 const KEY: &str = "tls-test-key-0123456789abcdef";
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::*;
-use crate::harness::*;
+use manifold_testkit::http::*;
+use manifold_testkit::process::*;
 
 fn http_upstream(key: &str, url: &str, transport: Option<&str>) -> String {
     let mut s = format!("[upstreams.{key}]\nurl = {url:?}\n");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real redis-server for the Redis limit backend's tests: Debian's packages, downloaded and
 # unpacked under tests/.cache/redis. Nothing is installed system-wide and no service is started;
-# the tests start their own server on a free loopback port (tests/support/redis_server.rs).
+# the tests start their own server on a free loopback port
+# (crates/manifold-testkit/src/redis_server.rs).
 #
 # The unpacked binary needs its libraries (liblzf, libjemalloc) from the same tree:
 #   LD_LIBRARY_PATH="$(echo tests/.cache/redis/usr/lib/*-linux-gnu)" tests/.cache/redis/usr/bin/redis-server

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::*;
+use manifold_testkit::process::*;
 
 /// `cache` on the upstream: its read-only, closed-world tools are kept a minute.
 const CACHED: &str = "cache = { ttl = \"60s\" }\n";

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::common::*;
+use manifold_testkit::process::*;
 
 #[test]
 fn merges_every_kind_from_two_upstreams() {

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::*;
+use manifold_testkit::process::*;
 
 fn check(config: &Path) -> (i32, String, String) {
     check_with_env(config, &[])

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::common::*;
+use manifold_testkit::process::*;
 
 fn one_fixture() -> String {
     format!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::*;
+use manifold_testkit::process::*;
 
 /// `calc` exposes only `add`, as `calc__sum` (the demo's filter); `alpha` is a plain fixture.
 /// Both record their pids, so restarts and leftovers can be counted.

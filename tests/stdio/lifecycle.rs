@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::common::*;
+use manifold_testkit::process::*;
 
 fn fast_restart(key: &str, args: &[&str]) -> String {
     format!(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::*;
+use manifold_testkit::process::*;
 
 #[test]
 fn a_cancel_that_races_the_answer_is_harmless() {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::*;
+use manifold_testkit::process::*;
 
 #[test]
 fn initialize_negotiates_and_describes_the_merged_server() {

@@ -4,7 +4,9 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{error_code, fixture_upstream, text_of, two_fixtures, Manifold, TempDir};
+use manifold_testkit::process::{
+    error_code, fixture_upstream, text_of, two_fixtures, Manifold, TempDir,
+};
 
 /// alpha and beta fixtures, and team `red`, which sees only alpha's tools (not `crash`, not
 /// the `hidden_*` ones), none of its prompts, and one of its resources; pages of two items.

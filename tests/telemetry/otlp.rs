@@ -7,13 +7,6 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../common/mod.rs"]
-mod common;
-
-#[allow(dead_code)]
-#[path = "../http/harness.rs"]
-mod harness;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -36,8 +29,8 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 use serde_json::{json, Value};
 
-use common::*;
-use harness::{messages_of, FixtureHttp, Server};
+use manifold_testkit::http::{messages_of, FixtureHttp, Server};
+use manifold_testkit::process::*;
 
 // ---------------------------------------------------------------------------------------
 // The OTLP receiver.

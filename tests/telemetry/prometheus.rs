@@ -10,13 +10,6 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../common/mod.rs"]
-mod common;
-
-#[allow(dead_code)]
-#[path = "../http/harness.rs"]
-mod harness;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,8 +18,8 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::Client;
 use serde_json::{json, Value};
 
-use common::*;
-use harness::Server;
+use manifold_testkit::http::{self, Server};
+use manifold_testkit::process::*;
 
 /// A tool name no upstream has: Manifold refuses it, and it must never become a label value.
 const UNKNOWN_TOOL: &str = "no_such_tool_q7x";
@@ -86,7 +79,7 @@ fn dashboards_have_data_from_a_real_prometheus() {
     let r = resident.call("delta__echo", json!({"text": "stays"}));
     assert_eq!(r["result"]["content"][0]["text"], "stays", "{r}");
 
-    let client = harness::client();
+    let client = http::client();
     let targets = [
         format!("http://127.0.0.1:{admin}/metrics"),
         h.url("/metrics"),

@@ -10,9 +10,6 @@ mod floor;
 mod mcp;
 mod otlp;
 mod procstat;
-/// The `redis-server` the policy scenario measures against: the one the Redis tests use.
-#[path = "../../../tests/support/redis_server.rs"]
-mod redis_server;
 mod report;
 mod scenario;
 mod session;

@@ -2,17 +2,14 @@
 //! over HTTP on 127.0.0.1; API keys by their hashes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../tests/support/jwt.rs"]
-mod jwt;
-
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jwt::{hs256_token, jwks, now, unsigned_token, Issuer, JwksServer};
 use manifold_config::{AuthConfig, JwtConfig, KeyHash, TeamConfig, Visibility};
 use manifold_policy::{AuthError, Authenticator, Principal};
+use manifold_testkit::jwt::{self, hs256_token, jwks, now, unsigned_token, Issuer, JwksServer};
 use serde_json::{json, Value};
 
 const ISS: &str = "https://idp.example";

@@ -1,9 +1,6 @@
-//! The Redis limit backend against a real redis-server (see tests/support/redis_server.rs;
-//! `bash tests/redis/install.sh` provides one).
+//! The Redis limit backend against a real redis-server (started by
+//! `manifold_testkit::redis_server`; `bash tests/redis/install.sh` provides one).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../../../tests/support/redis_server.rs"]
-mod redis_server;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -12,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use manifold_config::{QuotaConfig, RateConfig, RedisConfig};
 use manifold_policy::redis_backend::{RedisError, RedisLimiter};
 use manifold_policy::{LimitDef, Refusal, RefusalKind};
-use redis_server::RedisServer;
+use manifold_testkit::redis_server::RedisServer;
 
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);

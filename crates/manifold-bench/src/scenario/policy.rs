@@ -21,11 +21,11 @@ use serde_json::{json, Map, Value};
 use super::counted;
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::procstat::Usage;
-use crate::redis_server::RedisServer;
 use crate::session::Session;
 use crate::setup::{Plan, Setup, Upstream};
 use crate::stats;
 use crate::target::TargetSpec;
+use manifold_testkit::redis_server::RedisServer;
 
 /// The goal: the policy step in memory adds at most this much to the p50 over no policy.
 const POLICY_GOAL_US: f64 = 2.0;

@@ -11,7 +11,7 @@ use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::*;
+use crate::process::{admin_port_in, fixture_bin, manifold_bin, TempDir, WAIT};
 
 /// A running `manifold serve --listen 127.0.0.1:0`.
 pub struct Server {

@@ -1,13 +1,12 @@
 //! A real `redis-server` for tests, on a free loopback port, with no persistence.
 //!
-//! Standalone (std only): include it with
-//! `#[path = "<relative path to>/tests/support/redis_server.rs"] mod redis_server;`. Tests use
-//! the panicking methods; the load generator (`manifold-load policy`) the `try_` ones.
+//! Standard library only, so that the benchmark tool can use it without the test-only
+//! dependencies. Tests use the panicking methods; the load generator (`manifold-load policy`)
+//! the `try_` ones.
 //!
 //! The binary is `$MANIFOLD_REDIS_SERVER`, else `redis-server` on `PATH`, else the one that
 //! `bash tests/redis/install.sh` unpacks under `tests/.cache/redis` (run with its own
 //! libraries).
-#![allow(dead_code)]
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -288,7 +287,8 @@ fn find_binary() -> Result<(PathBuf, Option<PathBuf>), String> {
     Ok((binary, library_path))
 }
 
-/// The directory holding `tests/redis/install.sh`, above the crate being tested.
+/// The directory holding `tests/redis/install.sh`: above the crate being tested (cargo names it
+/// to the processes it runs), else above this crate, which lives in the same workspace.
 fn workspace_root() -> Option<PathBuf> {
     let start = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)

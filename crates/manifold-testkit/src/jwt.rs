@@ -2,10 +2,7 @@
 //! and a JWKS server on 127.0.0.1 (plain HTTP/1.1 from a std thread) whose keys can be
 //! rotated while it runs.
 //!
-//! Use it from any test crate with `#[path = "<path to>/tests/support/jwt.rs"] mod jwt;`. It
-//! needs the dev-dependencies `jsonwebtoken` (default features off, feature `rust_crypto`) and
-//! `serde_json`, and nothing else.
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+//! Behind the feature `jwt`, which brings in `jsonwebtoken` (with its pure-Rust crypto only).
 
 use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};

@@ -1,6 +1,5 @@
-//! Shared harness for integration tests: runs the real `manifold` binary over pipes against
-//! fixture upstreams, with every wait bounded so that a broken build fails instead of hanging.
-#![allow(dead_code)]
+//! The real `manifold` binary over pipes against fixture upstreams, with every wait bounded so
+//! that a broken build fails instead of hanging; and the paths of the workspace's binaries.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
@@ -8,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -16,28 +15,71 @@ use serde_json::{json, Value};
 /// How long any single expected message may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// The folder of the profile being tested (`target/<profile>/`, or
+/// `target/<triple>/<profile>/` when cross-compiling), where cargo puts the workspace's
+/// binaries: the parent of the `deps/` folder holding the running test executable.
+pub fn profile_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the path of the running test executable");
+        let mut dir = exe
+            .parent()
+            .unwrap_or_else(|| panic!("{} has no parent folder", exe.display()));
+        // Integration tests and library tests run from `deps/`; a binary (the benchmark tool)
+        // runs from the profile folder itself.
+        if dir.file_name() == Some(std::ffi::OsStr::new("deps")) {
+            dir = dir.parent().unwrap_or(dir);
+        }
+        dir.to_path_buf()
+    })
+}
+
+/// The path of the workspace binary `name` in [`profile_dir`]; panics naming it, and the
+/// command that builds it, when it is not there.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let path = profile_dir().join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "the {name} binary is missing: expected at {}; build it first with `cargo build --bin {name}` \
+         (with the profile of the tests)",
+        path.display(),
+    );
+    path
+}
+
+/// The `manifold` binary. `cargo test -p manifold` builds it before the package's integration
+/// tests run, so it is as fresh as the tests themselves.
 pub fn manifold_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_manifold")
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| workspace_bin("manifold").to_string_lossy().into_owned())
 }
 
 /// The fixture server, a binary of its own crate built into the same folder as `manifold`.
 /// Built here once per test process (a no-op when it is up to date), so that a plain
 /// `cargo test` never runs a missing or stale fixture.
 pub fn fixture_bin() -> &'static str {
-    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static PATH: OnceLock<String> = OnceLock::new();
     PATH.get_or_init(|| {
-        let path = Path::new(manifold_bin()).with_file_name("manifold-fixture");
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
+        // Cargo passes its own path to the processes it runs; the one that built this crate
+        // is the fallback for a test executable started by hand.
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+        let mut build = Command::new(cargo);
+        build
             .args(["build", "--quiet", "-p", "manifold-fixture"])
             .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if path.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("release")) {
-            cargo.arg("--release");
+        // The fixture is built with the profile of the tests: `debug/` holds the dev profile,
+        // any other folder the profile of its name.
+        match profile_dir().file_name().and_then(std::ffi::OsStr::to_str) {
+            Some("debug") | None => {}
+            Some(profile) => {
+                build.args(["--profile", profile]);
+            }
         }
-        let status = cargo.status().expect("cargo runs");
+        let status = build.status().expect("cargo runs");
         assert!(status.success(), "building manifold-fixture failed");
-        assert!(path.exists(), "{} missing after the build", path.display());
-        path.to_string_lossy().into_owned()
+        workspace_bin("manifold-fixture")
+            .to_string_lossy()
+            .into_owned()
     })
 }
 

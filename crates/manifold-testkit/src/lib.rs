@@ -1,0 +1,38 @@
+//! Test support shared by Manifold's integration tests (the top-level `tests/` folder, test
+//! targets of the `manifold` package), the tests of `manifold-policy`, and the `manifold-load`
+//! benchmark tool. Not part of the product: nothing that ships depends on it.
+//!
+//! - [`process`]: the real `manifold` binary over stdio ([`process::Manifold`]), the paths of
+//!   the workspace's binaries, fixture upstream configs, [`process::TempDir`],
+//!   [`process::eventually`] and other bounded waits.
+//! - [`http`] (feature `http`): `manifold serve --listen` ([`http::Server`]), hosts speaking
+//!   Streamable HTTP ([`http::Host`]), SSE streams ([`http::Events`]) and the fixture as an HTTP
+//!   upstream ([`http::FixtureHttp`]).
+//! - [`jwt`] (feature `jwt`): an Ed25519 token issuer and a JWKS server.
+//! - [`redis_server`]: a real `redis-server` on a free loopback port.
+//!
+//! # Finding the binaries
+//!
+//! Cargo gives `CARGO_BIN_EXE_<name>` only to a package's own integration tests, never to a
+//! library. The kit finds `manifold` and `manifold-fixture` in the folder of the profile being
+//! tested (`target/<profile>/`), the parent of the `deps/` folder that holds the running test
+//! executable. `cargo test -p manifold` builds the `manifold` binary before its tests run, and
+//! [`process::fixture_bin`] builds `manifold-fixture` on first use; a binary that is still
+//! missing fails the test with a message naming it and the command that builds it.
+//!
+//! # The benchmark tool
+//!
+//! `manifold-bench` depends on this crate as a normal dependency, without features, for
+//! [`redis_server`] alone: it is benchmark tooling rather than product, and one copy of the
+//! Redis helper keeps the benchmark measuring against the same server setup as the tests.
+
+// Every user of this crate is a test or a benchmark: a failed unwrap is a failed run, with its
+// message, which is what clippy already allows in test code itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "jwt")]
+pub mod jwt;
+pub mod process;
+pub mod redis_server;
