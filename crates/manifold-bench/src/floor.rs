@@ -99,7 +99,6 @@ fn id_of(body: &[u8]) -> Option<u64> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::mcp::RequestLine;

@@ -444,7 +444,6 @@ fn varint(buf: &mut &[u8]) -> Option<u64> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

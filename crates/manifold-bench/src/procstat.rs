@@ -95,7 +95,6 @@ pub fn status_mb(pid: u32, field: &str) -> Result<f64> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

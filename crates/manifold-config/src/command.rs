@@ -61,7 +61,6 @@ fn is_executable(path: &Path) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::tests::TempDir;

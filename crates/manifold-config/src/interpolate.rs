@@ -37,7 +37,6 @@ fn lookup(name: &str, env: EnvLookup<'_>) -> Result<String, String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -25,7 +25,6 @@ mod toml_format;
 mod validate;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;
 
 pub use cache::{

@@ -98,7 +98,6 @@ fn relative_to_config(source: &Path, path: &str) -> PathBuf {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::path::Path;
 

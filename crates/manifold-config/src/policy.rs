@@ -671,7 +671,6 @@ pub fn auth_required(auth: &AuthConfig, teams: &[TeamConfig]) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -706,7 +705,6 @@ mod tests {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod config_tests {
     use std::path::Path;
 

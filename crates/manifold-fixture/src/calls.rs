@@ -338,7 +338,6 @@ fn log(state: &State, call: &Call, args: &Value) -> Value {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

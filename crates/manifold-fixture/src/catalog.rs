@@ -216,7 +216,6 @@ pub fn complete_values<'a>(candidates: &[&'a str], prefix: &str) -> Vec<&'a str>
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -136,7 +136,6 @@ fn failed(method: &str, e: &RpcError) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -217,7 +217,6 @@ pub fn log_params(level: &str, logger: &str, data: impl Into<Value>) -> Value {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

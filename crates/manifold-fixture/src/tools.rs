@@ -208,7 +208,6 @@ pub fn list(state: &State, params: &Value) -> Result<Value, RpcError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

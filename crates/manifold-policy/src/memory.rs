@@ -95,7 +95,6 @@ pub fn check(counters: &[&Counter]) -> Option<Refusal> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use manifold_config::{QuotaConfig, RateConfig};

@@ -92,7 +92,6 @@ impl<R: Read> LineReader<R> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -242,7 +242,6 @@ fn parse_proc_addr(text: &str) -> Option<SocketAddr> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -141,7 +141,6 @@ fn end_child(child: &Mutex<Child>, stdin: Option<ChildStdin>, grace: Duration) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

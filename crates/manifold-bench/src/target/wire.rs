@@ -315,7 +315,6 @@ pub fn sse_events(body: &[u8], out: &mut Vec<u8>, ranges: &mut Vec<(usize, usize
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 
 use manifold_config::{NameFilter, NameSettings, OnChange, OnNew};

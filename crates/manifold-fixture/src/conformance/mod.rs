@@ -186,7 +186,6 @@ pub fn completion_source(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

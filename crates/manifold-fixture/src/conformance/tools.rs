@@ -325,7 +325,6 @@ fn enums_schema() -> Value {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -280,7 +280,6 @@ impl Transport for Sessions {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -127,7 +127,6 @@ impl Sink for SessionSink {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::http::session::{Kind, Sessions};

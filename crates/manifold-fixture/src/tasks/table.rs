@@ -231,7 +231,6 @@ fn related(mut result: Value, id: &str) -> Value {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -91,7 +91,6 @@ fn not_pem(path: &Path, e: &pem::Error) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::path::PathBuf;
 
