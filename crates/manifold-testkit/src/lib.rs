@@ -5,10 +5,10 @@
 //! - [`process`]: the real `manifold` binary over stdio ([`process::Manifold`]), the paths of
 //!   the workspace's binaries, fixture upstream configs, [`process::TempDir`],
 //!   [`process::eventually`] and other bounded waits.
-//! - [`http`] (feature `http`): `manifold serve --listen` ([`http::Server`]), hosts speaking
-//!   Streamable HTTP ([`http::Host`]), SSE streams ([`http::Events`]) and the fixture as an HTTP
-//!   upstream ([`http::FixtureHttp`]).
-//! - [`jwt`] (feature `jwt`): an Ed25519 token issuer and a JWKS server.
+//! - `http` (feature `http`): `manifold serve --listen` (`http::Server`), hosts speaking
+//!   Streamable HTTP (`http::Host`), SSE streams (`http::Events`) and the fixture as an HTTP
+//!   upstream (`http::FixtureHttp`).
+//! - `jwt` (feature `jwt`): an Ed25519 token issuer and a JWKS server.
 //! - [`redis_server`]: a real `redis-server` on a free loopback port.
 //!
 //! # Finding the binaries
@@ -26,8 +26,8 @@
 //! [`redis_server`] alone: it is benchmark tooling rather than product, and one copy of the
 //! Redis helper keeps the benchmark measuring against the same server setup as the tests.
 
-// Every user of this crate is a test or a benchmark: a failed unwrap is a failed run, with its
-// message, which is what clippy already allows in test code itself.
+// Clippy does not count a library as test code, but every caller is a test or the benchmark
+// tool, where a failed unwrap is a failed run with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[cfg(feature = "http")]

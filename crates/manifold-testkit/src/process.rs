@@ -25,8 +25,8 @@ pub fn profile_dir() -> &'static Path {
         let mut dir = exe
             .parent()
             .unwrap_or_else(|| panic!("{} has no parent folder", exe.display()));
-        // Integration tests and library tests run from `deps/`; a binary (the benchmark tool)
-        // runs from the profile folder itself.
+        // Test executables run from `deps/`; an executable run from the profile folder itself
+        // (a binary of the workspace) already has its answer.
         if dir.file_name() == Some(std::ffi::OsStr::new("deps")) {
             dir = dir.parent().unwrap_or(dir);
         }
