@@ -13,7 +13,7 @@ use std::time::Duration;
 use manifold_catalog::UpstreamDef;
 use manifold_protocol::codes;
 use manifold_server::layer::{Check, Layer};
-use manifold_server::router::Target;
+use manifold_server::router::{Parts, Target};
 use manifold_server::{Context, Origin, Outlet, RouteError, Router, Session, Sessions, Transport};
 use manifold_upstream::{Hub, UpstreamHandle};
 use serde_json::{json, Value};
@@ -97,15 +97,19 @@ fn a_waiting_layer_holds_only_its_own_request_and_a_refusal_never_reaches_the_up
         let gate = Arc::new(Gate {
             release: Mutex::new(Some(release_rx)),
         });
-        let router = Router::with_layers(
+        let router = Router::new(Parts {
             hub,
-            vec![handle.clone()],
+            upstreams: vec![handle.clone()],
+            isolation: None,
             sessions,
-            config.server.clone(),
-            tokio::runtime::Handle::current(),
-            vec![gate],
-        );
-        router.run_reaper(ending);
+            ending,
+            settings: config.server.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            layers: vec![gate],
+            teams: Arc::default(),
+            stdio_team: None,
+            cache: None,
+        });
         let (tx, mut rx) = mpsc::unbounded_channel();
         let outlet: Arc<dyn Outlet> = Arc::new(Sink(tx));
         let session = Session::new(Transport::Stdio, Arc::clone(&outlet));

@@ -23,7 +23,11 @@ use tokio::sync::mpsc;
 
 use crate::context::Context;
 use crate::error::RouteError;
-use crate::router::Target;
+use crate::target::Target;
+
+/// Where the upstream subscriptions that cache entries held arrive, when the entries go:
+/// (upstream, original URI).
+pub type Released = tokio::sync::mpsc::UnboundedReceiver<(usize, Box<str>)>;
 
 /// The `_meta` member a host sets to skip the cache for one request: `"bypass"` (not looked
 /// up, not stored) or `"refresh"` (not looked up; the fresh answer replaces the entry).

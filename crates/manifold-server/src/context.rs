@@ -80,8 +80,6 @@ pub struct Context {
     pub version: &'static str,
     /// Who asked.
     pub caller: Arc<Caller>,
-    /// When the host stops waiting, if it said so.
-    pub deadline: Option<Instant>,
     /// The request's server span; every step of the request is recorded under it.
     pub span: tracing::Span,
     started: Instant,
@@ -123,7 +121,6 @@ impl Context {
             id: id.into(),
             version,
             caller,
-            deadline: None,
             span,
             started: Instant::now(),
             transport,

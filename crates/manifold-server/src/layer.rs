@@ -9,7 +9,7 @@ use std::pin::Pin;
 
 use crate::context::Context;
 use crate::error::RouteError;
-use crate::router::Target;
+use crate::target::Target;
 
 /// A step between routing and the upstream.
 pub trait Layer: Send + Sync {

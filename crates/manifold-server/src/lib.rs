@@ -8,8 +8,8 @@
 pub mod cache;
 pub mod context;
 pub mod error;
+mod fanout;
 pub mod http;
-mod initialize;
 pub mod layer;
 pub mod outlet;
 pub mod policy;
@@ -18,6 +18,8 @@ pub mod scrape;
 pub mod session;
 pub mod sessions;
 pub mod stdio;
+pub mod target;
+mod tasks;
 
 pub use context::{Context, Origin};
 pub use error::RouteError;

@@ -13,7 +13,24 @@ use manifold_upstream::pipe::{PipeWriter, WriteError};
 
 use manifold_telemetry::{metrics, Direction, HostTransport};
 
-use crate::sessions::Ending;
+use tokio::sync::mpsc;
+
+/// Asks for a session to be ended. Cheap to clone and callable from any thread without
+/// blocking: the router's reaper task does the work (cancelling the session's requests
+/// upstream, closing its streams).
+#[derive(Clone)]
+pub struct Ending(mpsc::UnboundedSender<(u64, String)>);
+
+impl Ending {
+    /// Requests go to `tx` (the registry keeps the receiver for the reaper).
+    pub(crate) fn new(tx: mpsc::UnboundedSender<(u64, String)>) -> Self {
+        Self(tx)
+    }
+
+    pub fn end(&self, session: u64, reason: String) {
+        let _ = self.0.send((session, reason));
+    }
+}
 
 /// Where messages for a host go. Sending never blocks on the host: an outlet that cannot take
 /// more ends its session instead (see [`Ending`]).

@@ -7,19 +7,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::mpsc;
 
+use crate::outlet::Ending;
 use crate::session::Session;
-
-/// Asks for a session to be ended. Cheap to clone and callable from any thread without
-/// blocking: the router's reaper task does the work (cancelling the session's requests
-/// upstream, closing its streams).
-#[derive(Clone)]
-pub struct Ending(mpsc::UnboundedSender<(u64, String)>);
-
-impl Ending {
-    pub fn end(&self, session: u64, reason: String) {
-        let _ = self.0.send((session, reason));
-    }
-}
 
 /// Why a session could not be registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +37,7 @@ impl Sessions {
         let sessions = Arc::new(Self {
             map: RwLock::new(Map::default()),
             limit,
-            ending: Ending(tx),
+            ending: Ending::new(tx),
         });
         (sessions, rx)
     }

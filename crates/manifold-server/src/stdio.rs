@@ -14,10 +14,10 @@ use manifold_telemetry::{metrics, Direction, HostTransport};
 use manifold_upstream::pipe::{PipeWriter, WhenFull};
 
 use crate::context::Origin;
+use crate::outlet::Ending;
 use crate::outlet::{BlockingOutlet, Outlet, PipeOutlet};
 use crate::router::Router;
 use crate::session::{Session, Transport};
-use crate::sessions::Ending;
 
 /// Serves the process's own stdin/stdout as one session, returned once registered. The
 /// session ends when the host closes stdin (once every request read has been answered), or

@@ -20,6 +20,7 @@ mod http;
 mod hub;
 mod pending;
 pub mod pipe;
+mod pool;
 mod process;
 mod stdio;
 
@@ -28,3 +29,4 @@ pub use error::UpstreamError;
 pub use handle::{Isolation, UpstreamHandle};
 pub use hub::{Hub, Listener};
 pub use pending::{Answer, Exchange, Forward, Outcome, Peer, ServerReply, ServerRequest};
+pub use pool::{Pool, SessionFor, TeamFor};

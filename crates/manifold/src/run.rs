@@ -13,6 +13,7 @@ use manifold_policy::Authenticator;
 use manifold_server::cache::Cache;
 use manifold_server::layer::Layer;
 use manifold_server::policy::{LimitLayer, Teams};
+use manifold_server::router::Parts;
 use manifold_server::{http, stdio, Router, Sessions};
 use manifold_upstream::{Hub, Isolation, Timing, UpstreamHandle};
 use tokio::signal::unix::{signal, SignalKind};
@@ -196,33 +197,32 @@ pub fn serve(
         };
         let (sessions, ending) = Sessions::new(limit);
         let (hub, handles) = start_upstreams(&config, &defs);
-        let runtime = tokio::runtime::Handle::current();
-        let router = Router::with_layers(
-            hub,
-            handles.clone(),
-            sessions,
-            config.server.clone(),
-            runtime,
-            layers,
-        );
-        router.set_teams(
-            Arc::new(Teams::new(&config.teams)),
-            config.server.team.as_deref(),
-        );
-        router.run_reaper(ending);
         let (released, released_rx) = tokio::sync::mpsc::unbounded_channel();
-        if let Some(cache) = Cache::new(&config.cache, &config.upstreams, &released) {
-            router.set_cache(cache, released_rx);
-        }
-        router.set_isolation(Isolation::new(
-            Arc::clone(router.hub()),
+        let cache =
+            Cache::new(&config.cache, &config.upstreams, &released).map(|c| (c, released_rx));
+        let timing = Timing {
+            request: config.server.request_timeout,
+            max: config.server.max_request_timeout,
+        };
+        let isolation = Isolation::new(
+            Arc::clone(&hub),
             config.upstreams.clone().into(),
-            Timing {
-                request: config.server.request_timeout,
-                max: config.server.max_request_timeout,
-            },
+            timing,
             config.server.shutdown_grace,
-        ));
+        );
+        let router = Router::new(Parts {
+            hub,
+            upstreams: handles.clone(),
+            isolation: Some(isolation),
+            sessions,
+            ending,
+            settings: config.server.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            layers,
+            teams: Arc::new(Teams::new(&config.teams)),
+            stdio_team: config.server.team.clone(),
+            cache,
+        });
         let admin = match config.server.admin {
             Some(addr) => Some(serve_admin(&router, &config, addr)?),
             None => None,

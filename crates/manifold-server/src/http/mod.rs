@@ -160,7 +160,7 @@ async fn caller_of(req: &HttpRequest, shared: &Shared) -> Result<Arc<Caller>, Ht
         None => auth.authenticate(authorization, api_key).await,
     };
     let principal = verdict.and_then(|p| {
-        let team = shared.router.teams().and_then(|t| t.get(&p.team)).cloned();
+        let team = shared.router.teams().get(&p.team).cloned();
         team.map(|t| (t, p.id))
             .ok_or_else(|| AuthError::Invalid(format!("team {:?} is not configured", p.team)))
     });

@@ -21,8 +21,8 @@ use manifold_protocol::sse;
 use manifold_telemetry::{metrics, Direction, HostTransport};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::outlet::Ending;
 use crate::outlet::Outlet;
-use crate::sessions::Ending;
 
 /// Finished POST streams kept for resumption, per session.
 const FINISHED_KEPT: usize = 16;

@@ -10,9 +10,10 @@ use manifold_protocol::RawObject;
 use manifold_upstream::Answer;
 use tokio::sync::oneshot;
 
-use super::{inflight::Fill, Router, Target};
+use super::{inflight::Fill, Router};
 use crate::cache::{Cache, Family, Lookup, Plan};
 use crate::context::Context;
+use crate::target::Target;
 
 /// A request waiting on the cache, taken by whichever step answers it.
 type Slot = Arc<Mutex<Option<(Context, Target)>>>;
@@ -24,7 +25,7 @@ fn take(slot: &Slot) -> Option<(Context, Target)> {
 impl Router {
     /// Sends the request upstream, or answers it from the cache.
     pub(super) fn dispatch(self: &Arc<Self>, ctx: Context, target: Target) {
-        let Some(cache) = self.cache.get() else {
+        let Some(cache) = &self.cache else {
             return self.send(ctx, target, None);
         };
         match cache.plan(&ctx, &target, &self.hub.catalog()) {
@@ -142,7 +143,7 @@ impl Router {
         if !self.interest.subscribe(upstream, uri) {
             return Some((upstream, uri.into()));
         }
-        let conn = self.upstreams.get(upstream)?.connection();
+        let conn = self.pool.upstreams().get(upstream)?.connection();
         let params = format!(
             "{{\"uri\":{}}}",
             manifold_protocol::object::json_string(uri)
@@ -158,7 +159,7 @@ impl Router {
             return Some((upstream, uri.into()));
         }
         tracing::debug!(
-            upstream = self.upstreams[upstream].key(),
+            upstream = self.pool.upstreams()[upstream].key(),
             uri,
             "could not subscribe for the cache; its entry lasts its ttl"
         );

@@ -13,11 +13,11 @@ use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
 use manifold_upstream::{error_object, Exchange, Hub, Outcome, Peer, ServerRequest};
 use tokio::sync::oneshot;
 
-use super::tasks::{self, Tasks};
 use crate::context::Context;
 use crate::error::upstream_outcome;
 use crate::outlet::Outlet;
 use crate::session::Session;
+use crate::tasks::{self, Tasks};
 
 /// The host side of one forwarded request.
 pub(super) struct Inflight {

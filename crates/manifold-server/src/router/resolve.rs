@@ -11,24 +11,7 @@ use manifold_telemetry::trace::Carrier;
 
 use crate::error::RouteError;
 use crate::policy::Team;
-
-/// Where a request goes, and what it says there.
-#[derive(Debug)]
-pub struct Target {
-    pub upstream: usize,
-    pub method: &'static str,
-    /// The params as the upstream sees them (JSON text).
-    pub params: String,
-    /// A timeout of its own (a tool with one configured).
-    pub timeout: Option<std::time::Duration>,
-    /// Whether the answer may carry a task (a task-augmented call, or a `tasks/*` request).
-    pub task: bool,
-    /// The tool or prompt name, or the URI, as the host named it (metric labels and spans).
-    pub exposed: Option<Arc<str>>,
-    /// The same as the upstream knows it: only while traces are exported (the upstream hop's
-    /// span is its only reader).
-    pub original: Option<Arc<str>>,
-}
+use crate::target::Target;
 
 /// `name` for a span, when spans are exported; otherwise nothing is copied.
 fn for_spans(name: &str) -> Option<Arc<str>> {

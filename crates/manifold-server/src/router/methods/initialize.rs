@@ -1,14 +1,65 @@
-//! The `initialize` result: the negotiated version, capabilities that reflect what the
-//! upstreams offer, and a `serverInfo` that says what this merged server is. All of it comes
-//! from the upstreams the host may know of: a team is never told of an upstream its view
-//! hides, not even through a capability only that upstream offers.
+//! `initialize`: the negotiated version, capabilities that reflect what the upstreams offer,
+//! and a `serverInfo` that says what this merged server is. All of it comes from the
+//! upstreams the host may know of: a team is never told of an upstream its view hides, not
+//! even through a capability only that upstream offers.
 
+use std::sync::Arc;
+
+use manifold_protocol::{version, Envelope, RawObject};
+
+use crate::context::Context;
+use crate::error::RouteError;
+use crate::router::Router;
+use crate::session::Client;
 use manifold_catalog::{Catalog, UpstreamState};
 use serde_json::{json, Map, Value};
 
+impl Router {
+    pub(in crate::router) fn initialize(self: &Arc<Self>, ctx: Context, env: &Envelope<'_>) {
+        let params = match env.routing_params() {
+            Ok(p) => p,
+            Err(e) => return ctx.fail(&RouteError::InvalidParams(e.to_string())),
+        };
+        let Some(session) = ctx.session.clone() else {
+            return ctx.fail(&RouteError::InvalidParams(
+                "initialize needs a session".into(),
+            ));
+        };
+        if !session.begin_initialize() {
+            return ctx.fail(&RouteError::AlreadyInitialized);
+        }
+        let negotiated = version::negotiate(params.protocol_version.as_deref());
+        let client = Client {
+            capabilities: params.capabilities.unwrap_or("{}").into(),
+            info: env
+                .params
+                .and_then(|p| RawObject::parse(p).ok())
+                .and_then(|p| p.get("clientInfo").map(Box::from)),
+        };
+        let router = Arc::clone(self);
+        self.runtime.spawn(async move {
+            // Answer with the whole catalog: wait (bounded) for every upstream's first start.
+            router
+                .hub
+                .wait_settled(router.settings.startup_timeout)
+                .await;
+            let catalog = router.hub.catalog();
+            let result = match session.caller().restricted() {
+                Some(team) => {
+                    let view = team.view(&catalog);
+                    result(&catalog, negotiated, |i| view.knows_upstream(i))
+                }
+                None => result(&catalog, negotiated, |_| true),
+            };
+            session.finish_initialize(negotiated, client);
+            ctx.reply(&result);
+        });
+    }
+}
+
 /// The initialize result for `catalog`, as JSON text, naming only the upstreams (by index)
 /// for which `known` holds.
-pub fn result(catalog: &Catalog, version: &str, known: impl Fn(usize) -> bool) -> String {
+fn result(catalog: &Catalog, version: &str, known: impl Fn(usize) -> bool) -> String {
     let slices: Vec<_> = catalog
         .slices()
         .iter()

@@ -1,0 +1,140 @@
+//! The limit layer: every tool call counted against the limits that apply to it, in memory
+//! or in Redis.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use manifold_config::{LimitBackend, LimitsConfig, TeamConfig};
+use manifold_policy::redis_backend::{RedisError, RedisLimiter};
+use manifold_policy::{LimitDef, Limits, Refusal};
+
+use crate::context::Context;
+use crate::error::RouteError;
+use crate::layer::{Check, Layer};
+use crate::target::Target;
+
+/// Counts every tool call against the limits that apply to it (see
+/// [`manifold_policy::Limits::applicable`]); a refused call never reaches the upstream.
+pub struct LimitLayer {
+    limits: Limits,
+    store: Store,
+}
+
+enum Store {
+    /// Counted in this process.
+    Memory,
+    /// Counted in Redis, shared by every replica.
+    Redis(Arc<Shared>),
+}
+
+/// The Redis store and what to do while it cannot be reached.
+struct Shared {
+    redis: RedisLimiter,
+    fail_open: bool,
+    /// Whether the store is in an episode of being unreachable (logged once per episode).
+    down: AtomicBool,
+}
+
+impl Shared {
+    fn unreachable(&self, e: &RedisError) {
+        manifold_telemetry::metrics().limit_store_error(self.fail_open);
+        if !self.down.swap(true, Ordering::Relaxed) {
+            let then = if self.fail_open {
+                "calls are allowed without counting (limits.fail_open)"
+            } else {
+                "calls are refused until it is back (limits.fail_open = false)"
+            };
+            tracing::error!("the limit store is unreachable: {e}; {then}");
+        }
+    }
+
+    fn reachable(&self) {
+        if self.down.swap(false, Ordering::Relaxed) {
+            tracing::warn!("the limit store is reachable again; limits are counted");
+        }
+    }
+}
+
+impl LimitLayer {
+    /// `None` when no limit is configured: nothing is added to the path.
+    pub fn new(config: &LimitsConfig, teams: &[TeamConfig]) -> Result<Option<Arc<Self>>, String> {
+        let Some(limits) = Limits::new(config, teams) else {
+            return Ok(None);
+        };
+        let store = match &config.backend {
+            LimitBackend::Memory => Store::Memory,
+            LimitBackend::Redis(redis) => Store::Redis(Arc::new(Shared {
+                redis: RedisLimiter::new(redis).map_err(|e| format!("limits.redis_url: {e}"))?,
+                fail_open: config.fail_open,
+                down: AtomicBool::new(false),
+            })),
+        };
+        Ok(Some(Arc::new(Self { limits, store })))
+    }
+
+    fn refuse(team: &str, tool: &str, refusal: Refusal) -> RouteError {
+        tracing::info!(
+            team,
+            tool,
+            limit = &*refusal.limit,
+            kind = refusal.kind.label(),
+            retry_after_ms = refusal.retry_after.as_millis() as u64,
+            "tool call refused by a limit"
+        );
+        RouteError::Limited {
+            tool: tool.to_owned(),
+            refusal,
+        }
+    }
+}
+
+impl Layer for LimitLayer {
+    fn check(&self, ctx: &Context, target: &Target) -> Check {
+        if target.method != "tools/call" {
+            return Check::Pass;
+        }
+        let (Some(tool), Some(route)) = (&target.exposed, ctx.route()) else {
+            return Check::Pass;
+        };
+        let team = ctx.caller.team.as_ref().map(|t| &*t.name);
+        let counters = self.limits.applicable(team, &route.upstream, tool);
+        if counters.is_empty() {
+            return Check::Pass;
+        }
+        match &self.store {
+            Store::Memory => match manifold_policy::memory::check(&counters) {
+                None => Check::Pass,
+                Some(refusal) => Check::Refuse(Self::refuse(ctx.principal(), tool, refusal)),
+            },
+            Store::Redis(shared) => {
+                let defs: Vec<Arc<LimitDef>> =
+                    counters.iter().map(|c| Arc::clone(&c.def)).collect();
+                let (shared, team, tool) = (
+                    Arc::clone(shared),
+                    Arc::clone(ctx.principal()),
+                    Arc::clone(tool),
+                );
+                Check::Wait(Box::pin(async move {
+                    match shared.redis.check(&defs).await {
+                        Ok(None) => {
+                            shared.reachable();
+                            Ok(())
+                        }
+                        Ok(Some(refusal)) => {
+                            shared.reachable();
+                            Err(Self::refuse(&team, &tool, refusal))
+                        }
+                        Err(e) => {
+                            shared.unreachable(&e);
+                            if shared.fail_open {
+                                Ok(())
+                            } else {
+                                Err(RouteError::LimitStore)
+                            }
+                        }
+                    }
+                }))
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Forwarding: a request Manifold does not answer itself is resolved to its upstream, passed
+//! through the layers and the cache, and written on the connection the pool chooses, with an
+//! [`Inflight`] exchange that brings the answer back to the host.
+
+use std::sync::Arc;
+
+use manifold_catalog::{Kind as ListKind, UpstreamState};
+use manifold_protocol::{write, Envelope};
+use manifold_telemetry::spans;
+use manifold_upstream::{Connection, Forward, SessionFor, TeamFor, UpstreamError, UpstreamHandle};
+
+use super::inflight::{self, Inflight};
+use super::{resolve, Router};
+use crate::context::{Context, Route};
+use crate::error::RouteError;
+use crate::layer::Check;
+use crate::target::Target;
+
+impl Router {
+    /// `tools/call`, `prompts/get` and `resources/read`: their params are parsed once, for
+    /// routing and rewriting together.
+    pub(super) fn forward(self: &Arc<Self>, ctx: Context, method: &str, env: &Envelope<'_>) {
+        let catalog = self.hub.catalog();
+        let sight = ctx.caller.restricted().map(|t| &**t);
+        let target = match method {
+            "tools/call" => resolve::named(&catalog, env, ListKind::Tools, sight),
+            "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
+            _ => resolve::read(&catalog, env, sight),
+        };
+        match target {
+            Ok(target) => self.admit(ctx, target, 0),
+            Err(e) => ctx.fail(&e),
+        }
+    }
+
+    /// Passes the request through the layers from `from` on, then sends it upstream. A layer
+    /// that must wait continues the request on the runtime.
+    pub(super) fn admit(self: &Arc<Self>, mut ctx: Context, target: Target, from: usize) {
+        if from == 0 {
+            self.note_route(&mut ctx, &target);
+        }
+        for (i, layer) in self.layers.iter().enumerate().skip(from) {
+            match layer.check(&ctx, &target) {
+                Check::Pass => {}
+                Check::Refuse(e) => return ctx.fail(&e),
+                Check::Wait(decision) => {
+                    let router = Arc::clone(self);
+                    self.runtime.spawn(async move {
+                        match decision.await {
+                            Ok(()) => router.admit(ctx, target, i + 1),
+                            Err(e) => ctx.fail(&e),
+                        }
+                    });
+                    return;
+                }
+            }
+        }
+        self.dispatch(ctx, target);
+    }
+
+    /// Tells the request's metrics and span where it is going.
+    fn note_route(&self, ctx: &mut Context, target: &Target) {
+        ctx.routed(Route {
+            upstream: self.pool.upstreams()[target.upstream].key_arc(),
+            method: target.method,
+            exposed: target.exposed.clone(),
+        });
+    }
+
+    /// Sends the request to its upstream as a new request whose answer returns to the host:
+    /// on the shared connection, or the session's own (started now, if it is the first use).
+    pub(super) fn send(
+        self: &Arc<Self>,
+        ctx: Context,
+        target: Target,
+        fill: Option<inflight::Fill>,
+    ) {
+        let handle = &self.pool.upstreams()[target.upstream];
+        if let UpstreamState::Down { reason } = self.hub.catalog().state(target.upstream) {
+            return ctx.fail(&unavailable(handle, reason));
+        }
+        let own = match self.own_connection(&ctx, target.upstream) {
+            Ok(own) => own,
+            Err(e) => return ctx.fail(&e),
+        };
+        let Some(own) = own else {
+            return match handle.connection() {
+                Some(conn) => self.send_on(&conn, ctx, target, fill),
+                None => ctx.fail(&unavailable(handle, "it is starting")),
+            };
+        };
+        if let Some(conn) = own.connection() {
+            return self.send_on(&conn, ctx, target, fill);
+        }
+        // A connection just started: the request waits (bounded) for its handshake.
+        let (router, limit) = (Arc::clone(self), self.settings.startup_timeout);
+        self.runtime.spawn(async move {
+            match own.connected(limit).await {
+                Some(conn) => router.send_on(&conn, ctx, target, fill),
+                None => ctx.fail(&unavailable(
+                    &own,
+                    "its connection for this session did not start in time",
+                )),
+            }
+        });
+    }
+
+    /// The connection of its own the request must use (a session's, a team's), from the
+    /// pool; `None`: the shared one.
+    fn own_connection(
+        &self,
+        ctx: &Context,
+        upstream: usize,
+    ) -> Result<Option<UpstreamHandle>, RouteError> {
+        let key = self.pool.upstreams()[upstream].key();
+        let team = ctx.caller.team.as_ref().map(|team| TeamFor {
+            name: &team.name,
+            headers: team.config.headers.get(key),
+        });
+        let session = ctx.session.as_ref().map(|s| SessionFor {
+            id: s.id(),
+            capabilities: s.client().map_or("{}", |c| &*c.capabilities),
+        });
+        let peer = || -> Arc<dyn manifold_upstream::Peer> {
+            let weak = ctx.session.as_ref().map(Arc::downgrade).unwrap_or_default();
+            Arc::new(inflight::SessionPeer(weak))
+        };
+        Ok(self.pool.own(upstream, team, session, peer)?)
+    }
+
+    /// Writes the request on `conn`; its answer returns to the host through an exchange.
+    fn send_on(
+        &self,
+        conn: &Connection,
+        ctx: Context,
+        target: Target,
+        fill: Option<inflight::Fill>,
+    ) {
+        let handle = &self.pool.upstreams()[target.upstream];
+        let upstream_id = conn.next_id();
+        let hop = spans::client(&ctx.span);
+        let (params, progress_token) =
+            match resolve::map_progress_token(&target.params, upstream_id) {
+                Some((params, token)) => (params, Some(token)),
+                None => (target.params, None),
+            };
+        let params = match spans::context_of(&hop) {
+            Some(carrier) => resolve::with_trace_context(&params, &carrier).unwrap_or(params),
+            None => params,
+        };
+        let mut line = Vec::with_capacity(params.len() + 64);
+        write::request(&mut line, upstream_id, target.method, Some(&params));
+        let (upstream, tool) = match ctx.route() {
+            Some(route) => (Arc::clone(&route.upstream), route.tool().cloned()),
+            None => (handle.key_arc(), None),
+        };
+        let exchange = Inflight {
+            ctx: Some(ctx),
+            hub: Arc::clone(&self.hub),
+            upstream: target.upstream,
+            method: target.method,
+            tasks: target.task.then(|| Arc::clone(&self.tasks)),
+            hop: inflight::Hop {
+                span: hop,
+                started: std::time::Instant::now(),
+                upstream,
+                tool,
+                original: target.original,
+                id: upstream_id,
+                transport: handle.transport(),
+            },
+            fill,
+        };
+        conn.forward(
+            upstream_id,
+            &line,
+            Forward {
+                exchange: Box::new(exchange),
+                progress_token,
+                timeout: target.timeout,
+            },
+        );
+    }
+}
+
+fn unavailable(handle: &UpstreamHandle, reason: &str) -> RouteError {
+    RouteError::Upstream(UpstreamError::Unavailable {
+        upstream: handle.key().to_owned(),
+        reason: reason.to_owned(),
+    })
+}

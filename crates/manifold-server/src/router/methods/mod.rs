@@ -1,0 +1,13 @@
+//! The methods Manifold answers itself, one file each (the handshake, ping, lists, logging,
+//! subscriptions, completion, tasks). Completion and tasks are answered by an upstream, but
+//! what they are routed by is particular to each.
+
+mod completion;
+mod initialize;
+mod lists;
+mod logging;
+mod ping;
+mod subscribe;
+mod tasks;
+
+pub(super) use ping::ping;

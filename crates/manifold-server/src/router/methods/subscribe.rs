@@ -1,0 +1,104 @@
+//! `resources/subscribe` and `resources/unsubscribe`: counted per upstream resource, so the
+//! upstream is asked once however many sessions subscribe, and told to stop when the last
+//! one leaves.
+
+use std::sync::Arc;
+
+use manifold_protocol::{write, Params};
+use manifold_upstream::UpstreamHandle;
+
+use crate::context::Context;
+use crate::error::RouteError;
+use crate::router::{resolve, Router};
+
+impl Router {
+    pub(in crate::router) fn subscribe(
+        self: &Arc<Self>,
+        ctx: Context,
+        params: &Params<'_>,
+        on: bool,
+    ) {
+        let Some(exposed) = params.uri.as_deref() else {
+            return ctx.fail(&RouteError::InvalidParams("missing \"uri\"".into()));
+        };
+        let Some(session) = ctx.session.clone() else {
+            return ctx.fail(&RouteError::InvalidParams(
+                "subscriptions need a session".into(),
+            ));
+        };
+        let catalog = self.hub.catalog();
+        let sight = ctx.caller.restricted().map(|t| &**t);
+        let (upstream, original) = match resolve::resolve_uri(&catalog, exposed, sight) {
+            Ok(found) => found,
+            Err(e) => return ctx.fail(&e),
+        };
+        let first = if on {
+            session.subscribe(exposed) && self.interest.subscribe(upstream, original)
+        } else {
+            session.unsubscribe(exposed) && self.interest.unsubscribe(upstream, original)
+        };
+        if !first {
+            // Another session keeps the upstream subscribed, or nothing changes.
+            return ctx.reply("{}");
+        }
+        let handle = &self.pool.upstreams()[upstream];
+        let Some(conn) = handle.connection() else {
+            // Asked again when the upstream is back (Listener::upstream_ready).
+            return ctx.reply("{}");
+        };
+        let method = if on {
+            "resources/subscribe"
+        } else {
+            "resources/unsubscribe"
+        };
+        let upstream_params = format!(
+            "{{\"uri\":{}}}",
+            manifold_protocol::object::json_string(original)
+        );
+        let (router, exposed, original) =
+            (Arc::clone(self), exposed.to_owned(), original.to_owned());
+        self.runtime.spawn(async move {
+            match conn.request(method, Some(&upstream_params)).await {
+                Ok(manifold_upstream::Answer::Result(_)) => ctx.reply("{}"),
+                Ok(manifold_upstream::Answer::Error(e)) => {
+                    if on {
+                        // Refused: the session is not subscribed after all.
+                        session.unsubscribe(&exposed);
+                        router.interest.unsubscribe(upstream, &original);
+                    }
+                    let mut out = Vec::new();
+                    write::raw_error_response(&mut out, &ctx.id, &e);
+                    ctx.outlet.answer(&[&out]);
+                }
+                Err(e) => ctx.fail(&RouteError::Upstream(e)),
+            }
+        });
+    }
+
+    /// Asks an upstream to (un)subscribe, without waiting for its answer.
+    pub(in crate::router) fn tell_subscription(&self, upstream: usize, uri: &str, subscribe: bool) {
+        let Some(conn) = self
+            .pool
+            .upstreams()
+            .get(upstream)
+            .and_then(UpstreamHandle::connection)
+        else {
+            return;
+        };
+        let method = if subscribe {
+            "resources/subscribe"
+        } else {
+            "resources/unsubscribe"
+        };
+        let params = format!(
+            "{{\"uri\":{}}}",
+            manifold_protocol::object::json_string(uri)
+        );
+        let key = self.pool.upstreams()[upstream].key().to_owned();
+        self.runtime.spawn(async move {
+            if let Err(e) = conn.request(method, Some(&params)).await {
+                tracing::warn!(upstream = key, "{method} failed: {e}");
+            }
+        });
+    }
+}

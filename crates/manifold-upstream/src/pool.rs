@@ -1,0 +1,177 @@
+//! Which connection a request to an upstream goes on: the upstream's shared one, a host
+//! session's own (`isolation = "session"`), or a team's own (an HTTP upstream with headers of
+//! the team's). The connections of sessions and teams are started on first use and kept here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::{Connection, Isolation, Peer, UpstreamError, UpstreamHandle};
+
+/// Every upstream's connections.
+pub struct Pool {
+    /// The shared connection of each upstream, by index.
+    shared: Vec<UpstreamHandle>,
+    /// Starts the other connections; `None`: every request uses the shared one.
+    isolation: Option<Isolation>,
+    /// Sessions' own connections, by (upstream, session). Locked to look one up, add or
+    /// remove it; never across a start or a shutdown.
+    sessions: Mutex<HashMap<(usize, u64), UpstreamHandle>>,
+    /// Teams' own connections, by (upstream, team); locked like `sessions`.
+    teams: Mutex<HashMap<(usize, Arc<str>), UpstreamHandle>>,
+}
+
+/// A team whose requests may need a connection of their own.
+pub struct TeamFor<'a> {
+    pub name: &'a Arc<str>,
+    /// The team's own headers for the upstream, if it has any.
+    pub headers: Option<&'a BTreeMap<String, String>>,
+}
+
+/// A host session whose requests may need a connection of their own.
+pub struct SessionFor<'a> {
+    pub id: u64,
+    /// What the host declared in `initialize` (JSON text), passed on to its connection.
+    pub capabilities: &'a str,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Pool {
+    pub fn new(shared: Vec<UpstreamHandle>, isolation: Option<Isolation>) -> Self {
+        Self {
+            shared,
+            isolation,
+            sessions: Mutex::new(HashMap::new()),
+            teams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Every upstream's shared connection, by index.
+    pub fn upstreams(&self) -> &[UpstreamHandle] {
+        &self.shared
+    }
+
+    /// The connection of its own that a request of `team` and `session` to `upstream` must
+    /// use, started now if this is its first use; `None`: the shared connection. `peer` makes
+    /// where a session's own connection sends its requests to the host.
+    pub fn own(
+        &self,
+        upstream: usize,
+        team: Option<TeamFor<'_>>,
+        session: Option<SessionFor<'_>>,
+        peer: impl FnOnce() -> Arc<dyn Peer>,
+    ) -> Result<Option<UpstreamHandle>, UpstreamError> {
+        let Some(isolation) = &self.isolation else {
+            return Ok(None);
+        };
+        if let Some(TeamFor {
+            name,
+            headers: Some(headers),
+        }) = team
+        {
+            return Ok(self.team_handle(isolation, upstream, name, headers));
+        }
+        let (Some(limit), Some(session)) = (isolation.limit(upstream), session) else {
+            return Ok(None);
+        };
+        let mut own = lock(&self.sessions);
+        if let Some(handle) = own.get(&(upstream, session.id)) {
+            return Ok(Some(handle.clone()));
+        }
+        let open = own.keys().filter(|(u, _)| *u == upstream).count();
+        let key = self.key(upstream);
+        if open >= limit {
+            return Err(self.unavailable(
+                upstream,
+                format!("{open} sessions already have a connection of their own to {key:?} (isolation_limit); try again when one ends"),
+            ));
+        }
+        let handle = isolation
+            .start(upstream, session.id, session.capabilities, peer())
+            .ok_or_else(|| self.unavailable(upstream, "it has no configuration".into()))?;
+        tracing::info!(
+            upstream = key,
+            session = session.id,
+            "started a connection for the session"
+        );
+        own.insert((upstream, session.id), handle.clone());
+        Ok(Some(handle))
+    }
+
+    /// The connection to `upstream` that carries `team`'s own headers (started now, if this
+    /// is the team's first call there). The host's own credentials are never passed on: the
+    /// upstream sees the configured headers only.
+    fn team_handle(
+        &self,
+        isolation: &Isolation,
+        upstream: usize,
+        team: &Arc<str>,
+        headers: &BTreeMap<String, String>,
+    ) -> Option<UpstreamHandle> {
+        let mut teams = lock(&self.teams);
+        if let Some(handle) = teams.get(&(upstream, Arc::clone(team))) {
+            return Some(handle.clone());
+        }
+        let handle = isolation.start_for_team(upstream, headers)?;
+        tracing::info!(
+            upstream = self.key(upstream),
+            team = &**team,
+            "started a connection with the team's own headers"
+        );
+        teams.insert((upstream, Arc::clone(team)), handle.clone());
+        Some(handle)
+    }
+
+    /// Requests in flight to `upstream`, on its shared connection and on every session's own.
+    pub fn in_flight(&self, upstream: usize) -> usize {
+        let shared = self
+            .shared
+            .get(upstream)
+            .and_then(UpstreamHandle::connection)
+            .map_or(0, |c| c.in_flight());
+        let own = lock(&self.sessions)
+            .iter()
+            .filter(|((u, _), _)| *u == upstream)
+            .filter_map(|(_, h)| h.connection())
+            .map(|c| c.in_flight())
+            .sum::<usize>();
+        shared + own
+    }
+
+    /// Every live connection a session's requests may be on: the shared ones, and the
+    /// session's own.
+    pub fn connections_of(&self, session: u64) -> Vec<Arc<Connection>> {
+        let mut conns: Vec<Arc<Connection>> = self
+            .shared
+            .iter()
+            .filter_map(UpstreamHandle::connection)
+            .collect();
+        conns.extend(
+            lock(&self.sessions)
+                .iter()
+                .filter(|((_, s), _)| *s == session)
+                .filter_map(|(_, h)| h.connection()),
+        );
+        conns
+    }
+
+    /// Takes the connections that served an ended session alone; the caller stops them.
+    pub fn end_session(&self, session: u64) -> Vec<UpstreamHandle> {
+        let mut own = lock(&self.sessions);
+        let keys: Vec<(usize, u64)> = own.keys().filter(|(_, s)| *s == session).copied().collect();
+        keys.iter().filter_map(|k| own.remove(k)).collect()
+    }
+
+    fn key(&self, upstream: usize) -> &str {
+        self.shared.get(upstream).map_or("", UpstreamHandle::key)
+    }
+
+    fn unavailable(&self, upstream: usize, reason: String) -> UpstreamError {
+        UpstreamError::Unavailable {
+            upstream: self.key(upstream).to_owned(),
+            reason,
+        }
+    }
+}
