@@ -174,12 +174,17 @@ pub fn spawn_listening(mut cmd: Command, what: &str, ip: &str) -> (Child, u16, A
             let Ok(line) = line else { return };
             // The admin address, when there is one, is not the one hosts use.
             let admin = line.contains("admin listening on");
-            if let Some(port) = listening_port(&line, &marker).filter(|_| !admin) {
+            let port = listening_port(&line, &marker).filter(|_| !admin);
+            // Kept before the port is told, so that a test reading the log once the server
+            // listens finds the line that said so.
+            {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+            if let Some(port) = port {
                 let _ = tx.send(port);
             }
-            let mut s = sink.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
         }
     });
     let port = rx.recv_timeout(WAIT).unwrap_or_else(|_| {
