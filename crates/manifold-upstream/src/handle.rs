@@ -3,6 +3,7 @@
 //! `Isolation` starts the per-session connections of upstreams configured with
 //! `isolation = "session"`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,26 +80,12 @@ impl UpstreamHandle {
         grace: Duration,
         hub: Arc<Hub>,
     ) -> Self {
-        let published = Published::new();
-        let key: Arc<str> = cfg.key.as_str().into();
-        let timing = timing(&cfg, defaults);
-        let transport = transport_label(&cfg);
-        let actor = UpstreamActor::new(
-            index,
-            cfg,
-            timing,
-            grace,
-            hub,
-            Arc::clone(&published),
-            Role::Shared,
-        );
-        Self {
-            index,
-            key,
-            transport,
-            addr: actor.start(),
-            published,
-        }
+        let shared = Variant {
+            role: Role::Shared,
+            headers: None,
+            arbiter: None,
+        };
+        spawn(index, cfg, defaults, grace, hub, shared)
     }
 
     pub fn index(&self) -> usize {
@@ -187,31 +174,14 @@ impl Isolation {
     pub fn start_for_team(
         &self,
         index: usize,
-        headers: &std::collections::BTreeMap<String, String>,
+        headers: &BTreeMap<String, String>,
     ) -> Option<UpstreamHandle> {
-        let mut cfg = self.configs.get(index)?.clone();
-        if let manifold_config::Transport::Http(http) = &mut cfg.transport {
-            for (name, value) in headers {
-                http.headers
-                    .retain(|existing, _| !existing.eq_ignore_ascii_case(name));
-                http.headers.insert(name.clone(), value.clone());
-            }
-        }
-        let published = Published::new();
-        let key: Arc<str> = cfg.key.as_str().into();
-        let timing = timing(&cfg, self.defaults);
-        let transport = transport_label(&cfg);
-        let (hub, grace, slot) = (Arc::clone(&self.hub), self.grace, Arc::clone(&published));
-        let addr = UpstreamActor::start_in_arbiter(&self.arbiter, move |_| {
-            UpstreamActor::new(index, cfg, timing, grace, hub, slot, Role::Team)
-        });
-        Some(UpstreamHandle {
-            index,
-            key,
-            transport,
-            addr,
-            published,
-        })
+        let team = Variant {
+            role: Role::Team,
+            headers: Some(headers),
+            arbiter: Some(&self.arbiter),
+        };
+        self.spawn(index, team)
     }
 
     /// A connection to upstream `index` for session `session` alone: started with the host's
@@ -223,26 +193,77 @@ impl Isolation {
         capabilities: &str,
         peer: Arc<dyn Peer>,
     ) -> Option<UpstreamHandle> {
-        let cfg = self.configs.get(index)?.clone();
-        let published = Published::new();
-        let key: Arc<str> = cfg.key.as_str().into();
-        let timing = timing(&cfg, self.defaults);
-        let transport = transport_label(&cfg);
-        let role = Role::Isolated {
-            session,
-            capabilities: capabilities.into(),
-            peer,
+        let isolated = Variant {
+            role: Role::Isolated {
+                session,
+                capabilities: capabilities.into(),
+                peer,
+            },
+            headers: None,
+            arbiter: Some(&self.arbiter),
         };
-        let (hub, grace, slot) = (Arc::clone(&self.hub), self.grace, Arc::clone(&published));
-        let addr = UpstreamActor::start_in_arbiter(&self.arbiter, move |_| {
+        self.spawn(index, isolated)
+    }
+
+    /// Starts a connection of upstream `index` on the system's arbiter; `None` for an index
+    /// with no upstream.
+    fn spawn(&self, index: usize, variant: Variant<'_>) -> Option<UpstreamHandle> {
+        let cfg = self.configs.get(index)?.clone();
+        let hub = Arc::clone(&self.hub);
+        Some(spawn(index, cfg, self.defaults, self.grace, hub, variant))
+    }
+}
+
+/// What one connection to an upstream differs in from the others: the shared connection, a
+/// team's and a session's are otherwise started alike.
+struct Variant<'a> {
+    role: Role,
+    /// Headers sent in place of the upstream's own of the same names (case-insensitive): a
+    /// team's, on an HTTP upstream. They mean nothing to a stdio upstream and are ignored.
+    headers: Option<&'a BTreeMap<String, String>>,
+    /// The arbiter the actor runs on. `None` starts it on the calling thread's arbiter, built
+    /// before `spawn` returns; `Some` may be called from any thread, and the actor is built on
+    /// that arbiter's thread.
+    arbiter: Option<&'a ArbiterHandle>,
+}
+
+/// Starts an actor for a connection to upstream `index` and returns the handle to it. The one
+/// place an upstream actor is started, so every kind of connection gets the same timeouts,
+/// labels and published slot.
+fn spawn(
+    index: usize,
+    mut cfg: UpstreamConfig,
+    defaults: Timing,
+    grace: Duration,
+    hub: Arc<Hub>,
+    variant: Variant<'_>,
+) -> UpstreamHandle {
+    if let (Some(headers), manifold_config::Transport::Http(http)) =
+        (variant.headers, &mut cfg.transport)
+    {
+        for (name, value) in headers {
+            http.headers
+                .retain(|existing, _| !existing.eq_ignore_ascii_case(name));
+            http.headers.insert(name.clone(), value.clone());
+        }
+    }
+    let published = Published::new();
+    let key: Arc<str> = cfg.key.as_str().into();
+    let timing = timing(&cfg, defaults);
+    let transport = transport_label(&cfg);
+    let slot = Arc::clone(&published);
+    let role = variant.role;
+    let addr = match variant.arbiter {
+        None => UpstreamActor::new(index, cfg, timing, grace, hub, slot, role).start(),
+        Some(arbiter) => UpstreamActor::start_in_arbiter(arbiter, move |_| {
             UpstreamActor::new(index, cfg, timing, grace, hub, slot, role)
-        });
-        Some(UpstreamHandle {
-            index,
-            key,
-            transport,
-            addr,
-            published,
-        })
+        }),
+    };
+    UpstreamHandle {
+        index,
+        key,
+        transport,
+        addr,
+        published,
     }
 }
