@@ -8,16 +8,29 @@ use serde_json::{json, Value};
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 
+/// Opens an HTTP+SSE session's stream, as a host does.
+fn open_sse(server: &Server, c: &reqwest::blocking::Client) -> reqwest::blocking::Response {
+    c.get(server.url("/sse"))
+        .header("accept", "text/event-stream")
+        .timeout(Duration::from_secs(3600))
+        .send()
+        .unwrap()
+}
+
+/// Posts one message to a session's endpoint.
+fn post_to(c: &reqwest::blocking::Client, url: &str, body: Value) -> reqwest::blocking::Response {
+    c.post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap()
+}
+
 #[test]
 fn the_stream_names_the_endpoint_and_carries_the_answers() {
     let server = Server::start(&two_fixtures());
     let c = client();
-    let r = c
-        .get(server.url("/sse"))
-        .header("accept", "text/event-stream")
-        .timeout(Duration::from_secs(3600))
-        .send()
-        .unwrap();
+    let r = open_sse(&server, &c);
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(content_type(&r), "text/event-stream");
     let mut events = Events::new(r);
@@ -28,13 +41,7 @@ fn the_stream_names_the_endpoint_and_carries_the_answers() {
         "{endpoint:?}"
     );
     let post_url = server.url(&endpoint.data);
-    let post = |body: Value| {
-        c.post(&post_url)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .unwrap()
-    };
+    let post = |body: Value| post_to(&c, &post_url, body);
     let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"old","version":"1"}}});
     assert_eq!(post(init).status(), StatusCode::ACCEPTED);
     let (_, answer) = events.next_message().unwrap();
@@ -81,21 +88,10 @@ fn a_host_that_does_not_read_its_stream_gets_429_then_catches_up() {
     );
     let server = Server::start(&config);
     let c = client();
-    let r = c
-        .get(server.url("/sse"))
-        .header("accept", "text/event-stream")
-        .timeout(Duration::from_secs(3600))
-        .send()
-        .unwrap();
+    let r = open_sse(&server, &c);
     let mut events = Events::new(r);
     let post_url = server.url(&events.next_event().unwrap().data);
-    let post = |body: Value| {
-        c.post(&post_url)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .unwrap()
-    };
+    let post = |body: Value| post_to(&c, &post_url, body);
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"old","version":"1"}}});
     post(init);
     assert_eq!(events.next_message().unwrap().1["id"], 0);
