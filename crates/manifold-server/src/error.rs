@@ -1,11 +1,37 @@
-//! Errors a host can receive from routing, and the one function that turns any of them into
-//! a JSON-RPC error object.
+//! Every failure a host can be told of, and the one place that turns any of them into a
+//! JSON-RPC error object and, for HTTP, a status. Each says whose fault it is ([`Fault`]) and
+//! whether the same request may succeed later ([`RouteError::retryable`]). The codes are in
+//! `manifold_protocol::codes`, one documented table.
 
 use manifold_catalog::Collision;
 use manifold_policy::{Refusal, RefusalKind};
 use manifold_protocol::{codes, ErrorObject, MessageError};
 use manifold_telemetry::Outcome;
 use manifold_upstream::UpstreamError;
+
+/// Whose fault a failure is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The host sent something Manifold cannot accept.
+    Host,
+    /// An upstream failed, was unavailable or too slow.
+    Upstream,
+    /// Manifold itself could not serve the request.
+    Manifold,
+    /// A policy said no: a rate limit, a quota, or the store that counts them.
+    Policy,
+}
+
+impl Fault {
+    pub fn label(self) -> &'static str {
+        match self {
+            Fault::Host => "host",
+            Fault::Upstream => "upstream",
+            Fault::Manifold => "manifold",
+            Fault::Policy => "policy",
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -57,6 +83,40 @@ pub enum RouteError {
     /// name (the inner error); metrics and spans record it as denied.
     #[error(transparent)]
     Hidden(Box<RouteError>),
+    /// HTTP: no valid credential (401; the transport adds the challenge).
+    #[error("authentication required: {0}")]
+    Unauthorized(String),
+    /// HTTP: a browser origin that may not reach Manifold (403).
+    #[error("origin {0:?} is not allowed (server.allowed_origins)")]
+    Origin(String),
+    /// HTTP: the request names no live session of this caller, or nothing is served there
+    /// (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// HTTP: the request itself (not its JSON-RPC message) is malformed (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// HTTP: the body could not be read (400, as a parse error).
+    #[error("reading the body failed: {0}")]
+    Body(String),
+    /// HTTP: the body is over `server.max_message_bytes` (413).
+    #[error("the body is over the limit of {0} bytes (server.max_message_bytes)")]
+    BodyTooLarge(usize),
+    /// HTTP: the method is not served on the path (405; the transport adds `Allow`).
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    /// HTTP: what the host accepts cannot carry the answer (406).
+    #[error("{0}")]
+    NotAcceptable(String),
+    /// A session asked for more than it may have at once; retry in a second (429).
+    #[error("{0}")]
+    Busy(String),
+    /// Manifold has as many sessions as it may; retry in a few seconds (503).
+    #[error("{0}")]
+    Full(String),
+    /// Manifold cannot serve the request at all (500).
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl RouteError {
@@ -104,7 +164,17 @@ impl RouteError {
             | RouteError::Held { .. }
             | RouteError::BadCursor => codes::INVALID_PARAMS,
             RouteError::UnknownResource(_) => codes::RESOURCE_NOT_FOUND,
-            RouteError::Upstream(e) => return manifold_upstream::error_object(e),
+            RouteError::Upstream(e) => return upstream_error_object(e),
+            RouteError::Unauthorized(_)
+            | RouteError::Origin(_)
+            | RouteError::NotFound(_)
+            | RouteError::BadRequest(_)
+            | RouteError::BodyTooLarge(_)
+            | RouteError::MethodNotAllowed { .. }
+            | RouteError::NotAcceptable(_) => codes::INVALID_REQUEST,
+            RouteError::Body(_) => codes::PARSE_ERROR,
+            RouteError::Busy(_) => codes::TOO_MANY_REQUESTS,
+            RouteError::Full(_) | RouteError::Internal(_) => codes::INTERNAL_ERROR,
             RouteError::Hidden(inner) => return inner.to_error_object(),
             RouteError::Limited { refusal, .. } => {
                 let code = match refusal.kind {
@@ -128,6 +198,76 @@ impl RouteError {
             _ => obj,
         }
     }
+
+    /// The HTTP status of a refusal made by the HTTP transport; a JSON-RPC error answering a
+    /// request travels in a 200 (`None`).
+    pub fn http_status(&self) -> Option<u16> {
+        Some(match self {
+            RouteError::Unauthorized(_) => 401,
+            RouteError::Origin(_) => 403,
+            RouteError::NotFound(_) => 404,
+            RouteError::BadRequest(_) | RouteError::Body(_) => 400,
+            RouteError::Message(_) => 400,
+            RouteError::BodyTooLarge(_) => 413,
+            RouteError::MethodNotAllowed { .. } => 405,
+            RouteError::NotAcceptable(_) => 406,
+            RouteError::Busy(_) => 429,
+            RouteError::Full(_) => 503,
+            RouteError::Internal(_) => 500,
+            _ => return None,
+        })
+    }
+
+    /// Seconds after which the same request may succeed, for `Retry-After`.
+    pub fn retry_after_secs(&self) -> Option<u32> {
+        match self {
+            RouteError::Busy(_) => Some(1),
+            RouteError::Full(_) => Some(5),
+            _ => None,
+        }
+    }
+
+    /// Whose fault it is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            RouteError::Upstream(_) => Fault::Upstream,
+            RouteError::Limited { .. } | RouteError::LimitStore => Fault::Policy,
+            RouteError::Full(_) | RouteError::Internal(_) => Fault::Manifold,
+            RouteError::Hidden(inner) => inner.fault(),
+            _ => Fault::Host,
+        }
+    }
+
+    /// Whether the same request may succeed later (after a restart, a window, less load).
+    pub fn retryable(&self) -> bool {
+        match self {
+            RouteError::Upstream(e) => e.retryable(),
+            RouteError::Limited { .. }
+            | RouteError::LimitStore
+            | RouteError::Busy(_)
+            | RouteError::Full(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// An upstream failure as the host sees it: which upstream, and whether retrying may help.
+pub(crate) fn upstream_error_object(err: &UpstreamError) -> ErrorObject {
+    let code = match err {
+        UpstreamError::Timeout { .. } => codes::UPSTREAM_TIMEOUT,
+        UpstreamError::Unavailable { .. }
+        | UpstreamError::Closed { .. }
+        | UpstreamError::Overloaded { .. }
+        | UpstreamError::Cancelled { .. } => codes::UPSTREAM_UNAVAILABLE,
+        UpstreamError::AnswerTooLarge { .. } => codes::UPSTREAM_ANSWER_TOO_LARGE,
+    };
+    let data = match err {
+        UpstreamError::AnswerTooLarge { len, max, .. } => serde_json::json!({
+            "upstream": err.upstream(), "retryable": false, "size": len, "limit": max,
+        }),
+        _ => serde_json::json!({ "upstream": err.upstream(), "retryable": err.retryable() }),
+    };
+    ErrorObject::new(code, err.to_string()).with_data(&data)
 }
 
 /// What a host is told to wait when the limit store is unreachable.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use manifold_protocol::envelope::id_of_fragments;
-use manifold_protocol::{codes, write, Envelope, ErrorObject, Kind, RawObject};
+use manifold_protocol::{codes, write, Envelope, Kind, RawObject};
 use tokio::sync::oneshot;
 
 use crate::error::UpstreamError;
@@ -578,25 +578,6 @@ impl Connection {
             },
         }
     }
-}
-
-/// The JSON-RPC error a host receives for an upstream failure.
-pub fn error_object(err: &UpstreamError) -> ErrorObject {
-    let code = match err {
-        UpstreamError::Timeout { .. } => codes::UPSTREAM_TIMEOUT,
-        UpstreamError::Unavailable { .. }
-        | UpstreamError::Closed { .. }
-        | UpstreamError::Overloaded { .. }
-        | UpstreamError::Cancelled { .. } => codes::UPSTREAM_UNAVAILABLE,
-        UpstreamError::AnswerTooLarge { .. } => codes::UPSTREAM_ANSWER_TOO_LARGE,
-    };
-    let data = match err {
-        UpstreamError::AnswerTooLarge { len, max, .. } => serde_json::json!({
-            "upstream": err.upstream(), "retryable": false, "size": len, "limit": max,
-        }),
-        _ => serde_json::json!({ "upstream": err.upstream(), "retryable": err.retryable() }),
-    };
-    ErrorObject::new(code, err.to_string()).with_data(&data)
 }
 
 fn garbage(line: &[u8], problem: &str) -> String {

@@ -24,7 +24,7 @@ mod pool;
 mod process;
 mod stdio;
 
-pub use connection::{error_object, Connection, Timing};
+pub use connection::{Connection, Timing};
 pub use error::UpstreamError;
 pub use handle::{Isolation, UpstreamHandle};
 pub use hub::{Hub, Listener};

@@ -10,7 +10,7 @@ use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::{codes, write, RawObject};
 use manifold_telemetry::spans::{self, ClientDone, Subject};
 use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
-use manifold_upstream::{error_object, Exchange, Hub, Outcome, Peer, ServerRequest};
+use manifold_upstream::{Exchange, Hub, Outcome, Peer, ServerRequest};
 use tokio::sync::oneshot;
 
 use crate::context::Context;
@@ -161,7 +161,7 @@ impl Exchange for Inflight {
             }
             Outcome::Failed(err) => {
                 tracing::debug!(error = %err, "request failed");
-                let obj = error_object(&err);
+                let obj = crate::error::upstream_error_object(&err);
                 let mut out = Vec::new();
                 write::error_response(&mut out, Some(&ctx.id), &obj);
                 ctx.outlet.answer(&[&out]);
