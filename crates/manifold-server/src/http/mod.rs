@@ -50,6 +50,9 @@ struct Shared {
     auth: Option<Arc<Authenticator>>,
     /// `auth.resource`: this server's resource URI, if configured.
     resource: Option<String>,
+    /// The streams of each Streamable HTTP session, kept here rather than on the session so
+    /// that the session core knows no transport's state.
+    streams: Arc<streams::Registry>,
 }
 
 /// Where the protected resource metadata (RFC 9728) is served.
@@ -81,11 +84,13 @@ pub fn serve(
     };
     let metrics = admin::MetricsAccess::on_listener(router.settings(), auth.is_some());
     let origins = admission::Origins::new(&settings.allowed_origins);
+    let streams = Arc::new(streams::Registry::default());
     let shared = web::Data::new(Shared {
         router: Arc::clone(&router),
         settings,
         auth,
         resource,
+        streams: Arc::clone(&streams),
     });
     let admin = admin::data(Arc::clone(&router), required, false, metrics);
     let server = HttpServer::new(move || {
@@ -136,7 +141,7 @@ pub fn serve(
         None => server.bind(addr)?,
     };
     let bound = server.addrs().first().copied().unwrap_or(addr);
-    spawn_sweeper(&router);
+    spawn_sweeper(&router, streams);
     Ok((server.run(), bound))
 }
 
@@ -216,8 +221,8 @@ async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
 }
 
 /// Ends HTTP sessions that went idle: no request for `session_idle_timeout`, no request in
-/// progress, and no stream being read.
-fn spawn_sweeper(router: &Arc<Router>) {
+/// progress, and no stream being read. Also forgets the streams of sessions that are gone.
+fn spawn_sweeper(router: &Arc<Router>, streams: Arc<streams::Registry>) {
     let idle = router.settings().http.session_idle_timeout;
     let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
     let weak = Arc::downgrade(router);
@@ -230,17 +235,15 @@ fn spawn_sweeper(router: &Arc<Router>) {
                 if session.transport() != Transport::StreamableHttp || session.idle_for() < idle {
                     continue;
                 }
-                let busy = session
-                    .transport_state::<streams::Streams>()
-                    .is_some_and(|s| {
-                        s.listening()
-                            || s.in_progress.load(std::sync::atomic::Ordering::Relaxed) > 0
-                    });
+                let busy = streams.get(session.id()).is_some_and(|s| {
+                    s.listening() || s.in_progress.load(std::sync::atomic::Ordering::Relaxed) > 0
+                });
                 if !busy {
                     let why = format!("idle for more than {}s", idle.as_secs_f64());
                     router.end_session(session.id(), &why);
                 }
             }
+            streams.prune();
         }
     });
 }

@@ -47,7 +47,7 @@ async fn handle_post(
         Err(refusal) => return refusal,
     };
     session.touch();
-    let Some(streams) = session.transport_state::<Streams>() else {
+    let Some(streams) = shared.streams.get(session.id()) else {
         return not_found();
     };
     if let Some(refusal) = backlogged(shared, &*streams) {
@@ -151,13 +151,10 @@ fn session_for_post(
         hard_limit(shared),
         shared.settings.replay_events,
     ));
-    let session = Session::with_state(
-        id,
-        Transport::StreamableHttp,
-        Arc::clone(&streams) as _,
-        Some(streams as _),
-    );
+    let session = Session::with_id(id, Transport::StreamableHttp, Arc::clone(&streams) as _);
     session.set_caller(caller);
+    // Findable before the session is, so that no request ever finds the one without the other.
+    shared.streams.insert(id, &streams);
     match sessions.add(Arc::clone(&session), Some(&token)) {
         Ok(()) => {
             tracing::info!(
@@ -202,7 +199,7 @@ pub(super) async fn get(
         Err(refusal) => return refusal,
     };
     session.touch();
-    let Some(streams) = session.transport_state::<Streams>() else {
+    let Some(streams) = shared.streams.get(session.id()) else {
         return not_found();
     };
     let resume = req
