@@ -95,8 +95,8 @@ fn add_cors(response: Result<ServiceResponse, Error>) -> Result<ServiceResponse,
 }
 
 /// A request admitted to an MCP endpoint: its caller authenticated (anonymous when hosts do
-/// not authenticate) and, when `VERSION` is true, its `MCP-Protocol-Version` one Manifold
-/// speaks. Authentication comes first: a request that fails both gets 401.
+/// not authenticate) and, when `VERSION` is true, its `MCP-Protocol-Version` (if it sends one)
+/// a revision Manifold speaks. Authentication comes first: a request that fails both gets 401.
 ///
 /// A refusal is the extractor's error; it carries the exact response to send, which
 /// [`Origins`] then gives its CORS headers as it does every other response.
@@ -107,8 +107,8 @@ pub(super) struct Admitted<const VERSION: bool> {
 /// Streamable HTTP's POST and GET, which check the protocol version.
 pub(super) type Versioned = Admitted<true>;
 
-/// Streamable HTTP's DELETE, which never looked at the version, and the HTTP+SSE transport,
-/// whose hosts predate the header.
+/// Streamable HTTP's DELETE, which has never checked the version (a host may end its session
+/// whatever it sends), and the HTTP+SSE transport, whose hosts predate the header.
 pub(super) type Unversioned = Admitted<false>;
 
 impl<const VERSION: bool> Admitted<VERSION> {
@@ -129,8 +129,9 @@ fn refused(response: HttpResponse) -> Error {
 
 impl<const VERSION: bool> FromRequest for Admitted<VERSION> {
     type Error = Error;
-    // Credentials that can be checked at once (API keys, JWTs with a known key, none at all)
-    // are, without an allocation; only a JWT whose key must be fetched waits.
+    // Credentials that can be checked at once (none configured, an API key, a JWT whose key
+    // is cached) are checked without an allocation; only a JWT whose key must first be
+    // fetched waits, in a boxed future.
     type Future = Either<Ready<Result<Self, Error>>, LocalBoxFuture<'static, Result<Self, Error>>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
