@@ -1,7 +1,6 @@
 //! A host session: its identity, what the handshake established, and where messages for the
 //! session as a whole go. The transport that carries it is only a label here.
 
-use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -80,8 +79,6 @@ pub struct Session {
     created: Instant,
     /// Becomes `Some(reason)` when the session ends.
     ended: watch::Sender<Option<Arc<str>>>,
-    /// What the transport keeps per session (HTTP: its event streams), opaque to the rest.
-    transport_state: Option<Arc<dyn Any + Send + Sync>>,
     /// The token hosts present to name the session (HTTP), once registered.
     token: OnceLock<Box<str>>,
     /// Requests Manifold sent this session's host on an upstream's behalf, by the id the host
@@ -127,16 +124,6 @@ impl Session {
     }
 
     pub fn with_id(id: u64, transport: Transport, stream: Arc<dyn Outlet>) -> Arc<Self> {
-        Self::with_state(id, transport, stream, None)
-    }
-
-    /// A session whose transport keeps `state` with it (see [`Session::transport_state`]).
-    pub fn with_state(
-        id: u64,
-        transport: Transport,
-        stream: Arc<dyn Outlet>,
-        state: Option<Arc<dyn Any + Send + Sync>>,
-    ) -> Arc<Self> {
         Arc::new(Self {
             id,
             transport,
@@ -148,7 +135,6 @@ impl Session {
             last_seen_ms: AtomicU64::new(0),
             created: Instant::now(),
             ended: watch::channel(None).0,
-            transport_state: state,
             token: OnceLock::new(),
             outbound: Mutex::new(Outbound::default()),
             log_level: AtomicU8::new(UNSET),
@@ -272,13 +258,6 @@ impl Session {
 
     pub(crate) fn set_token(&self, token: &str) {
         let _ = self.token.set(token.into());
-    }
-
-    /// What the transport keeps with the session, if it is a `T`.
-    pub fn transport_state<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.transport_state
-            .clone()
-            .and_then(|s| s.downcast::<T>().ok())
     }
 
     pub fn id(&self) -> u64 {

@@ -11,23 +11,16 @@ use bytes::Bytes;
 use manifold_protocol::{codes, sse};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 
+use super::admission::Unversioned;
 use super::streams::{EventBody, LegacyOutlet};
 use super::{
-    backlogged, caller_of, check_origin, cors, hard_limit, new_token, read_body, rpc_error,
-    sse_response, trace_context, Shared,
+    backlogged, hard_limit, new_token, read_body, rpc_error, sse_response, trace_context, Shared,
 };
 use crate::context::Origin;
 use crate::router::Handled;
 use crate::session::{Session, Transport};
 
-pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
-    if let Err(refusal) = check_origin(&req, &shared.settings) {
-        return refusal;
-    }
-    let caller = match caller_of(&req, &shared).await {
-        Ok(caller) => caller,
-        Err(refusal) => return cors(&req, refusal),
-    };
+pub(super) async fn open(admitted: Unversioned, shared: web::Data<Shared>) -> HttpResponse {
     let token = match new_token() {
         Ok(t) => t,
         Err(refusal) => return refusal,
@@ -37,7 +30,7 @@ pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpRes
     let (outlet, rx, queued) = LegacyOutlet::new(id, sessions.ending(), hard_limit(&shared));
     let outlet = Arc::new(outlet);
     let session = Session::with_id(id, Transport::Sse, Arc::clone(&outlet) as _);
-    session.set_caller(caller);
+    session.set_caller(admitted.caller);
     if let Err(full) = sessions.add(Arc::clone(&session), Some(&token)) {
         let mut r = rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -48,7 +41,7 @@ pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpRes
             actix_web::http::header::RETRY_AFTER,
             actix_web::http::header::HeaderValue::from_static("5"),
         );
-        return cors(&req, r);
+        return r;
     }
     tracing::info!(session = id, "SSE session opened");
     let mut endpoint = Vec::new();
@@ -64,26 +57,15 @@ pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpRes
             ending.end(id, "the host closed its SSE stream".into());
         })),
     );
-    cors(&req, sse_response(body))
+    sse_response(body)
 }
 
 pub(super) async fn post(
     req: HttpRequest,
+    admitted: Unversioned,
     payload: web::Payload,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
-    if let Err(refusal) = check_origin(&req, &shared.settings) {
-        return refusal;
-    }
-    let response = handle(&req, payload, &shared).await;
-    cors(&req, response)
-}
-
-async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> HttpResponse {
-    let caller = match caller_of(req, shared).await {
-        Ok(caller) => caller,
-        Err(refusal) => return refusal,
-    };
     let token =
         web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
             .ok()
@@ -99,7 +81,7 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> Ht
         .router
         .sessions()
         .by_token(&token)
-        .filter(|s| s.transport() == Transport::Sse && s.caller().same_as(&caller));
+        .filter(|s| s.transport() == Transport::Sse && s.caller().same_as(&admitted.caller));
     let Some(session) = session else {
         return rpc_error(
             StatusCode::NOT_FOUND,
@@ -111,7 +93,7 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> Ht
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
-    if let Some(refusal) = backlogged(shared, &**session.stream()) {
+    if let Some(refusal) = backlogged(&shared, &**session.stream()) {
         return refusal;
     }
     session.touch();
@@ -119,7 +101,7 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: &Shared) -> Ht
     let origin = Origin {
         outlet: Arc::clone(session.stream()),
         session: Some(session),
-        trace: trace_context(req),
+        trace: trace_context(&req),
         caller: None,
     };
     // Answers, including errors, go on the stream; the POST only says it was taken.

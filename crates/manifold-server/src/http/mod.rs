@@ -11,6 +11,7 @@
 #![allow(clippy::result_large_err)]
 
 mod admin;
+mod admission;
 mod legacy;
 mod streamable;
 pub mod streams;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderMap, HeaderValue};
+use actix_web::http::Method;
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use bytes::Bytes;
@@ -29,7 +31,7 @@ use futures::StreamExt;
 use manifold_config::HttpSettings;
 use manifold_protocol::{codes, version, write, ErrorObject};
 
-use manifold_policy::{AuthError, Authenticator};
+use manifold_policy::{AuthError, Authenticator, Principal};
 
 use crate::policy::Caller;
 use crate::router::Router;
@@ -48,6 +50,9 @@ struct Shared {
     auth: Option<Arc<Authenticator>>,
     /// `auth.resource`: this server's resource URI, if configured.
     resource: Option<String>,
+    /// The streams of each Streamable HTTP session, kept here rather than on the session so
+    /// that the session core knows no transport's state.
+    streams: Arc<streams::Registry>,
 }
 
 /// Where the protected resource metadata (RFC 9728) is served.
@@ -78,35 +83,45 @@ pub fn serve(
         _ => (None, None),
     };
     let metrics = admin::MetricsAccess::on_listener(router.settings(), auth.is_some());
+    let origins = admission::Origins::new(&settings.allowed_origins);
+    let streams = Arc::new(streams::Registry::default());
     let shared = web::Data::new(Shared {
         router: Arc::clone(&router),
         settings,
         auth,
         resource,
+        streams: Arc::clone(&streams),
     });
     let admin = admin::data(Arc::clone(&router), required, false, metrics);
     let server = HttpServer::new(move || {
+        // Every method an MCP endpoint serves is wrapped, preflight included; what no route
+        // serves gets its 405 as it is, origin or not.
+        let options = || {
+            web::method(Method::OPTIONS)
+                .to(preflight)
+                .wrap(origins.clone())
+        };
         App::new()
             .app_data(shared.clone())
             .app_data(admin.clone())
             .service(
                 web::resource("/mcp")
-                    .route(web::post().to(streamable::post))
-                    .route(web::get().to(streamable::get))
-                    .route(web::delete().to(streamable::delete))
-                    .route(web::method(actix_web::http::Method::OPTIONS).to(preflight))
+                    .route(web::post().to(streamable::post).wrap(origins.clone()))
+                    .route(web::get().to(streamable::get).wrap(origins.clone()))
+                    .route(web::delete().to(streamable::delete).wrap(origins.clone()))
+                    .route(options())
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/sse")
-                    .route(web::get().to(legacy::open))
-                    .route(web::method(actix_web::http::Method::OPTIONS).to(preflight))
+                    .route(web::get().to(legacy::open).wrap(origins.clone()))
+                    .route(options())
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/messages")
-                    .route(web::post().to(legacy::post))
-                    .route(web::method(actix_web::http::Method::OPTIONS).to(preflight))
+                    .route(web::post().to(legacy::post).wrap(origins.clone()))
+                    .route(options())
                     .default_service(web::to(method_not_allowed)),
             )
             .route(METADATA_PATH, web::get().to(resource_metadata))
@@ -126,7 +141,7 @@ pub fn serve(
         None => server.bind(addr)?,
     };
     let bound = server.addrs().first().copied().unwrap_or(addr);
-    spawn_sweeper(&router);
+    spawn_sweeper(&router, streams);
     Ok((server.run(), bound))
 }
 
@@ -146,18 +161,17 @@ fn trace_context(req: &HttpRequest) -> Option<Arc<manifold_telemetry::trace::Car
     (!carrier.is_empty()).then(|| Arc::new(carrier))
 }
 
-/// Who sent an HTTP request: anonymous when authentication is not configured; otherwise the
-/// team its API key or JWT selects, or the 401 to answer (with `WWW-Authenticate` naming the
-/// protected resource metadata, so that a host can find the authorization server).
-async fn caller_of(req: &HttpRequest, shared: &Shared) -> Result<Arc<Caller>, HttpResponse> {
+/// Who sent an HTTP request, given what its credentials proved (`verdict`, from the
+/// authenticator hosts must satisfy): the team its API key or JWT selects, or the 401 to
+/// answer (with `WWW-Authenticate` naming the protected resource metadata, so that a host can
+/// find the authorization server).
+fn caller_from(
+    req: &HttpRequest,
+    shared: &Shared,
+    verdict: Result<Principal, AuthError>,
+) -> Result<Arc<Caller>, HttpResponse> {
     let Some(auth) = &shared.auth else {
         return Ok(Caller::anonymous());
-    };
-    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let (authorization, api_key) = (header("authorization"), header("x-api-key"));
-    let verdict = match auth.authenticate_now(authorization, api_key) {
-        Some(verdict) => verdict,
-        None => auth.authenticate(authorization, api_key).await,
     };
     let principal = verdict.and_then(|p| {
         let team = shared.router.teams().get(&p.team).cloned();
@@ -207,8 +221,8 @@ async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
 }
 
 /// Ends HTTP sessions that went idle: no request for `session_idle_timeout`, no request in
-/// progress, and no stream being read.
-fn spawn_sweeper(router: &Arc<Router>) {
+/// progress, and no stream being read. Also forgets the streams of sessions that are gone.
+fn spawn_sweeper(router: &Arc<Router>, streams: Arc<streams::Registry>) {
     let idle = router.settings().http.session_idle_timeout;
     let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
     let weak = Arc::downgrade(router);
@@ -221,17 +235,15 @@ fn spawn_sweeper(router: &Arc<Router>) {
                 if session.transport() != Transport::StreamableHttp || session.idle_for() < idle {
                     continue;
                 }
-                let busy = session
-                    .transport_state::<streams::Streams>()
-                    .is_some_and(|s| {
-                        s.listening()
-                            || s.in_progress.load(std::sync::atomic::Ordering::Relaxed) > 0
-                    });
+                let busy = streams.get(session.id()).is_some_and(|s| {
+                    s.listening() || s.in_progress.load(std::sync::atomic::Ordering::Relaxed) > 0
+                });
                 if !busy {
                     let why = format!("idle for more than {}s", idle.as_secs_f64());
                     router.end_session(session.id(), &why);
                 }
             }
+            streams.prune();
         }
     });
 }
@@ -252,11 +264,9 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     r
 }
 
-/// CORS preflight for the browser origins that are allowed.
-async fn preflight(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
-    if let Err(refusal) = check_origin(&req, &shared.settings) {
-        return refusal;
-    }
+/// CORS preflight for the browser origins that are allowed (the route's [`admission::Origins`]
+/// refuses the others and adds the headers every answer carries).
+async fn preflight() -> HttpResponse {
     let mut r = HttpResponse::NoContent().finish();
     let h = r.headers_mut();
     h.insert(
@@ -273,38 +283,33 @@ async fn preflight(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse 
         header::ACCESS_CONTROL_MAX_AGE,
         HeaderValue::from_static("600"),
     );
-    cors(&req, r)
+    r
 }
 
-/// Adds the CORS headers a browser needs to read the response, when the request came from
-/// a browser origin (it was already checked).
-fn cors(req: &HttpRequest, mut r: HttpResponse) -> HttpResponse {
-    if let Some(origin) = req.headers().get(header::ORIGIN) {
-        let h = r.headers_mut();
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
-        h.insert(
-            header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("mcp-session-id, mcp-protocol-version, www-authenticate"),
-        );
-        h.insert(header::VARY, HeaderValue::from_static("origin"));
-    }
-    r
+/// Adds the CORS headers a browser needs to read a response to a request from `origin` (it
+/// was already checked).
+fn cors_headers(h: &mut HeaderMap, origin: HeaderValue) {
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("mcp-session-id, mcp-protocol-version, www-authenticate"),
+    );
+    h.insert(header::VARY, HeaderValue::from_static("origin"));
 }
 
 /// A browser may only reach Manifold from a loopback page or an allowed origin: this stops a
 /// web page the user visits from driving their local upstreams (DNS rebinding). Requests
-/// without `Origin` (not from a browser) pass.
-fn check_origin(req: &HttpRequest, settings: &HttpSettings) -> Result<(), HttpResponse> {
+/// without `Origin` (not from a browser) pass. `allowed`: `server.allowed_origins`.
+fn check_origin(req: &HttpRequest, allowed: &[String]) -> Result<(), HttpResponse> {
     let Some(origin) = req.headers().get(header::ORIGIN) else {
         return Ok(());
     };
     let text = origin.to_str().unwrap_or_default();
-    let allowed = is_loopback_origin(text)
-        || settings
-            .allowed_origins
+    let admitted = is_loopback_origin(text)
+        || allowed
             .iter()
             .any(|o| o == "*" || o.eq_ignore_ascii_case(text));
-    if allowed {
+    if admitted {
         Ok(())
     } else {
         tracing::warn!(

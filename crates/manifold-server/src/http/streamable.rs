@@ -14,9 +14,10 @@ use manifold_protocol::{codes, Envelope, Kind};
 use super::streams::{First, PostOutlet, Replay, Streams};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 
+use super::admission::{Unversioned, Versioned};
 use super::{
-    backlogged, caller_of, check_origin, check_version, cors, hard_limit, new_token, read_body,
-    rpc_error, sse_response, trace_context, Shared, SESSION_HEADER,
+    backlogged, hard_limit, new_token, read_body, rpc_error, sse_response, trace_context, Shared,
+    SESSION_HEADER,
 };
 use crate::context::Origin;
 use crate::policy::Caller;
@@ -25,24 +26,14 @@ use crate::session::{Session, Transport};
 
 pub(super) async fn post(
     req: HttpRequest,
+    admitted: Versioned,
     payload: web::Payload,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
-    if let Err(refusal) = check_origin(&req, &shared.settings) {
-        return refusal;
-    }
-    let caller = match caller_of(&req, &shared).await {
-        Ok(caller) => caller,
-        Err(refusal) => return cors(&req, refusal),
-    };
-    let response = match check_version(req.headers()) {
+    match read_body(payload, shared.router.settings().max_message_bytes).await {
         Err(refusal) => refusal,
-        Ok(_) => match read_body(payload, shared.router.settings().max_message_bytes).await {
-            Err(refusal) => refusal,
-            Ok(body) => handle_post(&req, &shared, &body, caller).await,
-        },
-    };
-    cors(&req, response)
+        Ok(body) => handle_post(&req, &shared, &body, admitted.caller).await,
+    }
 }
 
 async fn handle_post(
@@ -56,7 +47,7 @@ async fn handle_post(
         Err(refusal) => return refusal,
     };
     session.touch();
-    let Some(streams) = session.transport_state::<Streams>() else {
+    let Some(streams) = shared.streams.get(session.id()) else {
         return not_found();
     };
     if let Some(refusal) = backlogged(shared, &*streams) {
@@ -160,13 +151,10 @@ fn session_for_post(
         hard_limit(shared),
         shared.settings.replay_events,
     ));
-    let session = Session::with_state(
-        id,
-        Transport::StreamableHttp,
-        Arc::clone(&streams) as _,
-        Some(streams as _),
-    );
+    let session = Session::with_id(id, Transport::StreamableHttp, Arc::clone(&streams) as _);
     session.set_caller(caller);
+    // Findable before the session is, so that no request ever finds the one without the other.
+    shared.streams.insert(id, &streams);
     match sessions.add(Arc::clone(&session), Some(&token)) {
         Ok(()) => {
             tracing::info!(
@@ -189,39 +177,30 @@ fn session_for_post(
     }
 }
 
-pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
-    if let Err(refusal) = check_origin(&req, &shared.settings) {
-        return refusal;
-    }
-    let caller = match caller_of(&req, &shared).await {
-        Ok(caller) => caller,
-        Err(refusal) => return cors(&req, refusal),
-    };
-    if let Err(refusal) = check_version(req.headers()) {
-        return cors(&req, refusal);
-    }
+pub(super) async fn get(
+    req: HttpRequest,
+    admitted: Versioned,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
     let accepts = req
         .headers()
         .get(header::ACCEPT)
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
     if !accepts {
-        return cors(
-            &req,
-            rpc_error(
-                StatusCode::NOT_ACCEPTABLE,
-                codes::INVALID_REQUEST,
-                "GET opens an event stream: Accept must include text/event-stream",
-            ),
+        return rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            codes::INVALID_REQUEST,
+            "GET opens an event stream: Accept must include text/event-stream",
         );
     }
-    let session = match session_from_header(&req, &shared, &caller) {
+    let session = match session_from_header(&req, &shared, &admitted.caller) {
         Ok(s) => s,
-        Err(refusal) => return cors(&req, refusal),
+        Err(refusal) => return refusal,
     };
     session.touch();
-    let Some(streams) = session.transport_state::<Streams>() else {
-        return cors(&req, not_found());
+    let Some(streams) = shared.streams.get(session.id()) else {
+        return not_found();
     };
     let resume = req
         .headers()
@@ -237,20 +216,17 @@ pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResp
         None => streams.attach(0, Replay::Nothing, keepalive),
     };
     match events {
-        Some(events) => cors(&req, sse_response(events)),
-        None => cors(&req, not_found()),
+        Some(events) => sse_response(events),
+        None => not_found(),
     }
 }
 
-pub(super) async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
-    if let Err(refusal) = check_origin(&req, &shared.settings) {
-        return refusal;
-    }
-    let caller = match caller_of(&req, &shared).await {
-        Ok(caller) => caller,
-        Err(refusal) => return cors(&req, refusal),
-    };
-    let response = match session_from_header(&req, &shared, &caller) {
+pub(super) async fn delete(
+    req: HttpRequest,
+    admitted: Unversioned,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    match session_from_header(&req, &shared, &admitted.caller) {
         Ok(session) => {
             shared
                 .router
@@ -258,8 +234,7 @@ pub(super) async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
             HttpResponse::Ok().finish()
         }
         Err(refusal) => refusal,
-    };
-    cors(&req, response)
+    }
 }
 
 fn session_from_header(

@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -56,6 +56,43 @@ struct EventStream {
     live: Option<(u64, mpsc::UnboundedSender<Bytes>)>,
     attaches: u64,
     done: bool,
+}
+
+/// The streams of every Streamable HTTP session, by session id. A session owns its streams
+/// (they are its outlet), so they live exactly as long as it does; this only finds them again
+/// and never keeps them alive. The entries of sessions that are gone are dropped by
+/// [`Registry::prune`].
+#[derive(Default)]
+pub struct Registry {
+    /// Written when a session is created and when pruned; read on every request.
+    map: RwLock<HashMap<u64, Weak<Streams>>>,
+}
+
+impl Registry {
+    /// Records the streams of a new session.
+    pub fn insert(&self, session: u64, streams: &Arc<Streams>) {
+        self.write().insert(session, Arc::downgrade(streams));
+    }
+
+    /// The streams of `session`, while it exists.
+    pub fn get(&self, session: u64) -> Option<Arc<Streams>> {
+        self.map
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&session)
+            .and_then(Weak::upgrade)
+    }
+
+    /// Forgets the sessions whose streams are gone (the session ended and was dropped).
+    pub fn prune(&self) {
+        self.write().retain(|_, streams| streams.strong_count() > 0);
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u64, Weak<Streams>>> {
+        self.map
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Which buffered events a new connection gets first.
@@ -469,5 +506,26 @@ impl Outlet for LegacyOutlet {
 
     fn backlog(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_finds_streams_only_while_their_session_holds_them() {
+        let (sessions, _ending) = crate::sessions::Sessions::new(4);
+        let registry = Registry::default();
+        let streams = Arc::new(Streams::new(7, sessions.ending(), 1024, 8));
+        registry.insert(7, &streams);
+        assert!(registry.get(7).is_some_and(|s| Arc::ptr_eq(&s, &streams)));
+        assert!(registry.get(8).is_none());
+        registry.prune();
+        assert_eq!(registry.map.read().unwrap().len(), 1);
+        drop(streams);
+        assert!(registry.get(7).is_none());
+        registry.prune();
+        assert!(registry.map.read().unwrap().is_empty());
     }
 }
