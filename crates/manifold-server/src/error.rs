@@ -96,8 +96,8 @@ pub enum RouteError {
     /// HTTP: the request itself (not its JSON-RPC message) is malformed (400).
     #[error("{0}")]
     BadRequest(String),
-    /// HTTP: the body could not be read (400, as a parse error).
-    #[error("reading the body failed: {0}")]
+    /// HTTP: no message could be read from the body (400, as a parse error).
+    #[error("{0}")]
     Body(String),
     /// HTTP: the body is over `server.max_message_bytes` (413).
     #[error("the body is over the limit of {0} bytes (server.max_message_bytes)")]

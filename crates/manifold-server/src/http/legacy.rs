@@ -5,18 +5,18 @@
 
 use std::sync::Arc;
 
-use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use manifold_protocol::{codes, sse};
+use manifold_protocol::sse;
 use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::admission::Unversioned;
 use super::streams::{EventBody, LegacyOutlet};
 use super::{
-    backlogged, hard_limit, new_token, read_body, rpc_error, sse_response, trace_context, Shared,
+    backlogged, hard_limit, new_token, read_body, refuse, sse_response, trace_context, Shared,
 };
 use crate::context::Origin;
+use crate::error::RouteError;
 use crate::router::Handled;
 use crate::session::{Session, Transport};
 
@@ -32,16 +32,9 @@ pub(super) async fn open(admitted: Unversioned, shared: web::Data<Shared>) -> Ht
     let session = Session::with_id(id, Transport::Sse, Arc::clone(&outlet) as _);
     session.set_caller(admitted.caller);
     if let Err(full) = sessions.add(Arc::clone(&session), Some(&token)) {
-        let mut r = rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            codes::INTERNAL_ERROR,
-            &format!("{full} (server.max_sessions); try again later"),
-        );
-        r.headers_mut().insert(
-            actix_web::http::header::RETRY_AFTER,
-            actix_web::http::header::HeaderValue::from_static("5"),
-        );
-        return r;
+        return refuse(&RouteError::Full(format!(
+            "{full} (server.max_sessions); try again later"
+        )));
     }
     tracing::info!(session = id, "SSE session opened");
     let mut endpoint = Vec::new();
@@ -71,11 +64,9 @@ pub(super) async fn post(
             .ok()
             .and_then(|q| q.get("sessionId").or_else(|| q.get("session_id")).cloned());
     let Some(token) = token else {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_REQUEST,
-            "the sessionId query parameter is required",
-        );
+        return refuse(&RouteError::BadRequest(
+            "the sessionId query parameter is required".into(),
+        ));
     };
     let session = shared
         .router
@@ -83,11 +74,9 @@ pub(super) async fn post(
         .by_token(&token)
         .filter(|s| s.transport() == Transport::Sse && s.caller().same_as(&admitted.caller));
     let Some(session) = session else {
-        return rpc_error(
-            StatusCode::NOT_FOUND,
-            codes::INVALID_REQUEST,
-            "session not found (its SSE stream closed): open a new one at /sse",
-        );
+        return refuse(&RouteError::NotFound(
+            "session not found (its SSE stream closed): open a new one at /sse".into(),
+        ));
     };
     let body = match read_body(payload, shared.router.settings().max_message_bytes).await {
         Ok(b) => b,
@@ -106,11 +95,9 @@ pub(super) async fn post(
     };
     // Answers, including errors, go on the stream; the POST only says it was taken.
     match shared.router.handle_line(&origin, &body) {
-        Handled::Rejected | Handled::Empty => rpc_error(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_REQUEST,
-            "invalid message (the error was also sent on the stream)",
-        ),
+        Handled::Rejected | Handled::Empty => refuse(&RouteError::BadRequest(
+            "invalid message (the error was also sent on the stream)".into(),
+        )),
         _ => HttpResponse::Accepted().body("Accepted"),
     }
 }

@@ -29,10 +29,11 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use bytes::Bytes;
 use futures::StreamExt;
 use manifold_config::HttpSettings;
-use manifold_protocol::{codes, version, write, ErrorObject};
+use manifold_protocol::{version, write};
 
 use manifold_policy::{AuthError, Authenticator, Principal};
 
+use crate::error::RouteError;
 use crate::policy::Caller;
 use crate::router::Router;
 use crate::session::Transport;
@@ -183,11 +184,7 @@ fn caller_from(
         Err(e) => {
             tracing::info!(path = req.path(), "authentication failed: {e}");
             let metadata = format!("{}{METADATA_PATH}", base_url(req));
-            let mut r = rpc_error(
-                StatusCode::UNAUTHORIZED,
-                codes::INVALID_REQUEST,
-                &format!("authentication required: {e}"),
-            );
+            let mut r = refuse(&RouteError::Unauthorized(e.to_string()));
             if let Ok(value) = HeaderValue::from_str(&auth.challenge(&metadata, &e)) {
                 r.headers_mut().insert(header::WWW_AUTHENTICATE, value);
             }
@@ -205,11 +202,9 @@ fn base_url(req: &HttpRequest) -> String {
 /// The OAuth 2.0 protected resource metadata (RFC 9728).
 async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
     let Some(auth) = &shared.auth else {
-        return rpc_error(
-            StatusCode::NOT_FOUND,
-            codes::INVALID_REQUEST,
-            "no authentication is configured",
-        );
+        return refuse(&RouteError::NotFound(
+            "no authentication is configured".into(),
+        ));
     };
     let resource = shared
         .resource
@@ -254,11 +249,10 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
         "/sse" => "GET",
         _ => "POST",
     };
-    let mut r = rpc_error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        codes::INVALID_REQUEST,
-        &format!("{} is not allowed on {}", req.method(), req.path()),
-    );
+    let mut r = refuse(&RouteError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.path().to_owned(),
+    });
     r.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));
     r
@@ -316,11 +310,7 @@ fn check_origin(req: &HttpRequest, allowed: &[String]) -> Result<(), HttpRespons
             origin = text,
             "request from an origin that is not allowed refused"
         );
-        Err(rpc_error(
-            StatusCode::FORBIDDEN,
-            codes::INVALID_REQUEST,
-            &format!("origin {text:?} is not allowed (server.allowed_origins)"),
-        ))
+        Err(refuse(&RouteError::Origin(text.to_owned())))
     }
 }
 
@@ -354,14 +344,10 @@ fn check_version(headers: &HeaderMap) -> Result<&'static str, HttpResponse> {
         .copied()
         .find(|v| *v == text)
         .ok_or_else(|| {
-            rpc_error(
-                StatusCode::BAD_REQUEST,
-                codes::INVALID_REQUEST,
-                &format!(
-                    "unsupported MCP-Protocol-Version {text:?}; supported: {}",
-                    version::SUPPORTED.join(", ")
-                ),
-            )
+            refuse(&RouteError::BadRequest(format!(
+                "unsupported MCP-Protocol-Version {text:?}; supported: {}",
+                version::SUPPORTED.join(", ")
+            )))
         })
 }
 
@@ -384,16 +370,10 @@ fn backlogged(shared: &Shared, outlet: &dyn crate::outlet::Outlet) -> Option<Htt
     if waiting <= limit {
         return None;
     }
-    let mut r = rpc_error(
-        StatusCode::TOO_MANY_REQUESTS,
-        codes::TOO_MANY_REQUESTS,
-        &format!(
-            "this session's host has {waiting} bytes of output it has not read \
-             (server.session_queue_bytes is {limit}); read the session's streams, then retry"
-        ),
-    );
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    let r = refuse(&RouteError::Busy(format!(
+        "this session's host has {waiting} bytes of output it has not read \
+         (server.session_queue_bytes is {limit}); read the session's streams, then retry"
+    )));
     Some(r)
 }
 
@@ -401,35 +381,33 @@ fn backlogged(shared: &Shared, outlet: &dyn crate::outlet::Outlet) -> Option<Htt
 async fn read_body(mut payload: web::Payload, max: usize) -> Result<Bytes, HttpResponse> {
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            rpc_error(
-                StatusCode::BAD_REQUEST,
-                codes::PARSE_ERROR,
-                &format!("reading the body failed: {e}"),
-            )
-        })?;
+        let chunk = chunk
+            .map_err(|e| refuse(&RouteError::Body(format!("reading the body failed: {e}"))))?;
         if body.len() + chunk.len() > max {
-            return Err(rpc_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                codes::INVALID_REQUEST,
-                &format!("the body is over the limit of {max} bytes (server.max_message_bytes)"),
-            ));
+            return Err(refuse(&RouteError::BodyTooLarge(max)));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
 }
 
-/// An HTTP error whose body is a JSON-RPC error without id, as the spec suggests.
-fn rpc_error(status: StatusCode, code: i64, message: &str) -> HttpResponse {
+/// The HTTP answer refusing a request: the status and `Retry-After` the error says, and a
+/// body that is its JSON-RPC error without id, as the spec suggests.
+fn refuse(e: &RouteError) -> HttpResponse {
     let mut body = Vec::new();
-    write::error_response(&mut body, None, &ErrorObject::new(code, message));
+    write::error_response(&mut body, None, &e.to_error_object());
     if body.last() == Some(&b'\n') {
         body.pop();
     }
-    HttpResponse::build(status)
-        .content_type("application/json")
-        .body(body)
+    let status = e
+        .http_status()
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::BAD_REQUEST);
+    let mut r = HttpResponse::build(status);
+    if let Some(secs) = e.retry_after_secs() {
+        r.insert_header((header::RETRY_AFTER, secs.to_string()));
+    }
+    r.content_type("application/json").body(body)
 }
 
 /// An SSE response around `body`.
@@ -452,11 +430,9 @@ fn new_token() -> Result<String, HttpResponse> {
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => {
                 tracing::error!("no random source for session ids: {e}");
-                return Err(rpc_error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    codes::INTERNAL_ERROR,
-                    "no random source for a session id",
-                ));
+                return Err(refuse(&RouteError::Internal(
+                    "no random source for a session id".into(),
+                )));
             }
         }
     }

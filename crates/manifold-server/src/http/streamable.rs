@@ -6,20 +6,20 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use manifold_protocol::{codes, Envelope, Kind};
+use manifold_protocol::{Envelope, Kind};
 
 use super::streams::{First, PostOutlet, Replay, Streams};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::admission::{Unversioned, Versioned};
 use super::{
-    backlogged, hard_limit, new_token, read_body, rpc_error, sse_response, trace_context, Shared,
+    backlogged, hard_limit, new_token, read_body, refuse, sse_response, trace_context, Shared,
     SESSION_HEADER,
 };
 use crate::context::Origin;
+use crate::error::RouteError;
 use crate::policy::Caller;
 use crate::router::Handled;
 use crate::session::{Session, Transport};
@@ -55,16 +55,9 @@ async fn handle_post(
     }
     let limit = shared.settings.max_requests_per_session;
     if streams.in_progress.load(Ordering::Relaxed) >= limit {
-        let mut r = rpc_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            codes::TOO_MANY_REQUESTS,
-            &format!(
-                "this session already has {limit} requests in progress (server.max_requests_per_session)"
-            ),
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return r;
+        return refuse(&RouteError::Busy(format!(
+            "this session already has {limit} requests in progress (server.max_requests_per_session)"
+        )));
     }
     let (outlet, first) = PostOutlet::new(Arc::clone(&streams));
     metrics().host_bytes(HostTransport::Http, Direction::In, body.len());
@@ -80,18 +73,12 @@ async fn handle_post(
         Handled::Notification | Handled::Response | Handled::Batch(0) => {
             return HttpResponse::Accepted().finish()
         }
-        Handled::Empty => {
-            return rpc_error(StatusCode::BAD_REQUEST, codes::PARSE_ERROR, "empty body")
-        }
+        Handled::Empty => return refuse(&RouteError::Body("empty body".into())),
         Handled::Rejected => match first.await {
             Ok(First::Answer(error)) => HttpResponse::BadRequest()
                 .content_type("application/json")
                 .body(error),
-            _ => rpc_error(
-                StatusCode::BAD_REQUEST,
-                codes::INVALID_REQUEST,
-                "invalid message",
-            ),
+            _ => refuse(&RouteError::BadRequest("invalid message".into())),
         },
         Handled::Request | Handled::Batch(_) => match first.await {
             Ok(First::Answer(answer)) => {
@@ -136,11 +123,9 @@ fn session_for_post(
             .ok_or_else(not_found);
     }
     if !is_initialize(body) {
-        return Err(rpc_error(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_REQUEST,
-            "the Mcp-Session-Id header is required (send initialize first to get one)",
-        ));
+        return Err(refuse(&RouteError::BadRequest(
+            "the Mcp-Session-Id header is required (send initialize first to get one)".into(),
+        )));
     }
     let token = new_token()?;
     let sessions = shared.router.sessions();
@@ -164,16 +149,9 @@ fn session_for_post(
             );
             Ok((session, true))
         }
-        Err(full) => {
-            let mut r = rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                codes::INTERNAL_ERROR,
-                &format!("{full} (server.max_sessions); try again later"),
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            Err(r)
-        }
+        Err(full) => Err(refuse(&RouteError::Full(format!(
+            "{full} (server.max_sessions); try again later"
+        )))),
     }
 }
 
@@ -188,11 +166,9 @@ pub(super) async fn get(
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
     if !accepts {
-        return rpc_error(
-            StatusCode::NOT_ACCEPTABLE,
-            codes::INVALID_REQUEST,
-            "GET opens an event stream: Accept must include text/event-stream",
-        );
+        return refuse(&RouteError::NotAcceptable(
+            "GET opens an event stream: Accept must include text/event-stream".into(),
+        ));
     }
     let session = match session_from_header(&req, &shared, &admitted.caller) {
         Ok(s) => s,
@@ -243,11 +219,9 @@ fn session_from_header(
     caller: &Caller,
 ) -> Result<Arc<Session>, HttpResponse> {
     let Some(token) = req.headers().get(SESSION_HEADER) else {
-        return Err(rpc_error(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_REQUEST,
-            "the Mcp-Session-Id header is required",
-        ));
+        return Err(refuse(&RouteError::BadRequest(
+            "the Mcp-Session-Id header is required".into(),
+        )));
     };
     find(shared, token.to_str().unwrap_or_default(), caller).ok_or_else(not_found)
 }
@@ -263,11 +237,9 @@ fn find(shared: &Shared, token: &str, caller: &Caller) -> Option<Arc<Session>> {
 }
 
 fn not_found() -> HttpResponse {
-    rpc_error(
-        StatusCode::NOT_FOUND,
-        codes::INVALID_REQUEST,
-        "session not found (it ended or expired): initialize a new one",
-    )
+    refuse(&RouteError::NotFound(
+        "session not found (it ended or expired): initialize a new one".into(),
+    ))
 }
 
 fn with_session_header(mut response: HttpResponse, session: Option<&Arc<Session>>) -> HttpResponse {
