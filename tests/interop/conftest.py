@@ -16,7 +16,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,26 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def _serving_http(bin_: Path, config: Path, log: Path) -> Iterator[str]:
+    """`manifold serve --listen` on a free loopback port: yields the port; stops it afterwards
+    and prints the end of its log, which is what a failed test needs."""
+    proc = subprocess.Popen(
+        [str(bin_), "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        cwd=str(REPO),
+        env={**os.environ, "MANIFOLD_LOG": "info"},
+    )
+    try:
+        m = _wait_for_line(proc, r"listening on 127\.0\.0\.1:(\d+)", log, "manifold")
+        yield m.group(1)
+    finally:
+        _stop(proc)
+        print(f"--- manifold stderr ---\n{log.read_text(errors='replace')[-6000:]}", file=sys.stderr)
 
 
 def _check_prerequisites() -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -28,10 +27,10 @@ from mcp.client.streamable_http import streamable_http_client
 from conftest import (
     EVERYTHING_JS,
     HERE,
-    REPO,
     REQUEST_TIMEOUT_S,
     START_TIMEOUT_S,
     _check_prerequisites,
+    _serving_http,
     _stop,
     _toml_str,
     _wait_for_line,
@@ -83,23 +82,12 @@ def manifold_http() -> Iterator[str]:
             f"command = {_toml_str(time_server_bin())}\n"
             'args = ["--local-timezone", "UTC"]\n'
         )
-        log = tmp / "manifold.stderr"
-        proc = subprocess.Popen(
-            [str(bin_), "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-            cwd=str(REPO),
-            env={**os.environ, "MANIFOLD_LOG": "info"},
-        )
         try:
-            m = _wait_for_line(proc, r"listening on 127\.0\.0\.1:(\d+)", log, "manifold")
-            yield f"http://127.0.0.1:{m.group(1)}"
+            with _serving_http(bin_, config, tmp / "manifold.stderr") as port:
+                yield f"http://127.0.0.1:{port}"
         finally:
-            _stop(proc)
             for p in (streamable, sse):
                 _stop(p.proc)
-            print(f"--- manifold stderr ---\n{log.read_text(errors='replace')[-6000:]}", file=sys.stderr)
 
 
 @asynccontextmanager

@@ -7,10 +7,7 @@ another CA is refused during the TLS handshake.
 from __future__ import annotations
 
 import datetime
-import os
 import ssl
-import subprocess
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -30,13 +27,12 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from conftest import (
-    REPO,
     REQUEST_TIMEOUT_S,
     START_TIMEOUT_S,
     _check_prerequisites,
+    _serving_http,
     _stop,
     _toml_str,
-    _wait_for_line,
     time_server_bin,
 )
 
@@ -158,21 +154,8 @@ def manifold_https() -> Iterator[Https]:
             f"command = {_toml_str(time_server_bin())}\n"
             'args = ["--local-timezone", "UTC"]\n'
         )
-        log = tmp / "manifold.stderr"
-        proc = subprocess.Popen(
-            [str(bin_), "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-            cwd=str(REPO),
-            env={**os.environ, "MANIFOLD_LOG": "info"},
-        )
-        try:
-            m = _wait_for_line(proc, r"listening on 127\.0\.0\.1:(\d+)", log, "manifold")
-            yield Https(f"https://127.0.0.1:{m.group(1)}", pki, other)
-        finally:
-            _stop(proc)
-            print(f"--- manifold stderr ---\n{log.read_text(errors='replace')[-6000:]}", file=sys.stderr)
+        with _serving_http(bin_, config, tmp / "manifold.stderr") as port:
+            yield Https(f"https://127.0.0.1:{port}", pki, other)
 
 
 def _client_trusting(pki: Pki) -> httpx2.AsyncClient:
