@@ -12,16 +12,6 @@ use crate::{calls, catalog, subscriptions, tasks, tools};
 
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 pub const LATEST_VERSION: &str = "2025-11-25";
-const LOG_LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
 
 /// Handles one message from a client whose messages about it go to `sink`.
 pub fn dispatch(state: &Arc<State>, mut msg: Incoming, sink: Arc<dyn Sink>) {
@@ -146,7 +136,7 @@ fn initialize(state: &State, params: &Value) -> Value {
 
 fn set_level(state: &State, call: &Call, params: &Value) {
     let level = match params.get("level").and_then(Value::as_str) {
-        Some(level) if LOG_LEVELS.contains(&level) => level,
+        Some(level) if manifold_protocol::LOG_LEVELS.contains(&level) => level,
         _ => {
             return call.error(RpcError::invalid_params(format!(
                 "Invalid log level: {params}"

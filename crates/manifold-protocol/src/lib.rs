@@ -20,3 +20,15 @@ pub use error::{codes, ErrorObject};
 pub use framing::{Frame, LineBuffer};
 pub use object::RawObject;
 pub use serde_json::value::RawValue;
+
+/// The log levels of `logging/setLevel`, least severe first (RFC 5424, as MCP names them).
+pub const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];

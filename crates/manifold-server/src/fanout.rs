@@ -8,9 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use manifold_catalog::{Catalog, Kind};
-use manifold_protocol::{write, RawObject};
+use manifold_protocol::{write, RawObject, LOG_LEVELS};
 
-use crate::router::LOG_LEVELS;
 use crate::session::Session;
 use crate::sessions::Sessions;
 use crate::tasks::Tasks;

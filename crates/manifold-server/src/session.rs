@@ -89,7 +89,7 @@ pub struct Session {
     /// The exposed URIs the host subscribed to. Locked to add, remove or look one up.
     subscriptions: Mutex<HashSet<String>>,
     /// Requests read from the host that are neither answered nor cancelled by it (a
-    /// [`crate::context::Context`] is alive for each): what a host that closed its input is
+    /// a request `Context` is alive for each): what a host that closed its input is
     /// still owed.
     unanswered: AtomicUsize,
 }

@@ -37,18 +37,7 @@ use crate::sessions::Sessions;
 use crate::tasks::Tasks;
 
 pub use crate::target::Target;
-
-/// The log levels of `logging/setLevel`, least severe first (RFC 5424, as MCP names them).
-pub const LOG_LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+pub use manifold_protocol::LOG_LEVELS;
 
 /// What a message turned out to be, for transports whose answer depends on it (HTTP gives
 /// 202 to notifications and responses, 400 to what it cannot accept).
