@@ -11,6 +11,10 @@
 //! (the first token, or one signed with a rotated key), at most once per `jwks_min_refresh`;
 //! concurrent requests that need a fetch wait for one shared fetch, bounded by the fetch
 //! timeout. Keys that were fetched stay in use until the next fetch replaces them.
+//!
+//! One file (about 700 lines): API keys, JWT checks and the JWKS cache meet in `authenticate`,
+//! and the refetch rules (coalesced, rate-limited, bounded) are read beside the checks they
+//! serve.
 
 use std::collections::HashMap;
 use std::fmt;

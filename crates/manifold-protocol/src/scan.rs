@@ -18,6 +18,9 @@
 //! routes by is the only one of its name, so the upstream reads exactly what Manifold read.
 //! A breach of these rules is a [`Violation`]: the scan goes on past it (so that the id of a
 //! request can still be read and answered), and only the first one is reported.
+//!
+//! One file (about 630 lines): the scanner is one state machine over the text, and its hot
+//! paths (strings, numbers, nesting) and the I-JSON checks on them read best side by side.
 
 use std::borrow::Cow;
 use std::collections::HashSet;

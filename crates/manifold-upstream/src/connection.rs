@@ -3,6 +3,10 @@
 //! pipes, or HTTP). Callers on any thread send through it directly; whatever reads the
 //! upstream's messages hands them to [`Connection::receive`]. It lives as long as one child
 //! process or one HTTP session: a restart makes a new one.
+//!
+//! One file on purpose (about 600 lines): the pending table, the id counter, timeouts,
+//! cancellation and `receive` share one lock and one invariant (every request is answered,
+//! failed or refused exactly once), which is easiest to check where it is all in view.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

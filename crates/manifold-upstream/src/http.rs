@@ -7,6 +7,10 @@
 //! stream, events of the session's GET stream) goes to [`Connection::receive`], the same path
 //! stdio output takes. A transport failure (unreachable server, lost session, ended stream)
 //! closes the connection once; the actor then restarts it with backoff, as for a crashed child.
+//!
+//! One file (about 700 lines): Streamable HTTP, the HTTP+SSE transport and the fallback between
+//! them share the session, the resumed streams and the one close, which splitting would
+//! spread over modules that each see half of it.
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
