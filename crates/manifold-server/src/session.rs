@@ -323,12 +323,12 @@ impl Session {
         self.last_seen_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// How long since the host was last heard from.
     /// How long since the session began.
     pub fn age(&self) -> std::time::Duration {
         self.created.elapsed()
     }
 
+    /// How long since the host was last heard from.
     pub fn idle_for(&self) -> std::time::Duration {
         let seen = std::time::Duration::from_millis(self.last_seen_ms.load(Ordering::Relaxed));
         self.created.elapsed().saturating_sub(seen)
