@@ -219,11 +219,7 @@ fn the_team_is_on_the_log_lines_of_its_requests() {
     m.initialize();
     let r = m.call("beta__echo", json!({"text": "x"}));
     assert!(r.get("error").is_some(), "{r}");
-    let stderr = m.stderr();
-    let refused = stderr
-        .lines()
-        .find(|l| l.contains("request refused") && l.contains("beta__echo"))
-        .unwrap_or_else(|| panic!("no refusal logged:\n{stderr}"));
+    let refused = m.logged_line(|l| l.contains("request refused") && l.contains("beta__echo"));
     assert!(refused.contains("manifold.team=\"red\""), "{refused}");
 }
 

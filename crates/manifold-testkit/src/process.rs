@@ -366,6 +366,23 @@ impl Manifold {
         }
     }
 
+    /// The first line logged that `matches`, waiting (bounded) for it: the log is read by a
+    /// thread of its own, so a line written just before an answer may not be in yet.
+    pub fn logged_line(&self, matches: impl Fn(&str) -> bool) -> String {
+        let until = Instant::now() + WAIT;
+        loop {
+            let stderr = self.stderr();
+            if let Some(line) = stderr.lines().find(|l| matches(l)) {
+                return line.to_owned();
+            }
+            assert!(
+                Instant::now() < until,
+                "never logged such a line:\n{stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Every item of a paginated list, following nextCursor.
     pub fn list_all(&mut self, method: &str, key: &str) -> Vec<Value> {
         let mut items = Vec::new();
