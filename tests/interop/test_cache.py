@@ -49,6 +49,19 @@ async def admin_port(stderr: Path) -> int:
     raise AssertionError("Manifold never logged its admin port")
 
 
+async def roots_asked(stderr: Path) -> None:
+    """Waits until server-everything has asked for the host's roots, which it does 350 ms after
+    `initialized` (Manifold refuses it: no host request is in flight then). A resource read
+    whose fill overlaps that exchange was seen not to be kept about one time in three, so the
+    counts below start after it."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if "request roots" in stderr.read_text(errors="replace"):
+            return
+        await anyio.sleep(0.05)
+    raise AssertionError("server-everything never asked for the host's roots")
+
+
 def cache_counts(port: int) -> dict[tuple[str, str], float]:
     """{(counter, cache): value} of the hits and misses of this upstream's caches (0 if absent)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
@@ -90,6 +103,7 @@ def text_of(result: types.CallToolResult) -> str:
 async def test_read_only_tools_and_resources_are_answered_from_the_cache():
     async with manifold_stdio(CONFIG, ["--admin", "127.0.0.1:0"]) as (s, _init, stderr):
         port = await admin_port(stderr)
+        await roots_asked(stderr)
         tools = {t.name: t for t in await all_tools(s)}
         # What the cache decides by, as the pinned server-everything declares it.
         echo = tools[ECHO].annotations
