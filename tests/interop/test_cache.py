@@ -51,9 +51,11 @@ async def admin_port(stderr: Path) -> int:
 
 async def roots_asked(stderr: Path) -> None:
     """Waits until server-everything has asked for the host's roots, which it does 350 ms after
-    `initialized` (Manifold refuses it: no host request is in flight then). A resource read
-    whose fill overlaps that exchange was seen not to be kept about one time in three, so the
-    counts below start after it."""
+    `initialized`. Over stdio an upstream cannot say which request a request of its own belongs
+    to, so Manifold takes it as part of the host request in flight then, if there is one; and
+    an answer during which the upstream asked the host something is never cached. A read that
+    happened to be in flight at that moment would rightly not be kept, so the counts below
+    start once that exchange is over."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if "request roots" in stderr.read_text(errors="replace"):
