@@ -193,7 +193,7 @@ fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
         &prefix,
         false,
         // Generous: 100 checks at once on a loaded machine must not time out (a timed-out
-        // check is refused with -32022, which would spoil the count).
+        // check is refused with -32016, which would spoil the count).
         5000,
         &format!(
             "[teams.red]\n\
@@ -218,7 +218,7 @@ fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
     }
     let retries = check_refusals(
         &answers,
-        -32021,
+        -32015,
         "quota_exceeded",
         "team:red:tool:alpha__add",
     );
@@ -238,7 +238,7 @@ fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
     assert_eq!(passed(&answers), 40, "{answers:?}");
     let retries = check_refusals(
         &answers,
-        -32020,
+        -32014,
         "rate_limited",
         "team:red:tool:alpha__echo",
     );
@@ -294,12 +294,12 @@ fn a_team_rate_admits_exactly_its_count_of_concurrent_calls() {
     let started = Instant::now();
     let answers = calls_at_once(&mut red, "beta__add", 100);
     assert_eq!(passed(&answers), 40, "{answers:?}");
-    let retries = check_refusals(&answers, -32020, "rate_limited", "team:red");
+    let retries = check_refusals(&answers, -32014, "rate_limited", "team:red");
     assert_eq!(retries.len(), 60);
     assert!(retries.iter().all(|&r| r <= 90_000), "{retries:?}");
     // The team's rate covers every tool it calls.
     let other = red.call("beta__call_count", json!({"what": "tool:add"}));
-    assert_eq!(error_code(&other), -32020, "{other}");
+    assert_eq!(error_code(&other), -32014, "{other}");
     assert_eq!(other["error"]["data"]["limit"], "team:red", "{other}");
     // Only the admitted calls reached the upstream.
     assert_eq!(upstream_count(&mut observer, "beta", "tool:add"), 40);
@@ -359,7 +359,7 @@ fn three_processes_share_one_quota_exactly() {
         assert_eq!(answers.len(), CALLS);
         check_refusals(
             &answers,
-            -32021,
+            -32015,
             "quota_exceeded",
             "team:red:tool:alpha__add",
         );
@@ -425,7 +425,7 @@ fn fail_closed_refuses_calls_while_redis_is_down_and_counts_again_once_it_is_bac
     const DOWN_CALLS: u64 = 6;
     for i in 0..DOWN_CALLS {
         let (r, took) = timed_call(&mut m, "alpha__add", i);
-        assert_eq!(error_code(&r), -32022, "{r}");
+        assert_eq!(error_code(&r), -32016, "{r}");
         let retry = r["error"]["data"]["retryAfterMs"]
             .as_u64()
             .unwrap_or_else(|| panic!("no retryAfterMs: {r}"));
@@ -452,7 +452,7 @@ fn fail_closed_refuses_calls_while_redis_is_down_and_counts_again_once_it_is_bac
     redis.restart();
     let answers = calls_at_once(&mut m, "alpha__add", 8);
     assert_eq!(passed(&answers), 5, "{answers:?}");
-    check_refusals(&answers, -32021, "quota_exceeded", id);
+    check_refusals(&answers, -32015, "quota_exceeded", id);
     assert_eq!(quota_in_redis(&redis, &prefix, id), "5");
     assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 2 + 5);
     let stderr = logged_once(&m, REACHABLE_AGAIN);
@@ -492,7 +492,7 @@ fn fail_open_passes_calls_uncounted_while_redis_is_down_and_counts_again_once_it
     redis.restart();
     let answers = calls_at_once(&mut m, "alpha__add", 6);
     assert_eq!(passed(&answers), 3, "{answers:?}");
-    check_refusals(&answers, -32021, "quota_exceeded", id);
+    check_refusals(&answers, -32015, "quota_exceeded", id);
     assert_eq!(quota_in_redis(&redis, &prefix, id), "3");
     assert_eq!(
         upstream_count(&mut m, "alpha", "tool:add"),
@@ -514,7 +514,7 @@ fn a_frozen_redis_is_answered_within_the_timeout_and_counting_resumes_when_it_th
     redis.pause();
     for i in 0..3 {
         let (r, took) = timed_call(&mut m, "alpha__add", i);
-        assert_eq!(error_code(&r), -32022, "{r}");
+        assert_eq!(error_code(&r), -32016, "{r}");
         assert!(
             r["error"]["data"]["retryAfterMs"].as_u64().unwrap() > 0,
             "{r}"
@@ -528,7 +528,7 @@ fn a_frozen_redis_is_answered_within_the_timeout_and_counting_resumes_when_it_th
     let answers = calls_at_once(&mut m, "alpha__add", 20);
     let took = started.elapsed();
     assert!(
-        answers.iter().all(|a| error_code(a) == -32022),
+        answers.iter().all(|a| error_code(a) == -32016),
         "{answers:?}"
     );
     assert!(took < Duration::from_secs(2), "answered after {took:?}");
@@ -569,7 +569,7 @@ fn calls_refused_while_redis_is_frozen_never_reach_the_upstream_and_the_quota_ho
     redis.pause();
     let answers = calls_at_once(&mut m, "alpha__add", 10);
     assert!(
-        answers.iter().all(|a| error_code(a) == -32022),
+        answers.iter().all(|a| error_code(a) == -32016),
         "{answers:?}"
     );
     redis.resume();

@@ -994,7 +994,7 @@ api_keys = ["{BLUE_KEY}"]
         .collect();
     assert_eq!(refused.len(), CALLS - 5);
     for a in refused {
-        assert_eq!(code(a), -32021, "{a}");
+        assert_eq!(code(a), -32015, "{a}");
         let data = &a["error"]["data"];
         assert_eq!(data["kind"], "quota_exceeded", "{a}");
         let retry = data["retryAfterMs"].as_u64().unwrap_or(0);
@@ -1012,7 +1012,7 @@ api_keys = ["{BLUE_KEY}"]
     assert_eq!(text_of(&r), "3", "{r}");
     assert_eq!(
         code(&red.call("alpha__add", json!({"a": 1, "b": 2}))),
-        -32021
+        -32015
     );
     assert_eq!(
         text_of(&red.call("alpha__call_count", json!({"what": "tool:add"}))),

@@ -608,7 +608,7 @@ fn a_hit_still_counts_against_the_teams_limits() {
     echo(&mut m, "x");
     echo(&mut m, "x");
     let refused = m.call("fx__echo", json!({"text": "x"}));
-    assert_eq!(error_code(&refused), -32021, "{refused}");
+    assert_eq!(error_code(&refused), -32015, "{refused}");
     assert_eq!(calls_of(&mut m, "echo"), 1);
 }
 

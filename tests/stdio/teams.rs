@@ -172,7 +172,7 @@ burst = 2
     let passed = answers.iter().filter(|a| a.get("result").is_some()).count();
     assert_eq!(passed, 3, "{answers:?}");
     let refused = answers.iter().find(|a| a.get("error").is_some()).unwrap();
-    assert_eq!(error_code(refused), -32021, "{refused}");
+    assert_eq!(error_code(refused), -32015, "{refused}");
     let data = &refused["error"]["data"];
     assert_eq!(data["kind"], "quota_exceeded");
     assert_eq!(data["limit"], "team:blue:tool:alpha__add");
@@ -180,14 +180,14 @@ burst = 2
     assert!(retry > 0 && retry <= 86_400_000, "{retry}");
     assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 3);
 
-    // A (team, upstream) rate over all of beta's tools: 2 pass, then -32020.
+    // A (team, upstream) rate over all of beta's tools: 2 pass, then -32014.
     let answers = calls(&mut m, "beta__add", 4);
     assert_eq!(
         answers.iter().filter(|a| a.get("result").is_some()).count(),
         2
     );
     let refused = answers.iter().find(|a| a.get("error").is_some()).unwrap();
-    assert_eq!(error_code(refused), -32020, "{refused}");
+    assert_eq!(error_code(refused), -32014, "{refused}");
     assert_eq!(refused["error"]["data"]["kind"], "rate_limited");
     let retry = refused["error"]["data"]["retryAfterMs"].as_u64().unwrap();
     assert!(

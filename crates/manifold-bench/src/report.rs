@@ -967,7 +967,7 @@ mod tests {
             "plain_vs_direct": pair(5.0, 20.0), "memory_vs_direct": pair(5.0, 21.0),
             "memory_vs_plain": pair(20.0, 21.0),
             "redis_server": { "not_run": "not run: redis-server not found" },
-            "refusal_check": { "memory": { "refused": 3, "of": 3, "code": -32021,
+            "refusal_check": { "memory": { "refused": 3, "of": 3, "code": -32015,
                                            "kind": "quota_exceeded" } },
             "valid": errors == 0,
             "invalid_because": if errors == 0 { json!([]) } else { json!(["memory: 1 error answers"]) },

@@ -4,29 +4,49 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 /// The JSON-RPC and MCP error codes Manifold sends or maps, in one place.
+///
+/// JSON-RPC leaves -32000..-32099 to implementations. The protocol's 2026-07-28 revision takes
+/// -32020..-32099 for codes the specification itself defines (-32020 header mismatch, -32021
+/// missing required client capability, -32022 unsupported protocol version, allocated upwards
+/// from -32020) and leaves -32000..-32019 to servers; it also retires -32002 (resource not
+/// found, replaced by -32602) and -32042 (URL elicitation required, 2025-11-25 only). Manifold's
+/// own codes are therefore in -32010..-32019, in every revision (the tests check this table
+/// against every revision's definitions).
 pub mod codes {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
     pub const METHOD_NOT_FOUND: i64 = -32601;
     pub const INVALID_PARAMS: i64 = -32602;
     pub const INTERNAL_ERROR: i64 = -32603;
-    /// MCP: resource not found (legacy era).
+    /// MCP: resource not found (the session era's code; defined until 2025-11-25).
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
-    /// Manifold: the upstream that owns the request is unavailable, failed or timed out.
-    /// Server-defined range (-32000..-32099) per JSON-RPC.
+    /// Manifold: the upstream that owns the request is unavailable, failed or was cancelled.
     pub const UPSTREAM_UNAVAILABLE: i64 = -32010;
+    /// Manifold: the upstream did not answer in time.
     pub const UPSTREAM_TIMEOUT: i64 = -32011;
     /// Manifold: the upstream's answer was over its size limit and was dropped.
     pub const UPSTREAM_ANSWER_TOO_LARGE: i64 = -32012;
-    /// Manifold: a session has as many requests in progress as it may have.
+    /// Manifold: a session has as many requests in progress, or as much unread output, as it
+    /// may have.
     pub const TOO_MANY_REQUESTS: i64 = -32013;
-    /// A tool call refused by a rate limit (`data.retryAfterMs` says when to retry).
-    pub const RATE_LIMITED: i64 = -32020;
-    /// A tool call refused by a quota (`data.retryAfterMs`: until the window ends).
-    pub const QUOTA_EXCEEDED: i64 = -32021;
-    /// A tool call refused because its limits could not be checked (the shared store is
-    /// unreachable and `limits.fail_open` is false).
-    pub const LIMIT_STORE_UNAVAILABLE: i64 = -32022;
+    /// Manifold: a tool call refused by a rate limit (`data.retryAfterMs` says when to retry).
+    pub const RATE_LIMITED: i64 = -32014;
+    /// Manifold: a tool call refused by a quota (`data.retryAfterMs`: until the window ends).
+    pub const QUOTA_EXCEEDED: i64 = -32015;
+    /// Manifold: a tool call refused because its limits could not be checked (the shared
+    /// store is unreachable and `limits.fail_open` is false).
+    pub const LIMIT_STORE_UNAVAILABLE: i64 = -32016;
+
+    /// Every code of Manifold's own (not JSON-RPC's or MCP's).
+    pub const MANIFOLD_OWN: [i64; 7] = [
+        UPSTREAM_UNAVAILABLE,
+        UPSTREAM_TIMEOUT,
+        UPSTREAM_ANSWER_TOO_LARGE,
+        TOO_MANY_REQUESTS,
+        RATE_LIMITED,
+        QUOTA_EXCEEDED,
+        LIMIT_STORE_UNAVAILABLE,
+    ];
 }
 
 /// A JSON-RPC error object.
@@ -51,5 +71,75 @@ impl ErrorObject {
     pub fn with_data(mut self, data: &impl Serialize) -> Self {
         self.data = serde_json::value::to_raw_value(data).ok();
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::codes::*;
+
+    /// A revision, the error codes it defines beyond JSON-RPC's own, and the range it reserves
+    /// for the specification, if any.
+    type Revision = (&'static str, &'static [i64], Option<(i64, i64)>);
+
+    /// What each revision's `schema.ts` defines.
+    const REVISIONS: [Revision; 5] = [
+        ("2024-11-05", &[], None),
+        ("2025-03-26", &[], None),
+        ("2025-06-18", &[], None),
+        ("2025-11-25", &[-32042], None),
+        (
+            "2026-07-28",
+            &[-32020, -32021, -32022],
+            Some((-32099, -32020)),
+        ),
+    ];
+
+    /// Codes a revision retired, which must not be given another meaning.
+    const RETIRED: [i64; 2] = [-32002, -32042];
+
+    #[test]
+    fn manifold_codes_collide_with_no_revision() {
+        for code in MANIFOLD_OWN {
+            assert!(
+                (-32019..=-32000).contains(&code),
+                "{code} is outside what every revision leaves to implementations"
+            );
+            assert!(
+                !RETIRED.contains(&code),
+                "{code} was retired by the protocol"
+            );
+            for (revision, defined, reserved) in REVISIONS {
+                assert!(!defined.contains(&code), "{code} is defined by {revision}");
+                if let Some((low, high)) = reserved {
+                    assert!(
+                        !(low..=high).contains(&code),
+                        "{code} is in the range {revision} reserves"
+                    );
+                }
+            }
+        }
+        let mut unique = MANIFOLD_OWN.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            MANIFOLD_OWN.len(),
+            "every code means one thing"
+        );
+    }
+
+    #[test]
+    fn json_rpc_codes_are_json_rpcs() {
+        assert_eq!(
+            [
+                PARSE_ERROR,
+                INVALID_REQUEST,
+                METHOD_NOT_FOUND,
+                INVALID_PARAMS,
+                INTERNAL_ERROR
+            ],
+            [-32700, -32600, -32601, -32602, -32603]
+        );
     }
 }
