@@ -113,6 +113,18 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+@asynccontextmanager
+async def _initialized(client: Any) -> AsyncIterator[ClientSession]:
+    """An initialized session of the official client over `client`, one of the SDK's HTTP
+    transport clients (Streamable HTTP or HTTP+SSE)."""
+    async with client as streams:
+        read, write = streams[0], streams[1]
+        async with ClientSession(read, write, read_timeout_seconds=REQUEST_TIMEOUT_S) as session:
+            with anyio.fail_after(START_TIMEOUT_S):
+                await session.initialize()
+            yield session
+
+
 @contextmanager
 def _serving_http(bin_: Path, config: Path, log: Path) -> Iterator[str]:
     """`manifold serve --listen` on a free loopback port: yields the port; stops it afterwards

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,7 +22,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _check_prerequisites, config_text
+from conftest import REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _check_prerequisites, _serving_http, config_text
 
 # These tests drive the session-based era on purpose; the SDK warns that later revisions
 # replace logging levels and subscriptions.
@@ -181,33 +178,8 @@ def manifold_url() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="manifold-interop-protocol-http-") as tmp:
         config = Path(tmp) / "manifold.toml"
         config.write_text(config_text())
-        log = Path(tmp) / "manifold.stderr"
-        proc = subprocess.Popen(
-            [str(bin_), "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-            cwd=str(REPO),
-        )
-        try:
-            port = None
-            for _ in range(int(START_TIMEOUT_S * 20)):
-                m = re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text() if log.exists() else "")
-                if m:
-                    port = m.group(1)
-                    break
-                if proc.poll() is not None:
-                    break
-                time.sleep(0.05)
-            assert port, log.read_text()
+        with _serving_http(bin_, config, Path(tmp) / "manifold.stderr") as port:
             yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            print(f"--- manifold stderr ---\n{log.read_text(errors='replace')[-6000:]}", file=sys.stderr)
 
 
 class Inbox:

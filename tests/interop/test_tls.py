@@ -30,6 +30,7 @@ from conftest import (
     REQUEST_TIMEOUT_S,
     START_TIMEOUT_S,
     _check_prerequisites,
+    _initialized,
     _serving_http,
     _stop,
     _toml_str,
@@ -176,12 +177,8 @@ async def session_over(transport: str, base: str, pki: Pki) -> AsyncIterator[Cli
             return httpx2.AsyncClient(verify=pki.ssl_context(), headers=headers, timeout=timeout, auth=auth)
 
         client = sse_client(f"{base}/sse", httpx_client_factory=factory)
-    async with client as streams:
-        read, write = streams[0], streams[1]
-        async with ClientSession(read, write, read_timeout_seconds=REQUEST_TIMEOUT_S) as session:
-            with anyio.fail_after(START_TIMEOUT_S):
-                await session.initialize()
-            yield session
+    async with _initialized(client) as session:
+        yield session
 
 
 @pytest.mark.parametrize("transport", ["streamable-http", "sse"])

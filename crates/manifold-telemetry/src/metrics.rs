@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::exposition::Exposition;
 use crate::histogram::{Family, Histogram, OPERATION_BUCKETS, SESSION_BUCKETS};
-use crate::names::{self, label};
+use crate::names::{self, label, Metric};
 
 /// How a request ended, as the `outcome` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -384,23 +384,8 @@ impl Metrics {
         );
         e.metric(&names::PROCESS_START);
         e.sample(&names::PROCESS_START, &[], self.started);
-        for (metric, family) in [
-            (&names::SERVER_OPERATION_DURATION, &self.server_ops),
-            (&names::CLIENT_OPERATION_DURATION, &self.client_ops),
-        ] {
-            e.metric(metric);
-            for (l, h) in family.series() {
-                let labels = [
-                    (label::METHOD, l.method),
-                    (label::TOOL, l.tool.as_deref().unwrap_or("")),
-                    (label::UPSTREAM, l.upstream.as_deref().unwrap_or("")),
-                    (label::TEAM, &l.team),
-                    (label::TRANSPORT, l.transport),
-                    (label::OUTCOME, l.outcome.label()),
-                ];
-                e.histogram(metric, &labels, &h.snapshot());
-            }
-        }
+        render_operations(e, &names::SERVER_OPERATION_DURATION, &self.server_ops);
+        render_operations(e, &names::CLIENT_OPERATION_DURATION, &self.client_ops);
         e.metric(&names::SERVER_SESSION_DURATION);
         for t in HostTransport::ALL {
             let h = self.sessions[t as usize].snapshot();
@@ -451,6 +436,22 @@ impl Metrics {
             let n = c.restarts.load(Ordering::Relaxed);
             e.sample(&names::UPSTREAM_RESTARTS, &[(label::UPSTREAM, key)], n);
         }
+    }
+}
+
+/// Writes one operation-duration histogram family, a series per label set.
+pub fn render_operations(e: &mut Exposition, metric: &Metric, family: &Family<OpLabels>) {
+    e.metric(metric);
+    for (l, h) in family.series() {
+        let labels = [
+            (label::METHOD, l.method),
+            (label::TOOL, l.tool.as_deref().unwrap_or("")),
+            (label::UPSTREAM, l.upstream.as_deref().unwrap_or("")),
+            (label::TEAM, &l.team),
+            (label::TRANSPORT, l.transport),
+            (label::OUTCOME, l.outcome.label()),
+        ];
+        e.histogram(metric, &labels, &h.snapshot());
     }
 }
 
