@@ -171,7 +171,12 @@ impl Context {
     /// Answers with the error.
     pub fn fail(&self, err: &RouteError) {
         let _entered = self.span.enter();
-        tracing::debug!(error = %err, fault = err.fault().label(), "request refused");
+        tracing::debug!(
+            error = %err,
+            fault = err.fault().label(),
+            retryable = err.retryable(),
+            "request refused"
+        );
         let obj = err.to_error_object();
         self.ended(err.outcome(), Some(obj.code));
         let mut out = Vec::new();

@@ -292,3 +292,102 @@ pub fn upstream_outcome(e: &UpstreamError) -> Outcome {
         UpstreamError::AnswerTooLarge { .. } => Outcome::ProtocolError,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_failure_says_whose_fault_it_is_and_whether_to_retry() {
+        let upstream = RouteError::Upstream(UpstreamError::Closed {
+            upstream: "a".into(),
+            reason: "gone".into(),
+        });
+        let timeout = RouteError::Upstream(UpstreamError::Timeout {
+            upstream: "a".into(),
+            after: std::time::Duration::from_secs(1),
+        });
+        let hidden = RouteError::Hidden(Box::new(RouteError::UnknownTool("x".into())));
+        for (e, fault, retry) in [
+            (&upstream, Fault::Upstream, true),
+            (&timeout, Fault::Upstream, false),
+            (&RouteError::LimitStore, Fault::Policy, true),
+            (&hidden, Fault::Host, false),
+            (&RouteError::BadCursor, Fault::Host, false),
+            (&RouteError::Busy("b".into()), Fault::Host, true),
+            (&RouteError::Full("f".into()), Fault::Manifold, true),
+            (&RouteError::Internal("i".into()), Fault::Manifold, false),
+        ] {
+            assert_eq!((e.fault(), e.retryable()), (fault, retry), "{e}");
+        }
+    }
+
+    #[test]
+    fn http_refusals_have_their_status_code_and_retry_after() {
+        let method = RouteError::MethodNotAllowed {
+            method: "PUT".into(),
+            path: "/mcp".into(),
+        };
+        for (e, status, code, retry) in [
+            (
+                RouteError::Unauthorized("no key".into()),
+                401,
+                codes::INVALID_REQUEST,
+                None,
+            ),
+            (
+                RouteError::Origin("http://x".into()),
+                403,
+                codes::INVALID_REQUEST,
+                None,
+            ),
+            (
+                RouteError::NotFound("n".into()),
+                404,
+                codes::INVALID_REQUEST,
+                None,
+            ),
+            (
+                RouteError::Body("empty body".into()),
+                400,
+                codes::PARSE_ERROR,
+                None,
+            ),
+            (
+                RouteError::BodyTooLarge(10),
+                413,
+                codes::INVALID_REQUEST,
+                None,
+            ),
+            (method, 405, codes::INVALID_REQUEST, None),
+            (
+                RouteError::Busy("b".into()),
+                429,
+                codes::TOO_MANY_REQUESTS,
+                Some(1),
+            ),
+            (
+                RouteError::Full("f".into()),
+                503,
+                codes::INTERNAL_ERROR,
+                Some(5),
+            ),
+            (
+                RouteError::Internal("i".into()),
+                500,
+                codes::INTERNAL_ERROR,
+                None,
+            ),
+        ] {
+            assert_eq!(e.http_status(), Some(status), "{e}");
+            assert_eq!(e.to_error_object().code, code, "{e}");
+            assert_eq!(e.retry_after_secs(), retry, "{e}");
+        }
+        // A JSON-RPC error answering a request travels in a 200.
+        assert_eq!(RouteError::UnknownTool("x".into()).http_status(), None);
+        assert_eq!(
+            RouteError::Unauthorized("bad key".into()).to_string(),
+            "authentication required: bad key"
+        );
+    }
+}

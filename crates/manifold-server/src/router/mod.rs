@@ -37,7 +37,6 @@ use crate::sessions::Sessions;
 use crate::tasks::Tasks;
 
 pub use crate::target::Target;
-pub use manifold_protocol::LOG_LEVELS;
 
 /// What a message turned out to be, for transports whose answer depends on it (HTTP gives
 /// 202 to notifications and responses, 400 to what it cannot accept).

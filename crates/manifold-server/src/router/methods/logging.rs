@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use manifold_protocol::Params;
+use manifold_protocol::{Params, LOG_LEVELS};
 use manifold_upstream::UpstreamHandle;
 
 use crate::context::Context;
 use crate::error::RouteError;
-use crate::router::{Router, LOG_LEVELS};
+use crate::router::Router;
 
 impl Router {
     /// `logging/setLevel` sets this session's level; each upstream that logs is asked for the
