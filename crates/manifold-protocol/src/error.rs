@@ -18,8 +18,18 @@ pub mod codes {
     pub const METHOD_NOT_FOUND: i64 = -32601;
     pub const INVALID_PARAMS: i64 = -32602;
     pub const INTERNAL_ERROR: i64 = -32603;
-    /// MCP: resource not found (the session era's code; defined until 2025-11-25).
+    /// MCP: resource not found (the session era's code; defined until 2025-11-25). Hosts of
+    /// the stateless era get -32602 instead.
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// MCP 2026-07-28: an HTTP header does not match the body, or a required one is missing or
+    /// malformed (HTTP 400).
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// MCP 2026-07-28: the request needs a client capability the client did not declare
+    /// (`data.requiredCapabilities`).
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    /// MCP 2026-07-28: the request's revision is not one the server speaks (`data.supported`,
+    /// `data.requested`).
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
     /// Manifold: the upstream that owns the request is unavailable, failed or was cancelled.
     pub const UPSTREAM_UNAVAILABLE: i64 = -32010;
     /// Manifold: the upstream did not answer in time.
@@ -126,6 +136,19 @@ mod tests {
             unique.len(),
             MANIFOLD_OWN.len(),
             "every code means one thing"
+        );
+    }
+
+    #[test]
+    fn the_stateless_eras_codes_are_its_own() {
+        let (_, defined, _) = REVISIONS[4];
+        assert_eq!(
+            defined,
+            [
+                HEADER_MISMATCH,
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                UNSUPPORTED_PROTOCOL_VERSION
+            ]
         );
     }
 
