@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use manifold_protocol::write;
+use manifold_protocol::{codes, write};
 use manifold_telemetry::spans::{self, ServerDone, Subject};
 use manifold_telemetry::trace::Carrier;
 use manifold_telemetry::{metrics, HostTransport, OpLabels, Outcome};
@@ -15,6 +15,7 @@ use crate::error::RouteError;
 use crate::outlet::Outlet;
 use crate::policy::Caller;
 use crate::session::{Client, Session};
+use crate::stateless::{self, Asked};
 
 /// Who sent a message, and where what answers it goes.
 #[derive(Clone)]
@@ -28,6 +29,10 @@ pub struct Origin {
     pub trace: Option<Arc<Carrier>>,
     /// Who sent it, when there is no session to say so.
     pub caller: Option<Arc<Caller>>,
+    /// For a request without a session (a stateless one over HTTP), a number of its own that
+    /// stands for the session: what cancels it upstream when its response stream closes.
+    /// 0 with a session.
+    pub owner: u64,
 }
 
 impl Origin {
@@ -37,6 +42,7 @@ impl Origin {
             outlet,
             trace: None,
             caller: None,
+            owner: 0,
         }
     }
 
@@ -78,6 +84,11 @@ pub struct Context {
     pub id: Box<str>,
     /// The protocol version the request is spoken in.
     pub version: &'static str,
+    /// What a stateless-era request declared about its sender in `_meta`; `None` for a
+    /// session-era request.
+    pub asked: Option<Box<Asked>>,
+    /// The session's number, or the number a sessionless request stands under (0: none).
+    owner: u64,
     /// Who asked.
     pub caller: Arc<Caller>,
     /// The request's server span; every step of the request is recorded under it.
@@ -115,11 +126,14 @@ impl Context {
             // On every line logged while the request is handled, not only on the span's end.
             span.record("manifold.team", &**caller.label());
         }
+        let owner = session.as_ref().map_or(origin.owner, |s| s.id());
         Self {
             session,
             outlet: Arc::clone(&origin.outlet),
             id: id.into(),
             version,
+            asked: None,
+            owner,
             caller,
             span,
             started: Instant::now(),
@@ -152,20 +166,42 @@ impl Context {
         self.caller.label()
     }
 
-    /// The session's number (0: no session).
+    /// The session's number, or the one a sessionless request stands under (0: none).
     pub fn session_id(&self) -> u64 {
-        self.session.as_ref().map_or(0, |s| s.id())
+        self.owner
     }
 
-    /// What the host declared in `initialize`, if there is a session.
+    /// Whether the request is a stateless-era one.
+    pub fn is_stateless(&self) -> bool {
+        self.asked.is_some()
+    }
+
+    /// What the host declared about itself: with this request (stateless era), or in
+    /// `initialize` (session era).
     pub fn client(&self) -> Option<&Client> {
-        self.session.as_ref().and_then(|s| s.client())
+        match &self.asked {
+            Some(asked) => Some(&asked.client),
+            None => self.session.as_ref().and_then(|s| s.client()),
+        }
     }
 
-    /// Answers with `result` (JSON text).
+    /// Answers with `result` (JSON text); a stateless host gets it with `resultType` and
+    /// Manifold's server info.
     pub fn reply(&self, result: &str) {
+        self.reply_with(result, &[]);
+    }
+
+    /// Answers with `result`, to which a stateless host's answer adds the `extra` members
+    /// (raw JSON values) it does not have (a session-era host gets `result` as it is).
+    pub fn reply_with(&self, result: &str, extra: &[(&str, &str)]) {
         self.ended(Outcome::Ok, None);
-        self.outlet.answer(&write::response_parts(&self.id, result));
+        if self.is_stateless() {
+            let result = stateless::complete(result, extra);
+            self.outlet
+                .answer(&write::response_parts(&self.id, &result));
+        } else {
+            self.outlet.answer(&write::response_parts(&self.id, result));
+        }
     }
 
     /// Answers with the error.
@@ -177,7 +213,11 @@ impl Context {
             retryable = err.retryable(),
             "request refused"
         );
-        let obj = err.to_error_object();
+        let mut obj = err.to_error_object();
+        if self.is_stateless() && obj.code == codes::RESOURCE_NOT_FOUND {
+            // The stateless era retired -32002: an unknown resource is invalid params.
+            obj.code = codes::INVALID_PARAMS;
+        }
         self.ended(err.outcome(), Some(obj.code));
         let mut out = Vec::new();
         write::error_response(&mut out, Some(&self.id), &obj);

@@ -5,7 +5,7 @@
 
 use manifold_catalog::Collision;
 use manifold_policy::{Refusal, RefusalKind};
-use manifold_protocol::{codes, ErrorObject, MessageError};
+use manifold_protocol::{codes, version, ErrorObject, MessageError};
 use manifold_telemetry::Outcome;
 use manifold_upstream::UpstreamError;
 
@@ -117,6 +117,29 @@ pub enum RouteError {
     /// Manifold cannot serve the request at all (500).
     #[error("{0}")]
     Internal(String),
+    /// Stateless era: an HTTP header disagrees with the body, or a required one is missing
+    /// (-32020, HTTP 400).
+    #[error("header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// Stateless era: the request's revision is not one Manifold speaks (-32022, HTTP 400).
+    #[error("unsupported protocol version {requested:?}; supported: {}", version::ALL.join(", "))]
+    UnsupportedVersion { requested: String },
+    /// Stateless era: the request needs a client capability the host did not declare with it
+    /// (-32021, HTTP 400).
+    #[error(
+        "{what} needs the client capability {capability:?}, which the request did not declare"
+    )]
+    MissingCapability {
+        capability: &'static str,
+        what: String,
+    },
+    /// Stateless era: a method the 2026-07-28 revision removed.
+    #[error("Method not found: {0} (removed in protocol revision 2026-07-28)")]
+    Removed(String),
+    /// A `requestState` that Manifold did not mint for this caller and request, or that
+    /// expired or was used already.
+    #[error("invalid requestState: {0}")]
+    RequestState(String),
 }
 
 impl RouteError {
@@ -176,6 +199,25 @@ impl RouteError {
             RouteError::Busy(_) => codes::TOO_MANY_REQUESTS,
             RouteError::Full(_) | RouteError::Internal(_) => codes::INTERNAL_ERROR,
             RouteError::Hidden(inner) => return inner.to_error_object(),
+            RouteError::HeaderMismatch(_) => codes::HEADER_MISMATCH,
+            RouteError::Removed(_) => codes::METHOD_NOT_FOUND,
+            RouteError::RequestState(_) => codes::INVALID_PARAMS,
+            RouteError::UnsupportedVersion { requested } => {
+                return ErrorObject::new(codes::UNSUPPORTED_PROTOCOL_VERSION, self.to_string())
+                    .with_data(&serde_json::json!({
+                        "supported": version::ALL,
+                        "requested": requested,
+                    }));
+            }
+            RouteError::MissingCapability { capability, .. } => {
+                return ErrorObject::new(
+                    codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                    self.to_string(),
+                )
+                .with_data(&serde_json::json!({
+                    "requiredCapabilities": { *capability: {} },
+                }));
+            }
             RouteError::Limited { refusal, .. } => {
                 let code = match refusal.kind {
                     RefusalKind::RateLimited => codes::RATE_LIMITED,
@@ -207,6 +249,9 @@ impl RouteError {
             RouteError::Origin(_) => 403,
             RouteError::NotFound(_) => 404,
             RouteError::BadRequest(_) | RouteError::Body(_) => 400,
+            RouteError::HeaderMismatch(_)
+            | RouteError::UnsupportedVersion { .. }
+            | RouteError::MissingCapability { .. } => 400,
             RouteError::Message(_) => 400,
             RouteError::BodyTooLarge(_) => 413,
             RouteError::MethodNotAllowed { .. } => 405,

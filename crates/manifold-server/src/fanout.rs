@@ -2,13 +2,20 @@
 //! whose view changed; what an upstream says reaches only the sessions of teams that may use
 //! it (a session's own connection speaks to that session alone): log messages the sessions
 //! whose level admits them (the logger named after the upstream), `resources/updated` the
-//! sessions subscribed to the resource, a task's status its owner.
+//! sessions subscribed to the resource, a task's status its owner. Stateless hosts hear
+//! through their `subscriptions/listen` streams ([`Listen`]) what they opted in to, tagged
+//! with the stream's subscription id, within their team's view as sessions do.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use manifold_catalog::{Catalog, Kind};
-use manifold_protocol::{write, RawObject, LOG_LEVELS};
+use manifold_protocol::version::meta;
+use manifold_protocol::{object::json_string, write, RawObject, LOG_LEVELS};
+
+use crate::context::Context;
+use crate::outlet::Outlet;
+use crate::policy::Caller;
 
 use crate::session::Session;
 use crate::sessions::Sessions;
@@ -21,6 +28,82 @@ pub struct Fanout {
     keys: Vec<Arc<str>>,
     /// Which session owns each task.
     tasks: Arc<Tasks>,
+    /// The stateless hosts' `subscriptions/listen` streams.
+    listens: Mutex<Vec<Arc<Listen>>>,
+}
+
+/// What a `subscriptions/listen` stream carries.
+#[derive(Debug, Default, Clone)]
+pub struct Wants {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+    /// Exposed URIs whose updates the host hears.
+    pub uris: Vec<String>,
+}
+
+/// One `subscriptions/listen` stream.
+pub struct Listen {
+    /// The listen request's id, as JSON text: the subscription id its notifications carry.
+    id: Box<str>,
+    /// The session (stdio) or the number the request stands under (HTTP).
+    owner: u64,
+    caller: Arc<Caller>,
+    outlet: Arc<dyn Outlet>,
+    wants: Wants,
+    /// The upstream resources subscribed for it: (upstream, URI as the upstream knows it).
+    upstream_uris: Vec<(usize, String)>,
+    /// The listen request, answered (with the closing result) only if Manifold ends it.
+    ctx: Mutex<Option<Context>>,
+}
+
+impl Listen {
+    pub fn new(ctx: Context, wants: Wants, upstream_uris: Vec<(usize, String)>) -> Self {
+        Self {
+            id: manifold_protocol::envelope::canonical_id(&ctx.id).into(),
+            owner: ctx.session_id(),
+            caller: Arc::clone(&ctx.caller),
+            outlet: Arc::clone(&ctx.outlet),
+            wants,
+            upstream_uris,
+            ctx: Mutex::new(Some(ctx)),
+        }
+    }
+
+    pub fn upstream_uris(&self) -> &[(usize, String)] {
+        &self.upstream_uris
+    }
+
+    /// Sends `method` with `params` (an object's members, without braces, or empty), tagged
+    /// with the subscription id.
+    fn send(&self, method: &str, members: &str) {
+        let sep = if members.is_empty() { "" } else { "," };
+        let params = format!(
+            "{{{members}{sep}\"_meta\":{{{}:{}}}}}",
+            json_string(meta::SUBSCRIPTION_ID),
+            self.id
+        );
+        let mut line = Vec::new();
+        write::notification(&mut line, method, Some(&params));
+        self.outlet.notify(&[&line]);
+    }
+
+    /// Ends the stream with its closing result (Manifold is shutting down).
+    fn close(&self) {
+        let ctx = self
+            .ctx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(ctx) = ctx {
+            let result = format!(
+                "{{\"_meta\":{{{}:{}}}}}",
+                json_string(meta::SUBSCRIPTION_ID),
+                ctx.id
+            );
+            ctx.reply(&result);
+        }
+    }
 }
 
 impl Fanout {
@@ -29,11 +112,98 @@ impl Fanout {
             sessions,
             keys,
             tasks,
+            listens: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn listens(&self) -> MutexGuard<'_, Vec<Arc<Listen>>> {
+        self.listens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A stateless host listens.
+    pub fn listen(&self, listen: Arc<Listen>) {
+        self.listens().push(listen);
+    }
+
+    /// The listen streams of `owner` (only the one with request id `id`, if given) stop;
+    /// returns them.
+    pub fn stop_listening(&self, owner: u64, id: Option<&str>) -> Vec<Arc<Listen>> {
+        let mut listens = self.listens();
+        let (gone, kept): (Vec<_>, Vec<_>) = listens
+            .drain(..)
+            .partition(|l| l.owner == owner && id.is_none_or(|id| *l.id == *id));
+        *listens = kept;
+        gone
+    }
+
+    /// Ends every listen stream with its closing result (shutdown).
+    pub fn close_listens(&self) -> Vec<Arc<Listen>> {
+        let gone: Vec<_> = self.listens().drain(..).collect();
+        for l in &gone {
+            l.close();
+        }
+        gone
+    }
+
+    /// Tells each listen stream that asked of the lists among `kinds` that changed in its
+    /// caller's view.
+    fn lists_changed_to_listens(&self, catalog: &Catalog, kinds: &[Kind]) {
+        let listens: Vec<Arc<Listen>> = self.listens().clone();
+        let mut by_team: HashMap<Arc<str>, Vec<Kind>> = HashMap::new();
+        for listen in listens {
+            let changed = match listen.caller.restricted() {
+                None => kinds.to_vec(),
+                Some(team) => by_team
+                    .entry(Arc::clone(&team.name))
+                    .or_insert_with(|| team.changed(catalog, kinds))
+                    .clone(),
+            };
+            let mut sent: Vec<&str> = Vec::new();
+            for kind in changed {
+                let wanted = match kind {
+                    Kind::Tools => listen.wants.tools,
+                    Kind::Prompts => listen.wants.prompts,
+                    Kind::Resources | Kind::ResourceTemplates => listen.wants.resources,
+                };
+                let method = kind.list_changed();
+                if wanted && !sent.contains(&method) {
+                    sent.push(method);
+                    listen.send(method, "");
+                }
+            }
+        }
+    }
+
+    /// `notifications/resources/updated` for the exposed `uri`, to the listen streams that
+    /// asked for it and whose team may use `upstream`.
+    fn resource_updated_to_listens(&self, key: &str, uri: &str, params: &str) {
+        let listens: Vec<Arc<Listen>> = self.listens().clone();
+        let members = RawObject::parse(params).ok().map(|mut o| {
+            o.remove("_meta");
+            let text = o.to_text();
+            text.trim()
+                .strip_prefix('{')
+                .and_then(|t| t.strip_suffix('}'))
+                .unwrap_or("")
+                .to_owned()
+        });
+        let Some(members) = members else { return };
+        for listen in listens {
+            let admitted = listen
+                .caller
+                .restricted()
+                .is_none_or(|t| t.config.admits_upstream(key));
+            if admitted && listen.wants.uris.iter().any(|u| u == uri) {
+                listen.send("notifications/resources/updated", &members);
+            }
         }
     }
 
     /// Tells each session of the lists among `kinds` that changed in its view of `catalog`.
     pub fn lists_changed(&self, catalog: &Catalog, kinds: &[Kind]) {
+        self.lists_changed_to_listens(catalog, kinds);
         // A team whose view hides something hears only of changes to its view; the others
         // see the whole catalog. Each team's view is compared once.
         let mut by_team: HashMap<Arc<str>, Vec<Kind>> = HashMap::new();
@@ -106,6 +276,9 @@ impl Fanout {
                     .ok()
                     .and_then(|o| o.get_str("uri").map(|u| u.into_owned()));
                 let Some(uri) = uri else { return };
+                if session.is_none() {
+                    self.resource_updated_to_listens(key, &uri, p);
+                }
                 let subscribed: Vec<Arc<Session>> = recipients()
                     .into_iter()
                     .filter(|s| s.is_subscribed(&uri))

@@ -17,6 +17,7 @@ pub mod router;
 pub mod scrape;
 pub mod session;
 pub mod sessions;
+pub mod stateless;
 pub mod stdio;
 pub mod target;
 mod tasks;

@@ -62,6 +62,8 @@ impl Client {
 const NEW: u8 = 0;
 const INITIALIZING: u8 = 1;
 const READY: u8 = 2;
+/// The host speaks the stateless era: no handshake, every request carries its own `_meta`.
+const STATELESS: u8 = 3;
 
 /// One host's session.
 pub struct Session {
@@ -300,6 +302,23 @@ impl Session {
         let _ = self.version.set(version);
         let _ = self.client.set(client);
         self.state.store(READY, Ordering::Release);
+    }
+
+    /// Settles the session in the stateless era, if nothing settled it yet (its first request
+    /// named a stateless revision in `_meta`); false if it opened with `initialize`.
+    pub fn begin_stateless(&self) -> bool {
+        match self
+            .state
+            .compare_exchange(NEW, STATELESS, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(state) => state == STATELESS,
+        }
+    }
+
+    /// Whether the host speaks the stateless era on this session.
+    pub fn is_stateless(&self) -> bool {
+        self.state.load(Ordering::Acquire) == STATELESS
     }
 
     /// Whether `initialize` has been answered.

@@ -152,6 +152,11 @@ impl Hub {
         }
     }
 
+    /// Whether every upstream finished its first start attempt.
+    pub fn is_settled(&self) -> bool {
+        *self.settled.borrow() >= self.catalog().defs().len()
+    }
+
     /// Waits until every upstream finished its first start attempt, or `timeout` passes.
     pub async fn wait_settled(&self, timeout: Duration) {
         let total = self.catalog().defs().len();

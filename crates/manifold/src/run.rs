@@ -235,6 +235,7 @@ pub fn serve(
             admin.stop(false).await;
         }
         // Whatever hosts have not read is dropped: shutdown never waits on a host.
+        router.close_listens();
         for session in router.sessions().all() {
             router.end_session(session.id(), "Manifold is shutting down");
         }

@@ -92,6 +92,7 @@ pub(super) async fn post(
         session: Some(session),
         trace: trace_context(&req),
         caller: None,
+        owner: 0,
     };
     // Answers, including errors, go on the stream; the POST only says it was taken.
     match shared.router.handle_line(&origin, &body) {

@@ -13,6 +13,7 @@
 mod admin;
 mod admission;
 mod legacy;
+mod stateless;
 mod streamable;
 pub mod streams;
 pub mod tls;
@@ -339,16 +340,11 @@ fn check_version(headers: &HeaderMap) -> Result<&'static str, HttpResponse> {
         return Ok("2025-03-26");
     };
     let text = value.to_str().unwrap_or_default();
-    version::SUPPORTED
-        .iter()
-        .copied()
-        .find(|v| *v == text)
-        .ok_or_else(|| {
-            refuse(&RouteError::BadRequest(format!(
-                "unsupported MCP-Protocol-Version {text:?}; supported: {}",
-                version::SUPPORTED.join(", ")
-            )))
+    version::known(text).ok_or_else(|| {
+        refuse(&RouteError::UnsupportedVersion {
+            requested: text.to_owned(),
         })
+    })
 }
 
 /// What a session's streams may hold unread before the session is ended: twice

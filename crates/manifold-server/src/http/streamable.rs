@@ -8,7 +8,7 @@ use std::sync::Arc;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use manifold_protocol::{Envelope, Kind};
+use manifold_protocol::{version, Envelope, Kind};
 
 use super::streams::{First, PostOutlet, Replay, Streams};
 use manifold_telemetry::{metrics, Direction, HostTransport};
@@ -42,6 +42,11 @@ async fn handle_post(
     body: &Bytes,
     caller: Arc<Caller>,
 ) -> HttpResponse {
+    if req.headers().get(SESSION_HEADER).is_none() {
+        if let Some(version) = stateless_version(req) {
+            return super::stateless::post(req, shared, body, caller, version).await;
+        }
+    }
     let (session, created) = match session_for_post(req, shared, body, caller) {
         Ok(found) => found,
         Err(refusal) => return refusal,
@@ -66,6 +71,7 @@ async fn handle_post(
         outlet: Arc::new(outlet),
         trace: trace_context(req),
         caller: None,
+        owner: 0,
     };
     let handled = shared.router.handle_line(&origin, body);
     drop(origin);
@@ -170,6 +176,13 @@ pub(super) async fn get(
             "GET opens an event stream: Accept must include text/event-stream".into(),
         ));
     }
+    if req.headers().get(SESSION_HEADER).is_none() && stateless_version(&req).is_some() {
+        // The stateless era has no standing stream: subscriptions/listen replaced it.
+        return refuse(&RouteError::MethodNotAllowed {
+            method: "GET".into(),
+            path: "/mcp (protocol revision 2026-07-28: POST only)".into(),
+        });
+    }
     let session = match session_from_header(&req, &shared, &admitted.caller) {
         Ok(s) => s,
         Err(refusal) => return refusal,
@@ -250,6 +263,12 @@ fn with_session_header(mut response: HttpResponse, session: Option<&Arc<Session>
             .insert(header::HeaderName::from_static(SESSION_HEADER), value);
     }
     response
+}
+
+/// The `MCP-Protocol-Version` of a request, when it names a stateless revision.
+fn stateless_version(req: &HttpRequest) -> Option<&'static str> {
+    let text = req.headers().get(super::VERSION_HEADER)?.to_str().ok()?;
+    version::known(text).filter(|v| version::era_of(v) == Some(version::Era::Stateless))
 }
 
 fn is_initialize(body: &[u8]) -> bool {

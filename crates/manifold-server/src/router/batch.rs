@@ -48,6 +48,7 @@ impl Router {
             outlet: Arc::new(BatchOutlet::new(Arc::clone(&origin.outlet), expected)),
             trace: origin.trace.clone(),
             caller: origin.caller.clone(),
+            owner: origin.owner,
         };
         for d in decoded {
             match d {

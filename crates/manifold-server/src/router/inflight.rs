@@ -17,6 +17,7 @@ use crate::context::Context;
 use crate::error::upstream_outcome;
 use crate::outlet::Outlet;
 use crate::session::Session;
+use crate::stateless;
 use crate::tasks::{self, Tasks};
 
 /// The host side of one forwarded request.
@@ -134,7 +135,11 @@ impl Exchange for Inflight {
                     .find(result.as_bytes())
                     .and_then(|_| self.map(|p| rewrite::result_uris(method, result, p)));
                 let result = mapped.as_deref().unwrap_or(result);
-                ctx.outlet.answer(&write::response_parts(&ctx.id, result));
+                let stateless = ctx
+                    .is_stateless()
+                    .then(|| stateless::complete(result, read_hints(self.method, &ctx)));
+                let answer = stateless.as_deref().unwrap_or(result);
+                ctx.outlet.answer(&write::response_parts(&ctx.id, answer));
                 let tool_error = self.method == "tools/call" && is_tool_error(result);
                 if let Some(fill) = self.fill.take() {
                     fill.result(result, tool_error);
@@ -150,6 +155,8 @@ impl Exchange for Inflight {
                     rewrite::error_data(error, prefix, |original| self.exposed_name(original))
                 });
                 let error = mapped.as_deref().unwrap_or(error);
+                let renumbered = ctx.is_stateless().then(|| stateless_error(error)).flatten();
+                let error = renumbered.as_deref().unwrap_or(error);
                 tracing::debug!(error, "upstream refused the request");
                 let mut out = Vec::with_capacity(64 + error.len());
                 write::raw_error_response(&mut out, &ctx.id, error);
@@ -305,6 +312,25 @@ impl Drop for Inflight {
             ctx.outlet.unanswered();
         }
     }
+}
+
+/// The caching hints Manifold adds to what a stateless host gets back for `method`, where the
+/// upstream gave none.
+fn read_hints(method: &str, ctx: &Context) -> &'static [(&'static str, &'static str)] {
+    match method {
+        "resources/read" => stateless::read_hints(ctx.caller.team.is_some()),
+        _ => &[],
+    }
+}
+
+/// An upstream's error as a stateless host must get it: the session era's "resource not
+/// found" (-32002, retired in 2026-07-28) becomes invalid params (-32602). `None`: unchanged.
+fn stateless_error(error: &str) -> Option<String> {
+    memchr::memmem::find(error.as_bytes(), b"-32002")?;
+    let mut obj = RawObject::parse(error).ok()?;
+    (obj.get("code")? == "-32002").then_some(())?;
+    obj.set_raw("code", "-32602");
+    Some(obj.to_text())
 }
 
 /// Whether a tool result says the tool failed (`"isError": true` among its members). Results

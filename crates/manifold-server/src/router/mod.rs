@@ -22,7 +22,7 @@ use std::sync::{Arc, Weak};
 
 use manifold_config::ServerSettings;
 use manifold_protocol::envelope::{canonical_id, is_valid_id};
-use manifold_protocol::{Envelope, Kind, MessageError, Params, Place, RawObject};
+use manifold_protocol::{version, Envelope, Kind, MessageError, Params, Place, RawObject};
 use manifold_telemetry::trace;
 use manifold_upstream::{Hub, Isolation, Pool, UpstreamHandle};
 use tokio::sync::mpsc;
@@ -34,6 +34,7 @@ use crate::fanout::Fanout;
 use crate::layer::Layer;
 use crate::policy::{Caller, Teams};
 use crate::sessions::Sessions;
+use crate::stateless;
 use crate::tasks::Tasks;
 
 pub use crate::target::Target;
@@ -234,6 +235,7 @@ impl Router {
         session.mark_ended(reason);
         manifold_telemetry::metrics().session_ended(session.transport().metric(), session.age());
         session.abandon_outbound(&format!("the host session ended: {reason}"));
+        self.end_listen(id, None);
         self.tasks.forget(id);
         for handle in self.pool.end_session(id) {
             self.runtime.spawn(async move { handle.shutdown().await });
@@ -350,12 +352,45 @@ impl Router {
         );
     }
 
-    /// A request: answered here (`methods/`) or forwarded (`forward.rs`).
-    fn request(self: &Arc<Self>, ctx: Context, method: &str, env: &Envelope<'_>) {
-        let ready = ctx.session.as_ref().is_none_or(|s| s.is_ready());
+    /// A request: answered here (`methods/`) or forwarded (`forward.rs`). A request that
+    /// names a stateless revision in `_meta` is served from what it carries; the rest need
+    /// their session's `initialize` first (`server/discover` excepted: it is how a client
+    /// finds out which era to speak).
+    fn request(self: &Arc<Self>, mut ctx: Context, method: &str, env: &Envelope<'_>) {
+        match stateless::read(env.params) {
+            Err(e) => return ctx.fail(&e),
+            Ok(Some(asked)) => {
+                if let Some(session) = &ctx.session {
+                    if !session.begin_stateless() {
+                        return ctx.fail(&RouteError::Message(MessageError::Invalid(
+                            "this session opened with initialize: its requests speak the revision it negotiated, without a protocol version in _meta".into(),
+                        )));
+                    }
+                }
+                ctx.version = asked.version;
+                ctx.asked = Some(Box::new(asked));
+                if let Some(removed) = REMOVED.iter().find(|m| **m == method) {
+                    return ctx.fail(&RouteError::Removed((*removed).to_owned()));
+                }
+            }
+            Ok(None) => {
+                if method == "server/discover" {
+                    return self.discover(ctx);
+                }
+                if ctx.session.as_ref().is_some_and(|s| s.is_stateless()) {
+                    return ctx.fail(&RouteError::InvalidParams(format!(
+                        "this host speaks protocol revision {}: every request carries _meta[{:?}]",
+                        version::MODERN_LATEST,
+                        version::meta::PROTOCOL_VERSION
+                    )));
+                }
+            }
+        }
+        let ready = ctx.is_stateless() || ctx.session.as_ref().is_none_or(|s| s.is_ready());
         match method {
             "initialize" => return self.initialize(ctx, env),
             "ping" => return methods::ping(ctx),
+            "server/discover" => return self.discover(ctx),
             _ if !ready => return ctx.fail(&RouteError::NotInitialized),
             "tools/call" | "prompts/get" | "resources/read" => {
                 return self.forward(ctx, method, env)
@@ -374,6 +409,10 @@ impl Router {
             "logging/setLevel" => self.set_level(ctx, &params),
             "resources/subscribe" => self.subscribe(ctx, &params, true),
             "resources/unsubscribe" => self.subscribe(ctx, &params, false),
+            "subscriptions/listen" if ctx.is_stateless() => self.listen(ctx, env),
+            // The session era's tasks moved to an extension Manifold does not offer
+            // stateless hosts.
+            _ if ctx.is_stateless() => ctx.fail(&RouteError::UnknownMethod(method.to_owned())),
             "tasks/list" => self.list_tasks(ctx),
             "tasks/get" | "tasks/result" | "tasks/cancel" => self.task(ctx, method, env),
             _ => ctx.fail(&RouteError::UnknownMethod(method.to_owned())),
@@ -389,8 +428,9 @@ impl Router {
                 let Some(request_id) = params.request_id else {
                     return;
                 };
-                let session = origin.session.as_ref().map_or(0, |s| s.id());
+                let session = origin.session.as_ref().map_or(origin.owner, |s| s.id());
                 let id = canonical_id(request_id);
+                self.end_listen(session, Some(&id));
                 let reason = env
                     .params
                     .and_then(|p| RawObject::parse(p).ok())
@@ -418,6 +458,15 @@ impl Router {
         }
     }
 }
+
+/// Methods the stateless era removed: a stateless request for one is told so.
+const REMOVED: [&str; 5] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
 
 /// What makes a well-formed request unacceptable before it is routed: a breach of I-JSON
 /// (inside params: -32602; elsewhere: -32600) or params that are not an object.

@@ -60,6 +60,52 @@ impl Router {
 /// The initialize result for `catalog`, as JSON text, naming only the upstreams (by index)
 /// for which `known` holds.
 fn result(catalog: &Catalog, version: &str, known: impl Fn(usize) -> bool) -> String {
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": capabilities(catalog, &known, false),
+        "serverInfo": server_info(catalog, &known),
+        "instructions": instructions(catalog, &known),
+    });
+    result.to_string()
+}
+
+/// The `server/discover` result for `catalog` (without what every stateless answer carries):
+/// every revision Manifold speaks, and what `initialize` would say of the upstreams for which
+/// `known` holds.
+pub(in crate::router) fn discovery(
+    catalog: &Catalog,
+    known: impl Fn(usize) -> bool,
+    ttl_ms: u64,
+) -> String {
+    json!({
+        "supportedVersions": version::ALL,
+        "capabilities": capabilities(catalog, &known, true),
+        "instructions": instructions(catalog, &known),
+        "ttlMs": ttl_ms,
+    })
+    .to_string()
+}
+
+/// `serverInfo`: Manifold, titled with the upstreams it presents.
+fn server_info(catalog: &Catalog, known: &impl Fn(usize) -> bool) -> Value {
+    let keys: Vec<&str> = catalog
+        .defs()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| known(*i))
+        .map(|(_, d)| d.key.as_str())
+        .collect();
+    json!({
+        "name": "manifold",
+        "title": format!("Manifold ({})", keys.join(", ")),
+        "version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// What the upstreams for which `known` holds offer, merged. A stateless host is offered no
+/// session-era tasks (they moved to an extension in its revision) and no subscribe method
+/// (`subscriptions/listen` replaced it).
+fn capabilities(catalog: &Catalog, known: &impl Fn(usize) -> bool, stateless: bool) -> Value {
     let slices: Vec<_> = catalog
         .slices()
         .iter()
@@ -79,10 +125,12 @@ fn result(catalog: &Catalog, version: &str, known: impl Fn(usize) -> bool) -> St
         let subscribe = slices
             .iter()
             .any(|s| s.has_feature("resources", "subscribe"));
-        caps.insert(
-            "resources".into(),
-            json!({ "listChanged": true, "subscribe": subscribe }),
-        );
+        let resources = if stateless {
+            json!({ "listChanged": true })
+        } else {
+            json!({ "listChanged": true, "subscribe": subscribe })
+        };
+        caps.insert("resources".into(), resources);
     }
     if offers("completions") {
         caps.insert("completions".into(), json!({}));
@@ -90,7 +138,7 @@ fn result(catalog: &Catalog, version: &str, known: impl Fn(usize) -> bool) -> St
     if offers("logging") {
         caps.insert("logging".into(), json!({}));
     }
-    if offers("tasks") {
+    if offers("tasks") && !stateless {
         // What any upstream supports; a request its upstream cannot serve is refused there.
         let mut tasks = Map::new();
         if slices.iter().any(|s| s.has_feature_object("tasks", "list")) {
@@ -105,24 +153,7 @@ fn result(catalog: &Catalog, version: &str, known: impl Fn(usize) -> bool) -> St
         tasks.insert("requests".into(), json!({ "tools": { "call": {} } }));
         caps.insert("tasks".into(), Value::Object(tasks));
     }
-    let keys: Vec<&str> = catalog
-        .defs()
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| known(*i))
-        .map(|(_, d)| d.key.as_str())
-        .collect();
-    let result = json!({
-        "protocolVersion": version,
-        "capabilities": caps,
-        "serverInfo": {
-            "name": "manifold",
-            "title": format!("Manifold ({})", keys.join(", ")),
-            "version": env!("CARGO_PKG_VERSION"),
-        },
-        "instructions": instructions(catalog, &known),
-    });
-    result.to_string()
+    Value::Object(caps)
 }
 
 /// Tells the model what it is talking to, and passes on each upstream's own instructions.

@@ -1,0 +1,321 @@
+//! Streamable HTTP in the stateless era (2026-07-28): a POST without `Mcp-Session-Id` whose
+//! `MCP-Protocol-Version` names a stateless revision carries one self-contained request. Its
+//! headers must agree with its body (`MCP-Protocol-Version` with `_meta`, `Mcp-Method` with the
+//! method, `Mcp-Name` with the tool or prompt name or the URI), or it is refused with 400 and
+//! -32020. The answer is the response's JSON body, or an SSE stream when something precedes it
+//! (progress, an acknowledged `subscriptions/listen`). Nothing is kept between requests; a
+//! response stream the host closes cancels its request upstream.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use actix_web::{HttpRequest, HttpResponse};
+use bytes::Bytes;
+use manifold_protocol::{sse, Envelope, Kind, Params};
+use manifold_telemetry::{metrics, Direction, HostTransport};
+use tokio::sync::{mpsc, oneshot};
+
+use super::streams::{message, EventBody};
+use super::{refuse, sse_response, trace_context, Shared};
+use crate::context::Origin;
+use crate::error::RouteError;
+use crate::outlet::Outlet;
+use crate::policy::Caller;
+use crate::router::{Handled, Router};
+use crate::session::Session;
+use crate::stateless;
+
+/// The headers a stateless POST must carry besides `MCP-Protocol-Version`.
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+
+/// Serves one stateless POST; `version` is its `MCP-Protocol-Version`.
+pub(super) async fn post(
+    req: &HttpRequest,
+    shared: &Shared,
+    body: &Bytes,
+    caller: Arc<Caller>,
+    version: &str,
+) -> HttpResponse {
+    metrics().host_bytes(HostTransport::Http, Direction::In, body.len());
+    let env = match Envelope::decode_host(body) {
+        Ok(env) => env,
+        // Not a message: the router says why, as it does for every transport.
+        Err(_) => return answer_alone(shared, body, caller),
+    };
+    if let Err(e) = agrees(req, &env, version) {
+        let mut out = Vec::new();
+        let id = env
+            .id
+            .filter(|id| manifold_protocol::envelope::is_valid_id(id));
+        manifold_protocol::write::error_response(&mut out, id, &e.to_error_object());
+        return HttpResponse::BadRequest()
+            .content_type("application/json")
+            .body(out);
+    }
+    let owner = Session::next_id();
+    let (outlet, first) = StatelessOutlet::new();
+    let outlet = Arc::new(outlet);
+    let origin = Origin {
+        session: None,
+        outlet: Arc::clone(&outlet) as Arc<dyn Outlet>,
+        trace: trace_context(req),
+        caller: Some(caller),
+        owner,
+    };
+    let handled = shared.router.handle_envelope(&origin, &env);
+    drop(origin);
+    drop(outlet);
+    if !matches!(handled, Handled::Request) {
+        // A notification or a response: nothing answers it. (The stateless era sends
+        // neither over HTTP, but a host that does loses nothing by it.)
+        return HttpResponse::Accepted().finish();
+    }
+    // Dropped unanswered (the host went away while it waited): its request is cancelled.
+    let mut guard = Cancel::new(&shared.router, owner);
+    match first.await {
+        Ok(First::Answer(answer)) => {
+            guard.disarm();
+            let status = if is_header_level_error(&answer) {
+                HttpResponse::BadRequest()
+            } else {
+                HttpResponse::Ok()
+            };
+            let mut status = status;
+            status.content_type("application/json").body(answer)
+        }
+        Ok(First::Stream(events, queued)) => {
+            guard.disarm();
+            let cancel = Cancel::new(&shared.router, owner);
+            let on_drop: Box<dyn FnOnce() + Send> = Box::new(move || drop(cancel));
+            sse_response(EventBody::new(
+                events,
+                queued,
+                shared.settings.keepalive,
+                Some(on_drop),
+            ))
+        }
+        Ok(First::Unanswered) | Err(_) => {
+            guard.disarm();
+            HttpResponse::Accepted().finish()
+        }
+    }
+}
+
+/// A body that is not a message: the router's error, as a 400.
+fn answer_alone(shared: &Shared, body: &Bytes, caller: Arc<Caller>) -> HttpResponse {
+    let (outlet, mut first) = StatelessOutlet::new();
+    let origin = Origin {
+        session: None,
+        outlet: Arc::new(outlet),
+        trace: None,
+        caller: Some(caller),
+        owner: 0,
+    };
+    let _ = shared.router.handle_line(&origin, body);
+    drop(origin);
+    match first.try_recv() {
+        Ok(First::Answer(error)) => HttpResponse::BadRequest()
+            .content_type("application/json")
+            .body(error),
+        _ => refuse(&RouteError::Body("not a JSON-RPC message".into())),
+    }
+}
+
+/// Whether the headers agree with the body.
+fn agrees(req: &HttpRequest, env: &Envelope<'_>, version: &str) -> Result<(), RouteError> {
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let mismatch = |what: String| Err(RouteError::HeaderMismatch(what));
+    if env.kind() != Ok(Kind::Request) {
+        return Ok(());
+    }
+    match stateless::version_of(env.params) {
+        Some(v) if v == version => {}
+        Some(v) => {
+            return mismatch(format!(
+                "MCP-Protocol-Version is {version:?} but the body's _meta names {v:?}"
+            ))
+        }
+        None => {
+            return mismatch(format!(
+                "MCP-Protocol-Version is {version:?} but the body's _meta names no protocol version"
+            ))
+        }
+    }
+    let method = env.method.as_deref().unwrap_or_default();
+    match header(METHOD_HEADER) {
+        Some(m) if m == method => {}
+        Some(m) => {
+            return mismatch(format!(
+                "Mcp-Method is {m:?} but the body's method is {method:?}"
+            ))
+        }
+        None => return mismatch("the Mcp-Method header is missing".into()),
+    }
+    let named = match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    };
+    let Some(member) = named else { return Ok(()) };
+    let params = env.params.and_then(|p| Params::read(p).ok());
+    let value = params.as_ref().and_then(|p| match member {
+        "name" => p.name.as_deref().map(str::to_owned),
+        _ => p.uri.as_deref().map(str::to_owned),
+    });
+    match (header(NAME_HEADER), value) {
+        (Some(h), Some(v)) if h == v => Ok(()),
+        (Some(h), Some(v)) => mismatch(format!(
+            "Mcp-Name is {h:?} but the body's {member} is {v:?}"
+        )),
+        (None, _) => mismatch(format!(
+            "the Mcp-Name header is missing (it carries the {member})"
+        )),
+        // No name in the body: the router says so.
+        (Some(_), None) => Ok(()),
+    }
+}
+
+/// Whether an answer is one of the errors the stateless era answers with 400 (header
+/// mismatch, missing client capability, unsupported version).
+fn is_header_level_error(answer: &[u8]) -> bool {
+    let Ok(env) = Envelope::decode(answer) else {
+        return false;
+    };
+    let code = env
+        .error
+        .and_then(|e| manifold_protocol::RawObject::parse(e).ok())
+        .and_then(|e| e.get("code").and_then(|c| c.parse::<i64>().ok()));
+    use manifold_protocol::codes;
+    matches!(
+        code,
+        Some(
+            codes::HEADER_MISMATCH
+                | codes::MISSING_REQUIRED_CLIENT_CAPABILITY
+                | codes::UNSUPPORTED_PROTOCOL_VERSION
+        )
+    )
+}
+
+/// Cancels, when dropped armed, whatever the request standing under `owner` has in flight.
+struct Cancel {
+    router: std::sync::Weak<Router>,
+    owner: u64,
+    armed: bool,
+}
+
+impl Cancel {
+    fn new(router: &Arc<Router>, owner: u64) -> Self {
+        Self {
+            router: Arc::downgrade(router),
+            owner,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Some(router) = self.router.upgrade() {
+            let reason = "the host closed the response stream";
+            router.end_listen(self.owner, None);
+            router.cancel_in_flight(self.owner, reason);
+        }
+    }
+}
+
+/// What the response to a stateless POST turns out to be.
+enum First {
+    Answer(Bytes),
+    Stream(mpsc::UnboundedReceiver<Bytes>, Arc<AtomicUsize>),
+    Unanswered,
+}
+
+/// Where the answer to one stateless POST goes: the JSON body when it comes first, else an SSE
+/// stream of everything before it, ending with it.
+struct StatelessOutlet {
+    state: Mutex<State>,
+    queued: Arc<AtomicUsize>,
+}
+
+enum State {
+    Waiting(oneshot::Sender<First>),
+    Streaming(mpsc::UnboundedSender<Bytes>),
+    Done,
+}
+
+impl StatelessOutlet {
+    fn new() -> (Self, oneshot::Receiver<First>) {
+        let (tx, rx) = oneshot::channel();
+        let outlet = Self {
+            state: Mutex::new(State::Waiting(tx)),
+            queued: Arc::default(),
+        };
+        (outlet, rx)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn event(&self, msg: &[u8]) -> Bytes {
+        let mut event = Vec::with_capacity(msg.len() + 24);
+        sse::write_event(&mut event, None, Some("message"), msg);
+        let event = Bytes::from(event);
+        self.queued.fetch_add(event.len(), Ordering::Relaxed);
+        event
+    }
+}
+
+impl Outlet for StatelessOutlet {
+    fn answer(&self, parts: &[&[u8]]) {
+        let msg = message(parts, HostTransport::Http);
+        match std::mem::replace(&mut *self.state(), State::Done) {
+            State::Waiting(tx) => {
+                let _ = tx.send(First::Answer(Bytes::from(msg)));
+            }
+            State::Streaming(tx) => {
+                let _ = tx.send(self.event(&msg));
+            }
+            State::Done => {}
+        }
+    }
+
+    fn notify(&self, parts: &[&[u8]]) {
+        let msg = message(parts, HostTransport::Http);
+        let mut state = self.state();
+        match &*state {
+            State::Streaming(tx) => {
+                let _ = tx.send(self.event(&msg));
+            }
+            State::Waiting(_) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let _ = tx.send(self.event(&msg));
+                if let State::Waiting(first) = std::mem::replace(&mut *state, State::Streaming(tx))
+                {
+                    let _ = first.send(First::Stream(rx, Arc::clone(&self.queued)));
+                }
+            }
+            State::Done => {}
+        }
+    }
+
+    fn unanswered(&self) {
+        if let State::Waiting(tx) = std::mem::replace(&mut *self.state(), State::Done) {
+            let _ = tx.send(First::Unanswered);
+        }
+    }
+
+    fn backlog(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,290 @@
+//! The stateless era (protocol revision 2026-07-28) on the hosts' side: what a request says
+//! about its sender in `params._meta` (there is no `initialize` to say it once), and what
+//! every answer to such a request carries (`resultType`, and Manifold's server info in
+//! `_meta`).
+//!
+//! Nothing here is kept between requests: a stateless request is served from what it carries,
+//! so any replica can serve it.
+
+use std::borrow::Cow;
+
+use manifold_protocol::version::{self, meta};
+use manifold_protocol::{RawObject, LOG_LEVELS};
+
+use crate::error::RouteError;
+use crate::session::Client;
+
+/// Manifold's name and version, as results' `_meta` gives them.
+pub const SERVER_INFO: &str = concat!(
+    "{\"name\":\"manifold\",\"version\":\"",
+    env!("CARGO_PKG_VERSION"),
+    "\"}"
+);
+
+/// How long a stateless host may keep a list Manifold serves when no upstream in it says
+/// (`ttlMs`): lists change rarely, and `subscriptions/listen` tells of every change at once.
+pub const LIST_TTL_MS: u64 = 60_000;
+
+/// The `cacheScope` of what Manifold serves: `private` when the caller belongs to a team
+/// (what it sees depends on who it is), `public` otherwise.
+pub fn scope(team: bool) -> &'static str {
+    if team {
+        "\"private\""
+    } else {
+        "\"public\""
+    }
+}
+
+/// The hints on a resource's contents when the upstream gave none: not to be kept (nothing
+/// says how long they stay true), within the caller's authorization context if it has one.
+pub fn read_hints(team: bool) -> &'static [(&'static str, &'static str)] {
+    if team {
+        &[("ttlMs", "0"), ("cacheScope", "\"private\"")]
+    } else {
+        &[("ttlMs", "0"), ("cacheScope", "\"public\"")]
+    }
+}
+
+/// What a stateless request declares about its sender.
+#[derive(Debug)]
+pub struct Asked {
+    /// The revision it is spoken in.
+    pub version: &'static str,
+    /// Its client capabilities and client info, for this request alone.
+    pub client: Client,
+    /// The least severe log level the host wants to hear for this request (an index into
+    /// `LOG_LEVELS`); `None`: no log messages at all.
+    pub log_level: Option<u8>,
+}
+
+impl Asked {
+    /// Whether the host declared capability `name` with this request.
+    pub fn declares(&self, name: &str) -> bool {
+        self.client.declares(name)
+    }
+}
+
+/// The revision a request's `_meta` names, without reading the rest (`None`: it names none).
+pub fn version_of(params: Option<&str>) -> Option<Cow<'_, str>> {
+    let params = params?;
+    memchr::memmem::find(params.as_bytes(), meta::PROTOCOL_VERSION.as_bytes())?;
+    let obj = RawObject::parse(params).ok()?;
+    let m = obj.get("_meta")?;
+    let m = RawObject::parse(m).ok()?;
+    m.get_str(meta::PROTOCOL_VERSION)
+        .map(|v| Cow::Owned(v.into_owned()))
+}
+
+/// Reads what a request declares in `params._meta`. `Ok(None)`: it names no revision there
+/// (a session-era request). A revision Manifold does not speak, or one of the session era
+/// named per request, is refused as unsupported.
+pub fn read(params: Option<&str>) -> Result<Option<Asked>, RouteError> {
+    let Some(params) = params else {
+        return Ok(None);
+    };
+    if memchr::memmem::find(params.as_bytes(), meta::PROTOCOL_VERSION.as_bytes()).is_none() {
+        return Ok(None);
+    }
+    let Some(m) = RawObject::parse(params)
+        .ok()
+        .and_then(|o| o.get("_meta").map(str::to_owned))
+    else {
+        return Ok(None);
+    };
+    let m = RawObject::parse(&m)
+        .map_err(|_| RouteError::InvalidParams("_meta must be an object".into()))?;
+    let Some(requested) = m.get_str(meta::PROTOCOL_VERSION) else {
+        return Ok(None);
+    };
+    let version = version::known(&requested)
+        .filter(|v| version::era_of(v) == Some(version::Era::Stateless))
+        .ok_or_else(|| RouteError::UnsupportedVersion {
+            requested: requested.into_owned(),
+        })?;
+    let capabilities = match m.get(meta::CLIENT_CAPABILITIES) {
+        Some(c) if c.trim_start().starts_with('{') => c.into(),
+        Some(_) => {
+            return Err(RouteError::InvalidParams(format!(
+                "_meta[{:?}] must be an object",
+                meta::CLIENT_CAPABILITIES
+            )))
+        }
+        None => {
+            return Err(RouteError::InvalidParams(format!(
+                "_meta[{:?}] is required in protocol revision {version}",
+                meta::CLIENT_CAPABILITIES
+            )))
+        }
+    };
+    let log_level = match m.get_str(meta::LOG_LEVEL) {
+        None => None,
+        Some(level) => Some(
+            LOG_LEVELS
+                .iter()
+                .position(|l| *l == level)
+                .and_then(|i| u8::try_from(i).ok())
+                .ok_or_else(|| RouteError::InvalidParams(format!("unknown log level {level:?}")))?,
+        ),
+    };
+    Ok(Some(Asked {
+        version,
+        client: Client {
+            capabilities,
+            info: m.get(meta::CLIENT_INFO).map(Box::from),
+        },
+        log_level,
+    }))
+}
+
+/// `result` as a stateless host gets it: `resultType` (`complete` unless the result names
+/// one, as an upstream's `input_required` does), Manifold's server info in `_meta`, and the
+/// `extra` members (raw JSON values) the result does not have yet. A result that names none
+/// of them (every session-era upstream's) is not parsed: the members are put first.
+pub fn complete<'a>(result: &'a str, extra: &[(&str, &str)]) -> Cow<'a, str> {
+    let bytes = result.as_bytes();
+    let untouched = memchr::memmem::find(bytes, b"\"resultType\"").is_none()
+        && memchr::memmem::find(bytes, b"\"_meta\"").is_none()
+        && extra
+            .iter()
+            .all(|(k, _)| memchr::memmem::find(bytes, k.as_bytes()).is_none());
+    if untouched {
+        if let Some(rest) = result.trim_start().strip_prefix('{') {
+            let mut out = String::with_capacity(result.len() + 128);
+            out.push_str("{\"resultType\":\"complete\",");
+            for (key, value) in extra {
+                out.push('"');
+                out.push_str(key);
+                out.push_str("\":");
+                out.push_str(value);
+                out.push(',');
+            }
+            out.push_str("\"_meta\":{\"");
+            out.push_str(meta::SERVER_INFO);
+            out.push_str("\":");
+            out.push_str(SERVER_INFO);
+            out.push('}');
+            if !rest.trim_start().starts_with('}') {
+                out.push(',');
+            }
+            out.push_str(rest);
+            return Cow::Owned(out);
+        }
+    }
+    let Ok(mut obj) = RawObject::parse(result) else {
+        return Cow::Borrowed(result);
+    };
+    if obj.get("resultType").is_none() {
+        obj.set_raw("resultType", "\"complete\"");
+    }
+    for (key, value) in extra {
+        if obj.get(key).is_none() {
+            obj.set_raw(key, *value);
+        }
+    }
+    let given = obj.get("_meta").and_then(|m| RawObject::parse(m).ok());
+    let m = match given {
+        Some(mut m) => {
+            m.set_raw(meta::SERVER_INFO, SERVER_INFO);
+            m.to_text()
+        }
+        None => format!("{{\"{}\":{SERVER_INFO}}}", meta::SERVER_INFO),
+    };
+    obj.set_raw("_meta", m);
+    Cow::Owned(obj.to_text())
+}
+
+/// Whether a result is an `input_required` one (a multi round-trip request's interim answer).
+pub fn is_input_required(result: &str) -> bool {
+    memchr::memmem::find(result.as_bytes(), b"input_required").is_some()
+        && RawObject::parse(result)
+            .ok()
+            .and_then(|o| o.get_str("resultType").map(|t| t == "input_required"))
+            .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(text: &str) -> serde_json::Value {
+        serde_json::from_str(text).expect("valid JSON")
+    }
+
+    #[test]
+    fn a_request_names_its_revision_and_capabilities_in_meta() {
+        assert!(read(Some(r#"{"name":"x"}"#)).unwrap().is_none());
+        assert!(read(None).unwrap().is_none());
+        let asked = read(Some(
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":{"elicitation":{}},
+                "io.modelcontextprotocol/clientInfo":{"name":"h","version":"1"},
+                "io.modelcontextprotocol/logLevel":"warning"}}"#,
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(asked.version, "2026-07-28");
+        assert!(asked.declares("elicitation"));
+        assert!(!asked.declares("sampling"));
+        assert_eq!(asked.log_level, Some(3));
+        assert_eq!(
+            asked.client.info.as_deref(),
+            Some(r#"{"name":"h","version":"1"}"#)
+        );
+    }
+
+    #[test]
+    fn an_unknown_or_session_era_revision_per_request_is_unsupported() {
+        for v in ["2099-01-01", "2025-11-25"] {
+            let params = format!(
+                r#"{{"_meta":{{"io.modelcontextprotocol/protocolVersion":"{v}","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
+            );
+            let err = read(Some(&params)).unwrap_err();
+            let obj = err.to_error_object();
+            assert_eq!(obj.code, -32022, "{v}");
+            let data = value(obj.data.unwrap().get());
+            assert_eq!(data["requested"], v);
+            assert!(data["supported"]
+                .as_array()
+                .unwrap()
+                .contains(&"2026-07-28".into()));
+        }
+        let missing = read(Some(
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+        ));
+        assert_eq!(missing.unwrap_err().to_error_object().code, -32602);
+    }
+
+    #[test]
+    fn results_say_they_are_complete_and_who_served_them() {
+        for (given, extra) in [
+            (r#"{"content":[]}"#, &[][..]),
+            (r#"{}"#, &[][..]),
+            (
+                r#"{"tools":[],"_meta":{"x":1}}"#,
+                &[("ttlMs", "0"), ("cacheScope", "\"private\"")][..],
+            ),
+            (r#"{"tools":[]}"#, &[("ttlMs", "5")][..]),
+        ] {
+            let out = value(&complete(given, extra));
+            assert_eq!(out["resultType"], "complete", "{given}");
+            assert_eq!(
+                out["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+                "manifold"
+            );
+            for (k, v) in extra {
+                assert_eq!(out[*k], value(v), "{given}");
+            }
+        }
+        let kept = value(&complete(
+            r#"{"resultType":"input_required","ttlMs":9,"_meta":{"x":1}}"#,
+            &[("ttlMs", "0")],
+        ));
+        assert_eq!(kept["resultType"], "input_required");
+        assert_eq!(kept["ttlMs"], 9);
+        assert_eq!(kept["_meta"]["x"], 1);
+        assert!(is_input_required(r#"{"resultType":"input_required"}"#));
+        assert!(!is_input_required(
+            r#"{"content":[{"type":"text","text":"input_required"}]}"#
+        ));
+    }
+}
