@@ -96,6 +96,25 @@ pub struct ServerSettings {
     pub metrics_token: Option<KeyHash>,
     /// The team a stdio host runs as (`--team` overrides it); none: anonymous.
     pub team: Option<String>,
+    /// The key that authenticates the `requestState` Manifold hands stateless hosts
+    /// (`server.request_state_key`); replicas that serve the same hosts share it. `None`: a
+    /// random key of the process's own.
+    pub request_state_key: Option<StateKey>,
+}
+
+/// A secret key, at least [`StateKey::MIN_LEN`] bytes; its `Debug` shows none of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StateKey(pub std::sync::Arc<[u8]>);
+
+impl StateKey {
+    /// The fewest bytes a key may have (as many as the HMAC-SHA256 output).
+    pub const MIN_LEN: usize = 32;
+}
+
+impl std::fmt::Debug for StateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StateKey(<{} bytes, redacted>)", self.0.len())
+    }
 }
 
 /// Logs, metrics and traces (`[telemetry]`). The standard environment variables

@@ -33,6 +33,7 @@ pub(crate) struct RawServer {
     pub(crate) metrics_token: Option<String>,
     pub(crate) team: Option<String>,
     pub(crate) tls: Option<RawTls>,
+    pub(crate) request_state_key: Option<String>,
 }
 
 /// `[server.tls]`: both files are required once the table is there, so that a half-written

@@ -118,7 +118,29 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
             .map(|t| crate::policy::secret_token(ctx, "server.metrics_token", t))
             .transpose()?,
         team: raw.team.clone(),
+        request_state_key: raw
+            .request_state_key
+            .as_deref()
+            .map(|k| state_key(ctx, k))
+            .transpose()?,
     })
+}
+
+/// `server.request_state_key`: usually `${ENV}`, at least 32 bytes once interpolated.
+fn state_key(ctx: &Ctx<'_>, text: &str) -> Result<crate::StateKey, ConfigError> {
+    let key = "server.request_state_key";
+    let plain = ctx.interpolate(key, text)?;
+    if plain.len() < crate::StateKey::MIN_LEN {
+        return Err(ctx.err(
+            key,
+            format!(
+                "the key must have at least {} bytes (it authenticates every requestState; \
+                 share one key among replicas, e.g. from an environment variable)",
+                crate::StateKey::MIN_LEN
+            ),
+        ));
+    }
+    Ok(crate::StateKey(plain.as_bytes().into()))
 }
 
 fn admin_addr(ctx: &Ctx<'_>, raw: &RawServer) -> Result<Option<std::net::SocketAddr>, ConfigError> {

@@ -326,8 +326,11 @@ impl Fanout {
         obj.set_str("logger", &logger);
         let mut line = Vec::new();
         write::notification(&mut line, "notifications/message", Some(&obj.to_text()));
-        let hearing: Vec<Arc<Session>> =
-            recipients.into_iter().filter(|s| s.hears(level)).collect();
+        // A stateless host hears log messages only for requests that ask for them.
+        let hearing: Vec<Arc<Session>> = recipients
+            .into_iter()
+            .filter(|s| !s.is_stateless() && s.hears(level))
+            .collect();
         send_to(&hearing, &line);
     }
 }

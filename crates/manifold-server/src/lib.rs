@@ -13,6 +13,7 @@ pub mod http;
 pub mod layer;
 pub mod outlet;
 pub mod policy;
+pub mod request_state;
 pub mod router;
 pub mod scrape;
 pub mod session;

@@ -5,21 +5,28 @@
 use std::sync::Arc;
 
 use manifold_catalog::{Kind as ListKind, UpstreamState};
-use manifold_protocol::{write, Envelope};
+use manifold_protocol::{write, Envelope, RawObject};
 use manifold_telemetry::spans;
 use manifold_upstream::{Connection, Forward, SessionFor, TeamFor, UpstreamError, UpstreamHandle};
 
 use super::inflight::{self, Inflight};
+use super::mrtr::Park;
 use super::{resolve, Router};
 use crate::context::{Context, Route};
 use crate::error::RouteError;
 use crate::layer::Check;
+use crate::request_state;
 use crate::target::Target;
 
 impl Router {
     /// `tools/call`, `prompts/get` and `resources/read`: their params are parsed once, for
     /// routing and rewriting together.
     pub(super) fn forward(self: &Arc<Self>, ctx: Context, method: &str, env: &Envelope<'_>) {
+        if ctx.is_stateless() {
+            if let Some(state) = request_state(env.params) {
+                return self.resume(ctx, method, env, &state);
+            }
+        }
         let catalog = self.hub.catalog();
         let sight = ctx.caller.restricted().map(|t| &**t);
         let target = match method {
@@ -154,8 +161,11 @@ impl Router {
             Some(route) => (Arc::clone(&route.upstream), route.tool().cloned()),
             None => (handle.key_arc(), None),
         };
+        let parking = ctx.is_stateless().then(|| Arc::clone(&self.parked));
         let exchange = Inflight {
-            ctx: Some(ctx),
+            ctx: std::sync::Mutex::new(Some(ctx)),
+            parking,
+            park: std::sync::OnceLock::new(),
             hub: Arc::clone(&self.hub),
             upstream: target.upstream,
             method: target.method,
@@ -180,6 +190,50 @@ impl Router {
                 timeout: target.timeout,
             },
         );
+    }
+}
+
+/// The `requestState` a retry carries, if any.
+fn request_state(params: Option<&str>) -> Option<String> {
+    let params = params?;
+    memchr::memmem::find(params.as_bytes(), b"\"requestState\"")?;
+    RawObject::parse(params)
+        .ok()?
+        .get_str("requestState")
+        .map(|s| s.into_owned())
+}
+
+impl Router {
+    /// A stateless host's retry with a `requestState` of Manifold's: it must be one Manifold
+    /// sealed, for this caller and this request; then it continues the parked request.
+    fn resume(self: &Arc<Self>, mut ctx: Context, method: &str, env: &Envelope<'_>, sealed: &str) {
+        let state = match self.parked.sealer().open(sealed, request_state::now_ms()) {
+            Ok(state) => state,
+            Err(why) => return ctx.fail(&RouteError::RequestState(why.into())),
+        };
+        let params = env.params.and_then(|p| RawObject::parse(p).ok());
+        let named = params.as_ref().and_then(|p| match method {
+            "resources/read" => p.get_str("uri"),
+            _ => p.get_str("name"),
+        });
+        let named = named.as_deref().unwrap_or_default();
+        if !Park::matches(&state, &ctx.caller.id, method, named) {
+            return ctx.fail(&RouteError::RequestState(
+                "it was issued for another caller or another request".into(),
+            ));
+        }
+        let catalog = self.hub.catalog();
+        let sight = ctx.caller.restricted().map(|t| &**t);
+        let target = match method {
+            "tools/call" => resolve::named(&catalog, env, ListKind::Tools, sight),
+            "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
+            _ => resolve::read(&catalog, env, sight),
+        };
+        if let Ok(target) = &target {
+            self.note_route(&mut ctx, target);
+        }
+        let responses = params.as_ref().and_then(|p| p.get("inputResponses"));
+        self.parked.resume(ctx, &state, responses);
     }
 }
 

@@ -2,17 +2,18 @@
 //! reach the host, with what the upstream named mapped back to what the host knows.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use manifold_catalog::{rewrite, Kind};
 use manifold_protocol::envelope::canonical_id;
-use manifold_protocol::{codes, write, RawObject};
+use manifold_protocol::{codes, write, ErrorObject, RawObject};
 use manifold_telemetry::spans::{self, ClientDone, Subject};
 use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
 use manifold_upstream::{Exchange, Hub, Outcome, Peer, ServerRequest};
 use tokio::sync::oneshot;
 
+use super::mrtr::{Park, Parked, Settled};
 use crate::context::Context;
 use crate::error::upstream_outcome;
 use crate::outlet::Outlet;
@@ -22,8 +23,13 @@ use crate::tasks::{self, Tasks};
 
 /// The host side of one forwarded request.
 pub(super) struct Inflight {
-    /// `None` once finished.
-    pub ctx: Option<Context>,
+    /// `None` once finished (or, for a parked request, once the host was asked for input:
+    /// the park has the host request that stands for it then).
+    pub ctx: Mutex<Option<Context>>,
+    /// For a stateless host's request: where it parks if a session-era upstream asks its
+    /// client something (see `mrtr.rs`).
+    pub parking: Option<Arc<Parked>>,
+    pub park: OnceLock<Arc<Park>>,
     pub hub: Arc<Hub>,
     pub upstream: usize,
     pub method: &'static str,
@@ -107,17 +113,29 @@ impl Hop {
 
 impl Exchange for Inflight {
     fn progress(&self, params: &str) {
-        let Some(ctx) = &self.ctx else { return };
         if let Some(fill) = &self.fill {
             fill.taint();
         }
         let mut line = Vec::with_capacity(params.len() + 64);
         write::notification(&mut line, "notifications/progress", Some(params));
-        ctx.outlet.notify(&[&line]);
+        self.with_ctx(|ctx| ctx.outlet.notify(&[&line]));
     }
 
     fn finish(mut self: Box<Self>, outcome: Outcome<'_>) {
-        let Some(ctx) = self.ctx.take() else { return };
+        let taken = self.ctx.get_mut().ok().and_then(Option::take);
+        let parked = self.park.get().cloned();
+        let ctx = match (taken, &parked) {
+            (Some(ctx), _) => ctx,
+            (None, Some(park)) => match park.claim(|| self.settled(&outcome)) {
+                Some(ctx) => ctx,
+                // Kept for the host's retry.
+                None => return,
+            },
+            (None, None) => return,
+        };
+        if let (Some(park), Some(parking)) = (&parked, &self.parking) {
+            parking.close(park);
+        }
         let _entered = self.hop.span.enter();
         let (ended, code) = match outcome {
             Outcome::Result(result) => {
@@ -179,20 +197,37 @@ impl Exchange for Inflight {
     }
 
     fn session(&self) -> u64 {
-        self.ctx.as_ref().map_or(0, Context::session_id)
+        self.with_ctx(Context::session_id).unwrap_or(0)
     }
 
     fn is(&self, session: u64, host_id: &str) -> bool {
-        self.ctx
-            .as_ref()
-            .is_some_and(|c| c.session_id() == session && canonical_id(&c.id) == host_id)
+        self.with_ctx(|c| c.session_id() == session && canonical_id(&c.id) == host_id)
+            .unwrap_or(false)
     }
 
     /// Sends the upstream's request to this request's host, on the same way back (over
     /// Streamable HTTP, the POST's event stream), under an id of Manifold's; the host's
     /// answer goes back to the upstream (see `Router::host_answer`).
     fn server_request(&self, request: ServerRequest) {
-        let Some(ctx) = &self.ctx else {
+        if let Some(parking) = &self.parking {
+            // A stateless host: asked through input_required (see mrtr.rs).
+            if let Some(fill) = &self.fill {
+                fill.taint();
+            }
+            let first = lock(&self.ctx).take();
+            let park = match (self.park.get(), &first) {
+                (Some(park), _) => Arc::clone(park),
+                (None, Some(ctx)) => Arc::clone(self.park.get_or_init(|| parking.open(ctx))),
+                (None, None) => {
+                    return request
+                        .reply
+                        .error(codes::INTERNAL_ERROR, "the request it belongs to is over")
+                }
+            };
+            return parking.ask(&park, first, request);
+        }
+        let guard = lock(&self.ctx);
+        let Some(ctx) = &*guard else {
             return request
                 .reply
                 .error(codes::INTERNAL_ERROR, "the request it belongs to is over");
@@ -215,7 +250,12 @@ impl Exchange for Inflight {
         if let Some(fill) = &self.fill {
             fill.taint();
         }
-        if let Some(ctx) = &self.ctx {
+        if self.parking.is_some() {
+            // notifications/elicitation/complete: the stateless era has none (the host learns
+            // the outcome by retrying).
+            return;
+        }
+        if let Some(ctx) = &*lock(&self.ctx) {
             ctx.outlet.notify(&[line]);
         }
     }
@@ -271,7 +311,40 @@ impl Peer for SessionPeer {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Inflight {
+    /// Runs `f` with the host request this stands for: the original, or for a parked one the
+    /// retry that took its place.
+    fn with_ctx<R>(&self, f: impl FnOnce(&Context) -> R) -> Option<R> {
+        match self.park.get() {
+            Some(park) => park.with_ctx(f),
+            None => lock(&self.ctx).as_ref().map(f),
+        }
+    }
+
+    /// How the request ended, kept for the retry of a parked request (names and URIs mapped
+    /// as the host knows them).
+    fn settled(&self, outcome: &Outcome<'_>) -> Settled {
+        match outcome {
+            Outcome::Result(result) => {
+                let method = self.method;
+                let mapped = self.map(|p| rewrite::result_uris(method, result, p));
+                Settled::Result(mapped.unwrap_or_else(|| (*result).to_owned()))
+            }
+            Outcome::Error(error) => {
+                let mapped = self.map(|prefix| {
+                    rewrite::error_data(error, prefix, |original| self.exposed_name(original))
+                });
+                let error = mapped.unwrap_or_else(|| (*error).to_owned());
+                Settled::Error(stateless_error(&error).unwrap_or(error))
+            }
+            Outcome::Failed(err) => Settled::Failed(crate::error::upstream_error_object(err)),
+        }
+    }
+
     /// A result that carries task ids, with them exposed (and a new task recorded as the
     /// session's). `None` when there is nothing to change.
     fn task_result(&self, tasks: &Tasks, ctx: &Context, result: &str) -> Option<String> {
@@ -307,7 +380,21 @@ impl Inflight {
 impl Drop for Inflight {
     fn drop(&mut self) {
         // Dropped unfinished: the host cancelled it, and expects no answer.
-        if let Some(ctx) = self.ctx.take() {
+        let taken = self.ctx.get_mut().ok().and_then(Option::take);
+        let taken = match (taken, self.park.get()) {
+            (Some(ctx), _) => Some(ctx),
+            (None, Some(park)) => park.claim(|| {
+                Settled::Failed(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    "the request was cancelled",
+                ))
+            }),
+            (None, None) => None,
+        };
+        if let (Some(park), Some(parking)) = (self.park.get(), &self.parking) {
+            parking.close(park);
+        }
+        if let Some(ctx) = taken {
             self.hop.ended(&ctx, self.method, Ended::Cancelled, None);
             ctx.outlet.unanswered();
         }

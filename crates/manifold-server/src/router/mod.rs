@@ -16,6 +16,7 @@ mod inflight;
 mod interest;
 mod listener;
 mod methods;
+mod mrtr;
 mod resolve;
 
 use std::sync::{Arc, Weak};
@@ -99,6 +100,8 @@ pub struct Router {
     interest: interest::Interest,
     /// Which session owns each task.
     tasks: Arc<Tasks>,
+    /// Stateless hosts' requests parked while session-era upstreams wait for their input.
+    parked: Arc<mrtr::Parked>,
     /// Itself, for work that continues on the runtime.
     this: Weak<Router>,
 }
@@ -124,6 +127,10 @@ impl Router {
             .map(UpstreamHandle::key_arc)
             .collect();
         let tasks: Arc<Tasks> = Arc::default();
+        let parked = Arc::new(mrtr::Parked::new(
+            parts.settings.request_state_key.as_ref(),
+            parts.settings.max_request_timeout,
+        ));
         let router = Arc::new_cyclic(|this| Self {
             hub: parts.hub,
             pool: Pool::new(parts.upstreams, parts.isolation),
@@ -137,6 +144,7 @@ impl Router {
             cache,
             interest: interest::Interest::default(),
             tasks,
+            parked,
             this: this.clone(),
         });
         // The router decides which sessions hear what upstreams say.
