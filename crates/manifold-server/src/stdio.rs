@@ -103,6 +103,10 @@ fn read_loop(
     let mut buf = LineBuffer::new(router.settings().max_message_bytes);
     let session = origin.session.as_ref();
     let in_flight = router.settings().http.max_requests_per_session;
+    // Until every upstream made its first start attempt: a session-era host's initialize
+    // waits for it, but a stateless host may begin with any request, so the first message
+    // waits (bounded) for it here.
+    let mut settled = router.hub().is_settled();
     loop {
         let n = match buf.read_with(|spare| input.read(spare)) {
             Ok(n) => n,
@@ -122,6 +126,11 @@ fn read_loop(
             }
             if let Some(session) = session {
                 wait_for_answers(session, in_flight);
+            }
+            if !settled {
+                let (hub, limit) = (router.hub(), router.settings().startup_timeout);
+                router.runtime().block_on(hub.wait_settled(limit));
+                settled = true;
             }
             dispatch(router, origin, frame);
         }

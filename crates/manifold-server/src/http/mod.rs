@@ -13,6 +13,7 @@
 mod admin;
 mod admission;
 mod legacy;
+mod peer;
 mod stateless;
 mod streamable;
 pub mod streams;
@@ -134,6 +135,7 @@ pub fn serve(
             .configure(admin::routes)
     })
     .workers(workers)
+    .on_connect(peer::on_connect)
     // Hosts pause between calls; a connection they keep should not be closed under them.
     .keep_alive(Duration::from_secs(75))
     .disable_signals()

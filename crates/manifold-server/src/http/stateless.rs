@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
@@ -15,6 +16,7 @@ use manifold_protocol::{sse, Envelope, Kind, Params};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 use tokio::sync::{mpsc, oneshot};
 
+use super::peer::Peer;
 use super::streams::{message, EventBody};
 use super::{refuse, sse_response, trace_context, Shared};
 use crate::context::Origin;
@@ -24,6 +26,9 @@ use crate::policy::Caller;
 use crate::router::{Handled, Router};
 use crate::session::Session;
 use crate::stateless;
+
+/// How often a request waiting for its answer looks whether its host is still connected.
+const PEER_CHECK: Duration = Duration::from_millis(100);
 
 /// The headers a stateless POST must carry besides `MCP-Protocol-Version`.
 const METHOD_HEADER: &str = "mcp-method";
@@ -53,6 +58,13 @@ pub(super) async fn post(
             .content_type("application/json")
             .body(out);
     }
+    // A stateless host has no initialize that waits for the upstreams' first start: its
+    // requests wait (bounded) for it instead.
+    let hub = shared.router.hub();
+    if !hub.is_settled() {
+        hub.wait_settled(shared.router.settings().startup_timeout)
+            .await;
+    }
     let owner = Session::next_id();
     let (outlet, first) = StatelessOutlet::new();
     let outlet = Arc::new(outlet);
@@ -71,10 +83,20 @@ pub(super) async fn post(
         // neither over HTTP, but a host that does loses nothing by it.)
         return HttpResponse::Accepted().finish();
     }
-    // Dropped unanswered (the host went away while it waited): its request is cancelled.
+    // Dropped unanswered, or the host went away while it waited: its request is cancelled.
     let mut guard = Cancel::new(&shared.router, owner);
+    let peer = req.conn_data::<Peer>().cloned();
+    let first = async {
+        let Some(peer) = peer else {
+            return first.await.ok();
+        };
+        tokio::select! {
+            first = first => first.ok(),
+            () = peer.closed(PEER_CHECK) => None,
+        }
+    };
     match first.await {
-        Ok(First::Answer(answer)) => {
+        Some(First::Answer(answer)) => {
             guard.disarm();
             let status = if is_header_level_error(&answer) {
                 HttpResponse::BadRequest()
@@ -84,7 +106,7 @@ pub(super) async fn post(
             let mut status = status;
             status.content_type("application/json").body(answer)
         }
-        Ok(First::Stream(events, queued)) => {
+        Some(First::Stream(events, queued)) => {
             guard.disarm();
             let cancel = Cancel::new(&shared.router, owner);
             let on_drop: Box<dyn FnOnce() + Send> = Box::new(move || drop(cancel));
@@ -95,10 +117,12 @@ pub(super) async fn post(
                 Some(on_drop),
             ))
         }
-        Ok(First::Unanswered) | Err(_) => {
+        Some(First::Unanswered) => {
             guard.disarm();
             HttpResponse::Accepted().finish()
         }
+        // The host is gone (the guard cancels the request), or nothing will answer.
+        None => HttpResponse::Accepted().finish(),
     }
 }
 
@@ -124,7 +148,15 @@ fn answer_alone(shared: &Shared, body: &Bytes, caller: Arc<Caller>) -> HttpRespo
 
 /// Whether the headers agree with the body.
 fn agrees(req: &HttpRequest, env: &Envelope<'_>, version: &str) -> Result<(), RouteError> {
-    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    // A header given twice agrees with nothing.
+    let header = |name: &str| {
+        let mut values = req.headers().get_all(name);
+        let first = values.next().and_then(|v| v.to_str().ok());
+        match values.next() {
+            Some(_) => Some("(given more than once)"),
+            None => first,
+        }
+    };
     let mismatch = |what: String| Err(RouteError::HeaderMismatch(what));
     if env.kind() != Ok(Kind::Request) {
         return Ok(());
