@@ -12,4 +12,5 @@ mod lifecycle;
 mod pinning;
 mod protocol;
 mod routing;
+mod stateless;
 mod teams;
