@@ -437,3 +437,48 @@ fn a_question_the_host_did_not_declare_it_can_answer_is_refused_for_it() {
     assert_eq!(r["result"]["isError"], true, "{r}");
     assert!(text_of(&r).contains("sampling"), "{r}");
 }
+
+#[test]
+fn log_messages_reach_only_the_requests_that_asked_at_their_level() {
+    let server = Server::start(&two_fixtures());
+    let mut host = Stateless::new(&server);
+    let log = |level: &str, message: &str, asked: Option<&str>| {
+        let mut params =
+            json!({"name": "alpha__log", "arguments": {"level": level, "message": message}});
+        if let Some(asked) = asked {
+            params["_meta"] = json!({"io.modelcontextprotocol/logLevel": asked});
+        }
+        params
+    };
+    // Asked at warning: a warning comes on the request's own stream, before its answer.
+    let body = host.body("tools/call", log("warning", "careful", Some("warning")));
+    let r = host.post(&body).send().unwrap();
+    assert_eq!(content_type(&r), "text/event-stream");
+    let messages = messages_of(r);
+    let note = messages
+        .iter()
+        .find(|m| m["method"] == "notifications/message")
+        .expect("the log message on the request's stream");
+    assert_eq!(note["params"]["level"], "warning");
+    assert_eq!(note["params"]["data"], "careful", "{note}");
+    assert!(
+        note["params"]["logger"]
+            .as_str()
+            .unwrap()
+            .starts_with("alpha/"),
+        "named after its upstream: {note}"
+    );
+    assert_eq!(text_of(messages.last().unwrap()), "logged");
+    // Below the level asked: nothing but the answer.
+    let body = host.body("tools/call", log("info", "chatter", Some("warning")));
+    let messages = messages_of(host.post(&body).send().unwrap());
+    assert!(
+        messages.iter().all(|m| m.get("method").is_none()),
+        "{messages:?}"
+    );
+    // Not asked at all: nothing either, whatever the level.
+    let body = host.body("tools/call", log("error", "loud", None));
+    let r = host.post(&body).send().unwrap();
+    assert_eq!(content_type(&r), "application/json");
+    assert_eq!(text_of(&r.json::<Value>().unwrap()), "logged");
+}

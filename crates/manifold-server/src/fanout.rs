@@ -30,6 +30,34 @@ pub struct Fanout {
     tasks: Arc<Tasks>,
     /// The stateless hosts' `subscriptions/listen` streams.
     listens: Mutex<Vec<Arc<Listen>>>,
+    /// Stateless requests in flight that asked for log messages (`_meta` logLevel).
+    loggers: Arc<Mutex<Vec<Arc<Logger>>>>,
+}
+
+/// A stateless request in flight to an upstream that asked to hear its log messages at
+/// `level` or above, on its own stream.
+pub struct Logger {
+    upstream: usize,
+    level: u8,
+    caller: Arc<Caller>,
+    outlet: Arc<dyn Outlet>,
+}
+
+/// Keeps a [`Logger`] hearing until dropped (with the request's exchange).
+pub struct Logging {
+    logger: Arc<Logger>,
+    loggers: std::sync::Weak<Mutex<Vec<Arc<Logger>>>>,
+}
+
+impl Drop for Logging {
+    fn drop(&mut self) {
+        if let Some(loggers) = self.loggers.upgrade() {
+            loggers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|l| !Arc::ptr_eq(l, &self.logger));
+        }
+    }
 }
 
 /// What a `subscriptions/listen` stream carries.
@@ -113,7 +141,39 @@ impl Fanout {
             keys,
             tasks,
             listens: Mutex::new(Vec::new()),
+            loggers: Arc::default(),
         }
+    }
+
+    fn loggers(&self) -> MutexGuard<'_, Vec<Arc<Logger>>> {
+        self.loggers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `ctx`'s request hears upstream `upstream`'s log messages at `level` or above, on its
+    /// own stream, while the returned guard lives.
+    pub fn log_for(&self, ctx: &Context, upstream: usize, level: u8) -> Logging {
+        let logger = Arc::new(Logger {
+            upstream,
+            level,
+            caller: Arc::clone(&ctx.caller),
+            outlet: Arc::clone(&ctx.outlet),
+        });
+        self.loggers().push(Arc::clone(&logger));
+        Logging {
+            logger,
+            loggers: Arc::downgrade(&self.loggers),
+        }
+    }
+
+    /// The most verbose level a request in flight asked of `upstream`.
+    pub fn logger_level(&self, upstream: usize) -> Option<u8> {
+        self.loggers()
+            .iter()
+            .filter(|l| l.upstream == upstream)
+            .map(|l| l.level)
+            .min()
     }
 
     fn listens(&self) -> MutexGuard<'_, Vec<Arc<Listen>>> {
@@ -332,6 +392,22 @@ impl Fanout {
             .filter(|s| !s.is_stateless() && s.hears(level))
             .collect();
         send_to(&hearing, &line);
+        // And the stateless requests in flight to it that asked for this level.
+        let key = self.keys.get(upstream).map_or("", |k| &**k);
+        let loggers: Vec<Arc<Logger>> = self
+            .loggers()
+            .iter()
+            .filter(|l| l.upstream == upstream && level >= l.level)
+            .filter(|l| {
+                l.caller
+                    .restricted()
+                    .is_none_or(|t| t.config.admits_upstream(key))
+            })
+            .cloned()
+            .collect();
+        for l in loggers {
+            l.outlet.notify(&[&line]);
+        }
     }
 }
 

@@ -92,7 +92,18 @@ impl Router {
         };
         let Some(own) = own else {
             return match handle.connection() {
-                Some(conn) => self.send_on(&conn, ctx, target, fill),
+                Some(conn) => match self.log_level_to_ask(&ctx, target.upstream) {
+                    None => self.send_on(&conn, ctx, target, fill),
+                    Some(level) => {
+                        // Asked first, on the same connection, so that the call's own log
+                        // messages come at the level the host asked for.
+                        let router = Arc::clone(self);
+                        self.runtime.spawn(async move {
+                            router.ask_log_level(&conn, target.upstream, level).await;
+                            router.send_on(&conn, ctx, target, fill);
+                        });
+                    }
+                },
                 None => ctx.fail(&unavailable(handle, "it is starting")),
             };
         };
@@ -162,10 +173,16 @@ impl Router {
             None => (handle.key_arc(), None),
         };
         let parking = ctx.is_stateless().then(|| Arc::clone(&self.parked));
+        let logging = ctx
+            .asked
+            .as_ref()
+            .and_then(|a| a.log_level)
+            .map(|level| self.fanout.log_for(&ctx, target.upstream, level));
         let exchange = Inflight {
             ctx: std::sync::Mutex::new(Some(ctx)),
             parking,
             park: std::sync::OnceLock::new(),
+            logging,
             hub: Arc::clone(&self.hub),
             upstream: target.upstream,
             method: target.method,

@@ -30,6 +30,12 @@ pub(super) struct Inflight {
     /// client something (see `mrtr.rs`).
     pub parking: Option<Arc<Parked>>,
     pub park: OnceLock<Arc<Park>>,
+    /// For a stateless request that asked for log messages: it hears them while in flight.
+    #[allow(
+        dead_code,
+        reason = "held for its drop: the request stops hearing log messages with it"
+    )]
+    pub logging: Option<crate::fanout::Logging>,
     pub hub: Arc<Hub>,
     pub upstream: usize,
     pub method: &'static str,

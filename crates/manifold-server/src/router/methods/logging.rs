@@ -33,15 +33,49 @@ impl Router {
         });
     }
 
+    /// The level upstream `upstream` must be asked for before a stateless request that wants
+    /// its log messages at its level goes to it, if it logs and was asked for less.
+    pub(in crate::router) fn log_level_to_ask(&self, ctx: &Context, upstream: usize) -> Option<u8> {
+        let level = ctx.asked.as_ref()?.log_level?;
+        let logs = self
+            .hub
+            .catalog()
+            .slice(upstream)
+            .is_some_and(|s| s.has_capability("logging"));
+        let asked = self.interest.level_of(upstream);
+        (logs && asked.is_none_or(|a| a > level)).then_some(level)
+    }
+
+    /// Asks `conn`'s upstream for `level` (`logging/setLevel`), and records it.
+    pub(in crate::router) async fn ask_log_level(
+        &self,
+        conn: &manifold_upstream::Connection,
+        upstream: usize,
+        level: u8,
+    ) {
+        let params = format!("{{\"level\":\"{}\"}}", LOG_LEVELS[usize::from(level)]);
+        match conn.request("logging/setLevel", Some(&params)).await {
+            Ok(_) => self.interest.set_level(upstream, level),
+            Err(e) => tracing::warn!(upstream, "logging/setLevel failed: {e}"),
+        }
+    }
+
     /// Asks each upstream that logs (or only `only`) for the most verbose level any session
     /// wants, when that differs from what it was last asked. Nothing is asked while no
     /// session has set a level: upstreams keep their own default.
     pub(in crate::router) async fn apply_log_levels(self: &Arc<Self>, only: Option<usize>) {
+        let requests = self
+            .pool
+            .upstreams()
+            .iter()
+            .filter_map(|h| self.fanout.logger_level(h.index()))
+            .min();
         let Some(wanted) = self
             .sessions
             .all()
             .iter()
             .filter_map(|s| s.log_level())
+            .chain(requests)
             .min()
         else {
             return;
