@@ -106,7 +106,49 @@ pub const DEFAULT_LOG_LEVEL: u8 = 1;
 #[derive(Default)]
 struct Outbound {
     next: u64,
-    waiting: HashMap<String, ServerReply>,
+    waiting: HashMap<String, Awaited>,
+}
+
+/// Where the host's answer to a request Manifold sent it goes.
+pub enum Awaited {
+    /// Back to the upstream that asked.
+    Upstream(ServerReply),
+    /// To Manifold itself (a stateless upstream's `input_required`, asked of a session-era
+    /// host): the result, or the error object, as JSON text.
+    Local(Box<dyn FnOnce(Result<&str, &str>) + Send>),
+}
+
+impl Awaited {
+    pub fn result(self, result: &str) {
+        match self {
+            Awaited::Upstream(reply) => reply.result(result),
+            Awaited::Local(f) => f(Ok(result)),
+        }
+    }
+
+    pub fn raw_error(self, error: &str) {
+        match self {
+            Awaited::Upstream(reply) => reply.raw_error(error),
+            Awaited::Local(f) => f(Err(error)),
+        }
+    }
+
+    pub fn error(self, code: i64, message: &str) {
+        match self {
+            Awaited::Upstream(reply) => reply.error(code, message),
+            Awaited::Local(f) => {
+                let obj = manifold_protocol::ErrorObject::new(code, message);
+                let text = serde_json::to_string(&obj).unwrap_or_default();
+                f(Err(&text));
+            }
+        }
+    }
+}
+
+impl From<ServerReply> for Awaited {
+    fn from(reply: ServerReply) -> Self {
+        Awaited::Upstream(reply)
+    }
 }
 
 /// Requests to one host waiting for its answer, at most; past it the oldest is refused.
@@ -219,7 +261,8 @@ impl Session {
 
     /// Keeps `reply` until the host answers; returns the id (JSON text) to send the request
     /// under. Ids are Manifold's own (`"mf-N"`), so they never clash with the host's.
-    pub fn expect_answer(&self, reply: ServerReply) -> String {
+    pub fn expect_answer(&self, reply: impl Into<Awaited>) -> String {
+        let reply = reply.into();
         let mut out = self.outbound();
         out.next += 1;
         let id = format!("\"mf-{}\"", out.next);
@@ -241,13 +284,13 @@ impl Session {
     }
 
     /// The request the host answered with `id` (canonical JSON text), if it is one.
-    pub fn answered(&self, id: &str) -> Option<ServerReply> {
+    pub fn answered(&self, id: &str) -> Option<Awaited> {
         self.outbound().waiting.remove(id)
     }
 
     /// Refuses every request still waiting for the host (the session is ending).
     pub(crate) fn abandon_outbound(&self, reason: &str) {
-        let waiting: Vec<ServerReply> = self.outbound().waiting.drain().map(|(_, r)| r).collect();
+        let waiting: Vec<Awaited> = self.outbound().waiting.drain().map(|(_, r)| r).collect();
         for reply in waiting {
             reply.error(manifold_protocol::codes::INTERNAL_ERROR, reason);
         }
