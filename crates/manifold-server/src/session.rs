@@ -115,8 +115,12 @@ pub enum Awaited {
     Upstream(ServerReply),
     /// To Manifold itself (a stateless upstream's `input_required`, asked of a session-era
     /// host): the result, or the error object, as JSON text.
-    Local(Box<dyn FnOnce(Result<&str, &str>) + Send>),
+    Local(Collect),
 }
+
+/// Hears the host's answer to a request Manifold asked for itself: the result, or the error
+/// object, as JSON text.
+pub type Collect = Box<dyn FnOnce(Result<&str, &str>) + Send>;
 
 impl Awaited {
     pub fn result(self, result: &str) {
