@@ -193,6 +193,71 @@ pub fn complete<'a>(result: &'a str, extra: &[(&str, &str)]) -> Cow<'a, str> {
     Cow::Owned(obj.to_text())
 }
 
+/// The `_meta` keys a stateless host declares itself with: Manifold's own business, not the
+/// upstream's (which hears Manifold's, in its own era).
+const HOST_KEYS: [&str; 4] = [
+    meta::PROTOCOL_VERSION,
+    meta::CLIENT_CAPABILITIES,
+    meta::CLIENT_INFO,
+    meta::LOG_LEVEL,
+];
+
+/// `params` without what the host declared about itself in `_meta` (the rest of `_meta`, such
+/// as a progress token or trace context, is kept; an empty `_meta` goes). `None`: nothing to
+/// take out.
+pub fn without_host_meta(params: &str) -> Option<String> {
+    memchr::memmem::find(params.as_bytes(), b"io.modelcontextprotocol/")?;
+    let mut obj = RawObject::parse(params).ok()?;
+    let mut m = RawObject::parse(obj.get("_meta")?).ok()?;
+    let mut removed = false;
+    for key in HOST_KEYS {
+        removed |= m.remove(key);
+    }
+    if !removed {
+        return None;
+    }
+    let m = m.to_text();
+    if m.trim() == "{}" {
+        obj.remove("_meta");
+    } else {
+        obj.set_raw("_meta", m);
+    }
+    Some(obj.to_text())
+}
+
+/// Whether a host whose capabilities are `capabilities` (JSON text) may be asked `method`
+/// with `params`: the capability the method needs, and for an elicitation in URL mode, that
+/// mode (a bare `elicitation` capability means form mode only).
+pub fn may_ask(capabilities: &str, method: &str, params: Option<&str>) -> Result<(), &'static str> {
+    let needs = match method {
+        "sampling/createMessage" => "sampling",
+        "elicitation/create" => "elicitation",
+        "roots/list" => "roots",
+        _ => return Err("unknown"),
+    };
+    let caps = RawObject::parse(capabilities).ok();
+    let declared = caps
+        .as_ref()
+        .and_then(|c| c.get(needs))
+        .filter(|v| *v != "null");
+    let Some(declared) = declared else {
+        return Err(needs);
+    };
+    if needs == "elicitation" {
+        let url_mode = params
+            .and_then(|p| RawObject::parse(p).ok())
+            .and_then(|p| p.get_str("mode").map(|m| m == "url"))
+            .unwrap_or(false);
+        let url_declared = RawObject::parse(declared)
+            .ok()
+            .is_some_and(|d| d.get("url").is_some_and(|v| v != "null"));
+        if url_mode && !url_declared {
+            return Err("elicitation.url");
+        }
+    }
+    Ok(())
+}
+
 /// Whether a result is an `input_required` one (a multi round-trip request's interim answer).
 pub fn is_input_required(result: &str) -> bool {
     memchr::memmem::find(result.as_bytes(), b"input_required").is_some()
@@ -252,6 +317,39 @@ mod tests {
             r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
         ));
         assert_eq!(missing.unwrap_err().to_error_object().code, -32602);
+    }
+
+    #[test]
+    fn what_the_host_declared_about_itself_is_not_forwarded() {
+        let params = r#"{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"h","version":"1"},"io.modelcontextprotocol/logLevel":"info","progressToken":7}}"#;
+        let out = value(&without_host_meta(params).unwrap());
+        assert_eq!(out, value(r#"{"name":"t","_meta":{"progressToken":7}}"#));
+        let bare = r#"{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#;
+        assert_eq!(
+            value(&without_host_meta(bare).unwrap()),
+            value(r#"{"name":"t"}"#)
+        );
+        assert!(without_host_meta(r#"{"name":"t","_meta":{"progressToken":1}}"#).is_none());
+    }
+
+    #[test]
+    fn a_host_is_asked_only_what_it_declared_it_answers() {
+        let form = r#"{"elicitation":{}}"#;
+        let both = r#"{"elicitation":{"form":{},"url":{}},"sampling":{},"roots":{}}"#;
+        let url = Some(r#"{"mode":"url","url":"https://x","message":"m"}"#);
+        let plain = Some(r#"{"message":"m","requestedSchema":{}}"#);
+        assert_eq!(may_ask(form, "elicitation/create", plain), Ok(()));
+        assert_eq!(
+            may_ask(form, "elicitation/create", url),
+            Err("elicitation.url")
+        );
+        assert_eq!(may_ask(both, "elicitation/create", url), Ok(()));
+        assert_eq!(
+            may_ask(form, "sampling/createMessage", None),
+            Err("sampling")
+        );
+        assert_eq!(may_ask(both, "roots/list", None), Ok(()));
+        assert_eq!(may_ask(both, "tools/list", None), Err("unknown"));
     }
 
     #[test]

@@ -178,10 +178,13 @@ pub(super) async fn get(
     }
     if req.headers().get(SESSION_HEADER).is_none() && stateless_version(&req).is_some() {
         // The stateless era has no standing stream: subscriptions/listen replaced it.
-        return refuse(&RouteError::MethodNotAllowed {
+        let mut r = refuse(&RouteError::MethodNotAllowed {
             method: "GET".into(),
             path: "/mcp (protocol revision 2026-07-28: POST only)".into(),
         });
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return r;
     }
     let session = match session_from_header(&req, &shared, &admitted.caller) {
         Ok(s) => s,

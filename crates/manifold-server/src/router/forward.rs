@@ -15,8 +15,8 @@ use super::{resolve, Router};
 use crate::context::{Context, Route};
 use crate::error::RouteError;
 use crate::layer::Check;
-use crate::request_state;
 use crate::target::Target;
+use crate::{request_state, stateless};
 
 impl Router {
     /// `tools/call`, `prompts/get` and `resources/read`: their params are parsed once, for
@@ -162,6 +162,11 @@ impl Router {
                 Some((params, token)) => (params, Some(token)),
                 None => (target.params, None),
             };
+        // What a stateless host declared about itself is not the upstream's to read.
+        let params = match ctx.is_stateless() {
+            true => stateless::without_host_meta(&params).unwrap_or(params),
+            false => params,
+        };
         let params = match spans::context_of(&hop) {
             Some(carrier) => resolve::with_trace_context(&params, &carrier).unwrap_or(params),
             None => params,

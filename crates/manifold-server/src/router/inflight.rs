@@ -272,22 +272,21 @@ impl Exchange for Inflight {
 /// the capability the request needs gets nothing: the upstream is refused on its behalf.
 pub(super) fn ask_host(session: &Session, outlet: &dyn Outlet, request: ServerRequest) {
     let method = request.method.as_str();
-    let needs = match method {
-        "sampling/createMessage" => "sampling",
-        "elicitation/create" => "elicitation",
-        "roots/list" => "roots",
-        _ => {
+    let capabilities = session.client().map_or("{}", |c| &*c.capabilities);
+    match stateless::may_ask(capabilities, method, request.params.as_deref()) {
+        Ok(()) => {}
+        Err("unknown") => {
             return request.reply.error(
                 codes::METHOD_NOT_FOUND,
                 &format!("Manifold does not forward {method} to hosts"),
             )
         }
-    };
-    if !session.client().is_some_and(|c| c.declares(needs)) {
-        return request.reply.error(
-            codes::METHOD_NOT_FOUND,
-            &format!("{method}: the host did not declare the {needs} capability"),
-        );
+        Err(needs) => {
+            return request.reply.error(
+                codes::METHOD_NOT_FOUND,
+                &format!("{method}: the host did not declare the {needs} capability"),
+            )
+        }
     }
     tracing::debug!(method, "forwarding the upstream's request to the host");
     let params = request.params;

@@ -25,6 +25,7 @@ use manifold_upstream::ServerRequest;
 use crate::context::Context;
 use crate::error::RouteError;
 use crate::request_state::{now_ms, Sealer, State};
+use crate::stateless;
 
 /// The parked requests of this replica, and the key their states are sealed with.
 pub struct Parked {
@@ -166,22 +167,22 @@ impl Parked {
     /// `input_required` answer to whichever host request stands for the original now, or,
     /// when none does, with the next `input_required`.
     pub fn ask(&self, park: &Arc<Park>, first: Option<Context>, request: ServerRequest) {
-        let Some(needs) = capability_for(&request.method) else {
+        if capability_for(&request.method).is_none() {
             let method = request.method.clone();
             return request.reply.error(
                 codes::METHOD_NOT_FOUND,
                 &format!("Manifold does not forward {method} to hosts"),
             );
-        };
+        }
         let mut st = lock(&park.state);
         if let Some(ctx) = first {
             st.ctx = Some(ctx);
         }
-        let declared = st
-            .ctx
-            .as_ref()
-            .is_none_or(|c| c.asked.as_ref().is_some_and(|a| a.declares(needs)));
-        if !declared {
+        let refused = st.ctx.as_ref().and_then(|c| {
+            let caps = c.asked.as_ref().map_or("{}", |a| &*a.client.capabilities);
+            stateless::may_ask(caps, &request.method, request.params.as_deref()).err()
+        });
+        if let Some(needs) = refused {
             let method = request.method.clone();
             drop(st);
             return request.reply.error(
