@@ -383,14 +383,36 @@ async def wait_for_log(log: Path, pattern: str, timeout: float = START_TIMEOUT_S
 
 
 async def upstreams_settled(log: Path, *keys: str) -> None:
-    """Waits until Manifold has every upstream of `keys` ready, and then (at most 2 s) until
-    server-everything's own roots/list of its start (350 ms after `initialized`) is over: over
-    a shared connection an upstream's request belongs to whichever host request is in flight
-    then, and a test that answers such requests must not get that one."""
+    """Waits until Manifold has every upstream of `keys` ready, and then, with server-everything
+    among them (key "everything"), at most 2 s until its own roots/list of its start (350 ms
+    after `initialized`) is over: over a shared connection an upstream's request belongs to
+    whichever host request is in flight then, and a test that answers such requests must not
+    get that one."""
     for key in keys:
         m = await wait_for_log(log, rf"ready upstream={re.escape(key)}\b")
         assert m, f"upstream {key} never became ready:\n{log.read_text(errors='replace')[-4000:]}"
-    await wait_for_log(log, r'method="roots/list"', timeout=2.0)
+    if "everything" in keys:
+        await wait_for_log(log, r'method="roots/list"', timeout=2.0)
+
+
+class Wire:
+    """An httpx2 request hook that records the JSON body of every POST an SDK client sends
+    (pass it as `event_hooks={"request": [wire]}` of the client's `httpx2.AsyncClient`)."""
+
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+
+    async def __call__(self, request: Any) -> None:
+        if request.method == "POST":
+            self.posts.append(json.loads(request.content))
+
+    def calls_of(self, tool: str) -> list[dict[str, Any]]:
+        """The params of every tools/call of `tool`, in order."""
+        return [b["params"] for b in self.posts if b.get("method") == "tools/call" and b["params"]["name"] == tool]
+
+    def responses(self) -> list[dict[str, Any]]:
+        """The JSON-RPC responses the client sent (answers to the server's own requests)."""
+        return [b for b in self.posts if "method" not in b and "id" in b]
 
 
 def tee_config(stdin_log: Path, server: str = "") -> str:

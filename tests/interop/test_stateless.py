@@ -45,6 +45,7 @@ from conftest import (
     REQUEST_TIMEOUT_S,
     STATELESS,
     StatelessHttp,
+    Wire,
     _check_prerequisites,
     _serving_http,
     _toml_str,
@@ -222,21 +223,6 @@ async def test_a_legacy_client_and_a_stateless_one_share_the_process(manifold: S
 
 
 # --- multi round-trip: server-everything asks, the stateless host answers ---------------------
-
-
-class Wire:
-    """The SDK client's HTTP requests, recorded: (Mcp-Method header, JSON body) of each POST."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[str | None, dict[str, Any]]] = []
-
-    async def __call__(self, request: Any) -> None:
-        if request.method == "POST":
-            self.posts.append((request.headers.get("mcp-method"), json.loads(request.content)))
-
-    def calls_of(self, tool: str) -> list[dict[str, Any]]:
-        """The params of every tools/call of `tool` the client sent."""
-        return [b["params"] for m, b in self.posts if m == "tools/call" and b["params"]["name"] == tool]
 
 
 async def test_upstream_requests_reach_the_stateless_sdk_client_and_its_answers_return(manifold: Served):
