@@ -15,7 +15,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -250,3 +250,235 @@ async def all_resources(session: ClientSession) -> list[types.Resource]:
 
 async def all_resource_templates(session: ClientSession) -> list[types.ResourceTemplate]:
     return await _list_all(session.list_resource_templates, "resource_templates")
+
+
+# --- the stateless era (2026-07-28) ---------------------------------------------------------
+
+#: The stateless revision, and the reserved `_meta` keys of its per-request envelope (spelled
+#: out here rather than taken from the SDK, so that the raw checks test the wire itself).
+STATELESS = "2026-07-28"
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
+#: Every revision Manifold serves, oldest first.
+ALL_REVISIONS = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", STATELESS]
+
+
+def envelope(capabilities: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """The `_meta` a stateless host puts on every request."""
+    return {
+        META_VERSION: STATELESS,
+        META_CLIENT_INFO: {"name": "interop-raw", "version": "0"},
+        META_CAPABILITIES: capabilities or {},
+        **extra,
+    }
+
+
+def _mcp_name(method: str, params: dict[str, Any]) -> str | None:
+    """What the Mcp-Name header carries for `method` (None: the method names nothing)."""
+    if method in ("tools/call", "prompts/get"):
+        return params.get("name")
+    if method == "resources/read":
+        return params.get("uri")
+    return None
+
+
+class StatelessHttp:
+    """A stateless host speaking raw HTTP to Manifold's /mcp: each request a POST of its own,
+    with the headers the revision requires derived from the body unless a test overrides them
+    (an override of None leaves the header out)."""
+
+    def __init__(self, url: str, client: Any, headers: dict[str, str] | None = None):
+        self.url = url
+        self.client = client
+        self.headers = headers or {}
+
+    def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        id: int | str = 1,
+        capabilities: dict[str, Any] | None = None,
+        headers: dict[str, str | None] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        params = dict(params or {})
+        params.setdefault("_meta", envelope(capabilities))
+        h: dict[str, str | None] = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": STATELESS,
+            "Mcp-Method": method,
+            "Mcp-Name": _mcp_name(method, params),
+            **self.headers,
+            **(headers or {}),
+        }
+        body = {"jsonrpc": "2.0", "id": id, "method": method, "params": params}
+        return body, {k: v for k, v in h.items() if v is not None}
+
+    async def post(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> Any:
+        """The HTTP response (read to the end) to one request."""
+        body, headers = self.request(method, params, **kw)
+        with anyio.fail_after(REQUEST_TIMEOUT_S):
+            return await self.client.post(self.url, json=body, headers=headers, timeout=REQUEST_TIMEOUT_S)
+
+    async def answer(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+        """The JSON-RPC response to one request, whether it came as JSON or as an SSE stream
+        (whose other messages are dropped)."""
+        response = await self.post(method, params, **kw)
+        assert response.status_code == 200, (response.status_code, response.text)
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            messages = sse_messages(response.text)
+            answers = [m for m in messages if "id" in m and "method" not in m]
+            assert len(answers) == 1, messages
+            return answers[0]
+        return response.json()
+
+    async def result(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+        answer = await self.answer(method, params, **kw)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    async def error(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+        answer = await self.answer(method, params, **kw)
+        assert "error" in answer, answer
+        return answer["error"]
+
+
+def sse_messages(text: str) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an SSE body (each event's data lines joined)."""
+    messages: list[dict[str, Any]] = []
+    data: list[str] = []
+    for line in text.splitlines() + [""]:
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip())
+        elif line == "" and data:
+            messages.append(json.loads("\n".join(data)))
+            data = []
+    return messages
+
+
+async def sse_events(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON-RPC messages of a streaming SSE response, as they arrive."""
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip())
+        elif line == "" and data:
+            yield json.loads("\n".join(data))
+            data = []
+
+
+async def wait_for_log(log: Path, pattern: str, timeout: float = START_TIMEOUT_S) -> re.Match | None:
+    """Waits (bounded) until a line of `log` matches; None if none did in time."""
+    regex = re.compile(pattern)
+    deadline = time.monotonic() + timeout
+    while True:
+        m = regex.search(log.read_text(errors="replace") if log.exists() else "")
+        if m or time.monotonic() > deadline:
+            return m
+        await anyio.sleep(0.05)
+
+
+async def upstreams_settled(log: Path, *keys: str) -> None:
+    """Waits until Manifold has every upstream of `keys` ready, and then, with server-everything
+    among them (key "everything"), at most 2 s until its own roots/list of its start (350 ms
+    after `initialized`) is over: over a shared connection an upstream's request belongs to
+    whichever host request is in flight then, and a test that answers such requests must not
+    get that one."""
+    for key in keys:
+        m = await wait_for_log(log, rf"ready upstream={re.escape(key)}\b")
+        assert m, f"upstream {key} never became ready:\n{log.read_text(errors='replace')[-4000:]}"
+    if "everything" in keys:
+        await wait_for_log(log, r'method="roots/list"', timeout=2.0)
+
+
+class Wire:
+    """An httpx2 request hook that records the JSON body of every POST an SDK client sends
+    (pass it as `event_hooks={"request": [wire]}` of the client's `httpx2.AsyncClient`)."""
+
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+
+    async def __call__(self, request: Any) -> None:
+        if request.method == "POST":
+            self.posts.append(json.loads(request.content))
+
+    def calls_of(self, tool: str) -> list[dict[str, Any]]:
+        """The params of every tools/call of `tool`, in order."""
+        return [b["params"] for b in self.posts if b.get("method") == "tools/call" and b["params"]["name"] == tool]
+
+    def responses(self) -> list[dict[str, Any]]:
+        """The JSON-RPC responses the client sent (answers to the server's own requests)."""
+        return [b for b in self.posts if "method" not in b and "id" in b]
+
+
+def tee_config(stdin_log: Path, server: str = "") -> str:
+    """config_text() with server-everything's stdin also written to `stdin_log`, which shows
+    what Manifold sent the upstream; `server` is the body of a `[server]` table, if any."""
+    return (
+        (f"[server]\n{server}\n\n" if server else "")
+        + "[upstreams.everything]\n"
+        'command = "sh"\n'
+        f"""args = ["-c", 'tee "$0" | node "$1" stdio', {_toml_str(stdin_log)}, {_toml_str(EVERYTHING_JS)}]\n"""
+        "\n"
+        "[upstreams.time]\n"
+        f"command = {_toml_str(time_server_bin())}\n"
+        'args = ["--local-timezone", "UTC"]\n'
+    )
+
+
+def upstream_received(stdin_log: Path) -> list[dict[str, Any]]:
+    """The JSON-RPC messages an upstream whose stdin is teed to `stdin_log` has read so far."""
+    out = []
+    for line in stdin_log.read_text(errors="replace").splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line still being written
+    return out
+
+
+@asynccontextmanager
+async def sdk_client(server: Any, mode: str, **kw: Any) -> AsyncIterator[Any]:
+    """The SDK's high-level `mcp.client.client.Client` on `server` (a URL, or a transport such
+    as `stdio_client(...)`) in `mode`; a failure inside shows as itself rather than wrapped in
+    the SDK's task groups."""
+    from mcp.client.client import Client
+
+    try:
+        async with Client(server, mode=mode, read_timeout_seconds=REQUEST_TIMEOUT_S, **kw) as client:
+            yield client
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+@asynccontextmanager
+async def manifold_stdio_client(
+    config_toml: str, mode: str, log: Path, *upstreams: str, **kw: Any
+) -> AsyncIterator[Any]:
+    """`manifold serve` over stdio on `config_toml` under the SDK's `Client` in `mode`, once
+    the named upstreams are ready; Manifold's stderr goes to `log`."""
+    from mcp.client.stdio import stdio_client
+
+    bin_ = _check_prerequisites()
+    config = log.parent / "manifold.toml"
+    config.write_text(config_toml)
+    params = StdioServerParameters(command=str(bin_), args=["serve", "--config", str(config)], cwd=str(REPO))
+    _LIVE_STDERR.append(log)
+    try:
+        with log.open("w") as errlog:
+            async with sdk_client(stdio_client(params, errlog=errlog), mode, **kw) as client:
+                await upstreams_settled(log, *upstreams)
+                yield client
+    finally:
+        _LIVE_STDERR.remove(log)
+        text = log.read_text(errors="replace") if log.exists() else ""
+        print(f"--- manifold stderr ---\n{text[-8000:] or '<empty>'}", file=sys.stderr)
