@@ -127,9 +127,11 @@ impl Router {
             .map(UpstreamHandle::key_arc)
             .collect();
         let tasks: Arc<Tasks> = Arc::default();
+        // A parked request waits for its host's retry as long as any request waits for an
+        // answer: past that, its upstream request has timed out anyway.
         let parked = Arc::new(mrtr::Parked::new(
             parts.settings.request_state_key.as_ref(),
-            parts.settings.max_request_timeout,
+            parts.settings.request_timeout,
         ));
         let router = Arc::new_cyclic(|this| Self {
             hub: parts.hub,
