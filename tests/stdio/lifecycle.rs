@@ -519,3 +519,32 @@ fn a_child_that_exits_on_the_probe_is_started_again_with_initialize() {
         m.stderr()
     );
 }
+
+#[test]
+fn an_upstream_silent_on_the_probe_gets_initialize_after_the_probe_timeout() {
+    // The probe waits at most the upstream's request timeout (here 1 s; 5 s at most): this
+    // one swallows it unanswered, as some session-era servers do with a request before
+    // initialize.
+    let dir = TempDir::new("era");
+    let unused = dir.path().join("unused");
+    let config = format!(
+        "{}request_timeout_ms = 1000\n",
+        fixture_behind(
+            "alpha",
+            "head -n 1 > /dev/null; exec ",
+            &unused,
+            &["--name", "alpha"]
+        )
+    );
+    let started = std::time::Instant::now();
+    let mut m = Manifold::ready(&config);
+    eventually("alpha is up", || {
+        m.call("alpha__echo", json!({"text": "x"}))
+            .get("result")
+            .is_some()
+    });
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    let ready = m.logged_line(|l| l.contains("ready") && l.contains("upstream=alpha"));
+    assert!(ready.contains("era=\"session\""), "{ready}");
+    m.assert_logged("no answer to server/discover within 1s");
+}
