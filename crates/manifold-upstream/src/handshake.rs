@@ -169,6 +169,7 @@ fn discovered(conn: &Connection, capabilities: &str, result: &str) -> Probe {
 
 /// The session era's handshake: `initialize`, then `notifications/initialized`.
 async fn initialize(conn: &Connection, capabilities: &str) -> Result<UpstreamSlice, String> {
+    conn.set_session();
     let params = format!(
         r#"{{"protocolVersion":"{}","capabilities":{capabilities},"clientInfo":{{"name":"manifold","version":"{}"}}}}"#,
         version::LATEST,

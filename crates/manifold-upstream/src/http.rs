@@ -90,8 +90,8 @@ struct State {
     session: Option<HeaderValue>,
     /// The negotiated protocol version, sent as `MCP-Protocol-Version` once known.
     version: Option<HeaderValue>,
-    /// The upstream speaks the stateless era.
-    stateless: bool,
+    /// The era the upstream speaks, once known.
+    era: Option<Era>,
 }
 
 #[derive(Default, Clone)]
@@ -116,8 +116,13 @@ impl Wire for HttpWire {
         }
         let body = Bytes::copy_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
         let client = Arc::clone(&self.0);
-        // A stateless-era message: on a connection of that era, or the probe that finds it.
-        if self.0.state().stateless || needle::PROTOCOL_VERSION_META.find(&body).is_some() {
+        // A stateless-era message: on a connection of that era, or the probe that finds it
+        // (while the era is not known, only the probe has that era's `_meta`).
+        let stateless = match self.0.state().era {
+            Some(era) => era == Era::Stateless,
+            None => needle::PROTOCOL_VERSION_META.find(&body).is_some(),
+        };
+        if stateless {
             let id = request_id(&body);
             // Locked across the spawn, so that the task's removal of its entry comes after
             // the entry is made.
@@ -142,7 +147,7 @@ impl Wire for HttpWire {
     }
 
     fn era_chosen(&self, era: Era) {
-        self.0.state().stateless = era == Era::Stateless;
+        self.0.state().era = Some(era);
     }
 
     fn cancel(&self, id: u64) -> bool {

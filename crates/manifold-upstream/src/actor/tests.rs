@@ -637,6 +637,13 @@ fn a_session_era_http_upstream_gets_initialize_unless_the_stateless_era_is_requi
         let list = fake.seen_of("tools/list").pop().unwrap();
         assert_eq!(list.header("mcp-session-id"), Some("s-1"));
         assert!(list.body["params"].get("_meta").is_none(), "{list:?}");
+        // A request that carries the stateless era's `_meta` (a host's, passed on) is still
+        // sent in this connection's era.
+        let params = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#;
+        result_text(conn.request("tools/list", Some(params)).await.unwrap());
+        let list = fake.seen_of("tools/list").pop().unwrap();
+        assert_eq!(list.header("mcp-session-id"), Some("s-1"));
+        assert_eq!(list.header("mcp-method"), None);
     });
     let fake = Fake::start(true, &["echo"], 0);
     actix::System::new().block_on(async move {

@@ -223,6 +223,14 @@ impl Connection {
         self.probing.store(true, Ordering::Relaxed);
     }
 
+    /// The upstream speaks the session era: what is sent from now on is of that era, whatever
+    /// `_meta` it carries.
+    pub(crate) fn set_session(&self) {
+        if self.stateless.get().is_none() {
+            self.wire.era_chosen(Era::Session);
+        }
+    }
+
     /// Sends the `server/discover` probe (`params` carry its `_meta`) and waits at most
     /// `limit` for the answer (`Ok(None)`: none came).
     pub(crate) async fn probe(
