@@ -403,13 +403,13 @@ fn a_host_that_reads_slowly_is_paced_and_loses_nothing() {
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
 
-/// An `[upstreams.KEY]` section running the fixture through `sh`, which first runs `script`
-/// (`$0` is `file`, a path of the test's own) and then the fixture with `args`.
+/// An `[upstreams.KEY]` section running `script` with `sh` (`$0` is `file`, a path of the
+/// test's own), where `FIXTURE` stands for the fixture with `args`.
 fn fixture_behind(key: &str, script: &str, file: &std::path::Path, args: &[&str]) -> String {
     let fixture: Vec<String> = std::iter::once(fixture_bin().to_owned())
         .chain(args.iter().map(|a| (*a).to_owned()))
         .collect();
-    let command = format!("{script}{}", fixture.join(" "));
+    let command = script.replace("FIXTURE", &fixture.join(" "));
     format!(
         "[upstreams.{key}]\ncommand = \"sh\"\nargs = [\"-c\", {:?}, {:?}]\n",
         command,
@@ -430,7 +430,12 @@ fn sent_to(file: &std::path::Path) -> Vec<Value> {
 fn a_session_era_upstream_is_probed_then_initialized() {
     let dir = TempDir::new("era");
     let wire = dir.path().join("wire.jsonl");
-    let config = fixture_behind("alpha", "tee \"$0\" | exec ", &wire, &["--name", "alpha"]);
+    let config = fixture_behind(
+        "alpha",
+        "tee \"$0\" | exec FIXTURE",
+        &wire,
+        &["--name", "alpha"],
+    );
     let mut m = Manifold::ready(&config);
     assert_eq!(text_of(&m.call("alpha__echo", json!({"text": "hi"}))), "hi");
     let sent = sent_to(&wire);
@@ -462,7 +467,12 @@ fn era_session_skips_the_probe() {
     let wire = dir.path().join("wire.jsonl");
     let config = format!(
         "{}era = \"session\"\n",
-        fixture_behind("alpha", "tee \"$0\" | exec ", &wire, &["--name", "alpha"])
+        fixture_behind(
+            "alpha",
+            "tee \"$0\" | exec FIXTURE",
+            &wire,
+            &["--name", "alpha"]
+        )
     );
     let mut m = Manifold::ready(&config);
     assert_eq!(text_of(&m.call("alpha__echo", json!({"text": "hi"}))), "hi");
@@ -500,7 +510,7 @@ fn a_child_that_exits_on_the_probe_is_started_again_with_initialize() {
     let marker = dir.path().join("started-once");
     let config = fixture_behind(
         "alpha",
-        "if [ ! -e \"$0\" ]; then : > \"$0\"; head -n 1 > /dev/null; exit 3; fi; exec ",
+        "if [ ! -e \"$0\" ]; then : > \"$0\"; head -n 1 > /dev/null; exit 3; fi; exec FIXTURE",
         &marker,
         &["--name", "alpha"],
     );
@@ -526,13 +536,13 @@ fn an_upstream_silent_on_the_probe_gets_initialize_after_the_probe_timeout() {
     // one swallows it unanswered, as some session-era servers do with a request before
     // initialize.
     let dir = TempDir::new("era");
-    let unused = dir.path().join("unused");
+    let wire = dir.path().join("wire.jsonl");
     let config = format!(
         "{}request_timeout_ms = 1000\n",
         fixture_behind(
             "alpha",
-            "head -n 1 > /dev/null; exec ",
-            &unused,
+            "tee \"$0\" | { head -n 1 > /dev/null; exec FIXTURE; }",
+            &wire,
             &["--name", "alpha"]
         )
     );
@@ -547,4 +557,8 @@ fn an_upstream_silent_on_the_probe_gets_initialize_after_the_probe_timeout() {
     let ready = m.logged_line(|l| l.contains("ready") && l.contains("upstream=alpha"));
     assert!(ready.contains("era=\"session\""), "{ready}");
     m.assert_logged("no answer to server/discover within 1s");
+    // The probe is forgotten, not cancelled: the upstream hears nothing before initialize.
+    let sent = sent_to(&wire);
+    assert_eq!(sent[0]["method"], "server/discover");
+    assert_eq!(sent[1]["method"], "initialize", "{sent:?}");
 }

@@ -246,9 +246,12 @@ impl Connection {
             if let Some(reason) = &st.closed {
                 return Err(self.unavailable(reason));
             }
+            // A request with a limit of its own is forgotten at the limit, by the wait below:
+            // the sweep of deadlines (which would tell the upstream) comes only later.
+            let deadline = limit.map(|l| l.saturating_mul(2));
             st.table
                 .entries
-                .insert(id, self.entry(Reply::Channel(tx), limit));
+                .insert(id, self.entry(Reply::Channel(tx), deadline));
         }
         if let Err(e) = self.write(&line) {
             self.lock().table.entries.remove(&id);
