@@ -1,6 +1,6 @@
 //! Supervision: crashes, garbage, failed starts, restarts, and shutdown leaving no process.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use manifold_testkit::process::*;
 
@@ -401,4 +401,164 @@ fn a_host_that_reads_slowly_is_paced_and_loses_nothing() {
     }
     drop(writer.join().unwrap());
     assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// An `[upstreams.KEY]` section running `script` with `sh` (`$0` is `file`, a path of the
+/// test's own), where `FIXTURE` stands for the fixture with `args`.
+fn fixture_behind(key: &str, script: &str, file: &std::path::Path, args: &[&str]) -> String {
+    let fixture: Vec<String> = std::iter::once(fixture_bin().to_owned())
+        .chain(args.iter().map(|a| (*a).to_owned()))
+        .collect();
+    let command = script.replace("FIXTURE", &fixture.join(" "));
+    format!(
+        "[upstreams.{key}]\ncommand = \"sh\"\nargs = [\"-c\", {:?}, {:?}]\n",
+        command,
+        file.to_str().unwrap()
+    )
+}
+
+/// What Manifold wrote to the fixture (copied by `tee` on the way), one message a line.
+fn sent_to(file: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_session_era_upstream_is_probed_then_initialized() {
+    let dir = TempDir::new("era");
+    let wire = dir.path().join("wire.jsonl");
+    let config = fixture_behind(
+        "alpha",
+        "tee \"$0\" | exec FIXTURE",
+        &wire,
+        &["--name", "alpha"],
+    );
+    let mut m = Manifold::ready(&config);
+    assert_eq!(text_of(&m.call("alpha__echo", json!({"text": "hi"}))), "hi");
+    let sent = sent_to(&wire);
+    // The probe first, in the stateless era's revision, with its `_meta`; refused (-32601),
+    // then the session era's handshake, and no `_meta` from then on.
+    assert_eq!(sent[0]["method"], "server/discover");
+    let meta = &sent[0]["params"]["_meta"];
+    assert_eq!(
+        meta["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
+    );
+    assert_eq!(
+        meta["io.modelcontextprotocol/clientInfo"]["name"],
+        "manifold"
+    );
+    assert!(meta["io.modelcontextprotocol/clientCapabilities"].is_object());
+    assert_eq!(sent[1]["method"], "initialize");
+    assert_eq!(sent[2]["method"], "notifications/initialized");
+    assert!(sent[3..].iter().all(|s| s["params"]
+        .get("_meta")
+        .is_none_or(|m| m.get("io.modelcontextprotocol/protocolVersion").is_none())));
+    let ready = m.logged_line(|l| l.contains("ready") && l.contains("upstream=alpha"));
+    assert!(ready.contains("era=\"session\""), "{ready}");
+}
+
+#[test]
+fn era_session_skips_the_probe() {
+    let dir = TempDir::new("era");
+    let wire = dir.path().join("wire.jsonl");
+    let config = format!(
+        "{}era = \"session\"\n",
+        fixture_behind(
+            "alpha",
+            "tee \"$0\" | exec FIXTURE",
+            &wire,
+            &["--name", "alpha"]
+        )
+    );
+    let mut m = Manifold::ready(&config);
+    assert_eq!(text_of(&m.call("alpha__echo", json!({"text": "hi"}))), "hi");
+    let sent = sent_to(&wire);
+    assert_eq!(sent[0]["method"], "initialize");
+    assert!(sent.iter().all(|s| s["method"] != "server/discover"));
+}
+
+#[test]
+fn era_stateless_on_a_session_era_upstream_fails_with_the_reason() {
+    let config = format!(
+        "{}era = \"stateless\"\nrestart_initial_backoff_ms = 60000\nrestart_max_backoff_ms = 60000\n{}",
+        fixture_upstream("alpha", &["--name", "alpha"]),
+        fixture_upstream("beta", &["--name", "beta"]),
+    );
+    let mut m = Manifold::ready(&config);
+    let line = m.logged_line(|l| l.contains("handshake failed") && l.contains("alpha"));
+    assert!(
+        line.contains("does not speak the stateless era")
+            && line.contains("era = \"stateless\" requires")
+            && line.contains("-32601"),
+        "{line}"
+    );
+    let r = m.call("beta__echo", json!({"text": "fine"}));
+    assert_eq!(text_of(&r), "fine");
+    let tools = m.names("tools/list", "tools", "name");
+    assert!(tools.iter().all(|t| t.starts_with("beta__")), "{tools:?}");
+}
+
+#[test]
+fn a_child_that_exits_on_the_probe_is_started_again_with_initialize() {
+    // The first process reads the probe and exits (as a server that dies on an unknown
+    // first request does); the next one, started at once, gets no probe.
+    let dir = TempDir::new("era");
+    let marker = dir.path().join("started-once");
+    let config = fixture_behind(
+        "alpha",
+        "if [ ! -e \"$0\" ]; then : > \"$0\"; head -n 1 > /dev/null; exit 3; fi; exec FIXTURE",
+        &marker,
+        &["--name", "alpha"],
+    );
+    let mut m = Manifold::ready(&config);
+    eventually("alpha is back", || {
+        m.call("alpha__echo", json!({"text": "x"}))
+            .get("result")
+            .is_some()
+    });
+    m.assert_logged("exited before answering the server/discover probe");
+    let ready = m.logged_line(|l| l.contains("ready") && l.contains("upstream=alpha"));
+    assert!(ready.contains("era=\"session\""), "{ready}");
+    assert!(
+        !m.stderr().contains("restarting in"),
+        "no backoff:\n{}",
+        m.stderr()
+    );
+}
+
+#[test]
+fn an_upstream_silent_on_the_probe_gets_initialize_after_the_probe_timeout() {
+    // The probe waits at most the upstream's request timeout (here 1 s; 5 s at most): this
+    // one swallows it unanswered, as some session-era servers do with a request before
+    // initialize.
+    let dir = TempDir::new("era");
+    let wire = dir.path().join("wire.jsonl");
+    let config = format!(
+        "{}request_timeout_ms = 1000\n",
+        fixture_behind(
+            "alpha",
+            "tee \"$0\" | { head -n 1 > /dev/null; exec FIXTURE; }",
+            &wire,
+            &["--name", "alpha"]
+        )
+    );
+    let started = std::time::Instant::now();
+    let mut m = Manifold::ready(&config);
+    eventually("alpha is up", || {
+        m.call("alpha__echo", json!({"text": "x"}))
+            .get("result")
+            .is_some()
+    });
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    let ready = m.logged_line(|l| l.contains("ready") && l.contains("upstream=alpha"));
+    assert!(ready.contains("era=\"session\""), "{ready}");
+    m.assert_logged("no answer to server/discover within 1s");
+    // The probe is forgotten, not cancelled: the upstream hears nothing before initialize.
+    let sent = sent_to(&wire);
+    assert_eq!(sent[0]["method"], "server/discover");
+    assert_eq!(sent[1]["method"], "initialize", "{sent:?}");
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use manifold_config::{NameFilter, NameSettings, UpstreamConfig};
 use manifold_protocol::RawObject;
@@ -87,14 +88,76 @@ pub struct UpstreamSlice {
     pub prompts: Vec<Box<RawValue>>,
     pub resources: Vec<Box<RawValue>>,
     pub templates: Vec<Box<RawValue>>,
-    /// The `capabilities` object of its initialize result.
+    /// The `capabilities` object of its initialize result (session era) or of its
+    /// `server/discover` result (stateless era).
     pub capabilities: Option<Box<RawValue>>,
+    /// The revision Manifold speaks with it; its era is [`UpstreamSlice::era`].
     pub protocol_version: String,
-    /// The `instructions` of its initialize result, if any.
+    /// The `instructions` of its initialize or `server/discover` result, if any.
     pub instructions: Option<String>,
+    /// Its name and version as it gave them (`serverInfo` of its initialize result, or the
+    /// `io.modelcontextprotocol/serverInfo` of its `server/discover` result's `_meta`).
+    pub server_info: Option<Box<RawValue>>,
+    /// The caching hints of each list as the upstream gave them (by [`Kind::index`]): `None`
+    /// when it gave none (every session-era upstream), or the list was not fetched.
+    pub hints: [Option<CacheHint>; 4],
+    /// When each list was fetched (by [`Kind::index`]; the time its first page was asked
+    /// for), for its hint's freshness.
+    pub fetched: [Option<Instant>; 4],
+}
+
+/// What a stateless-era upstream said about caching one of its lists (`ttlMs` and
+/// `cacheScope`), over every page of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheHint {
+    /// The smallest `ttlMs` of its pages (a page without one counts as 0: immediately stale).
+    pub ttl_ms: u64,
+    /// Whether any page said `cacheScope: "private"`.
+    pub private: bool,
+}
+
+impl CacheHint {
+    /// The hint of a list made of pages with these hints, in order.
+    pub fn combine(pages: impl IntoIterator<Item = CacheHint>) -> Option<CacheHint> {
+        pages.into_iter().reduce(|a, b| CacheHint {
+            ttl_ms: a.ttl_ms.min(b.ttl_ms),
+            private: a.private || b.private,
+        })
+    }
 }
 
 impl UpstreamSlice {
+    /// The caching hint of list `kind`, if the upstream gave one.
+    pub fn hint(&self, kind: Kind) -> Option<CacheHint> {
+        self.hints[kind.index()]
+    }
+
+    /// Until when list `kind` is fresh by its hint: `None` when it has no hint with a
+    /// positive `ttlMs` (a list without a time to live is only fetched again when the
+    /// upstream says it changed).
+    pub fn fresh_until(&self, kind: Kind) -> Option<Instant> {
+        let hint = self.hint(kind).filter(|h| h.ttl_ms > 0)?;
+        let fetched = self.fetched[kind.index()]?;
+        Some(fetched + Duration::from_millis(hint.ttl_ms))
+    }
+
+    /// The protocol era Manifold speaks with it (`None` before any handshake).
+    pub fn era(&self) -> Option<manifold_protocol::version::Era> {
+        manifold_protocol::version::era_of(&self.protocol_version)
+    }
+
+    /// Whether `other` offers the same lists with the same hints (what a catalog refresh
+    /// that changes nothing finds).
+    pub fn same_lists(&self, other: &UpstreamSlice) -> bool {
+        fn same(a: &[Box<RawValue>], b: &[Box<RawValue>]) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.get() == y.get())
+        }
+        Kind::ALL
+            .into_iter()
+            .all(|k| same(self.items(k), other.items(k)))
+            && self.hints == other.hints
+    }
+
     fn items(&self, kind: Kind) -> &[Box<RawValue>] {
         match kind {
             Kind::Tools => &self.tools,

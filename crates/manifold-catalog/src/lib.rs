@@ -16,6 +16,8 @@ pub mod pins;
 pub mod rewrite;
 pub mod uri;
 
-pub use build::{Catalog, Collision, Resolved, UpstreamDef, UpstreamSlice, UpstreamState};
+pub use build::{
+    CacheHint, Catalog, Collision, Resolved, UpstreamDef, UpstreamSlice, UpstreamState,
+};
 pub use listing::{Cursor, Item, Kind, Listing, NameOrigin, PageError};
 pub use pins::{Drift, Lock, Pin, Pinning, UpstreamPins};

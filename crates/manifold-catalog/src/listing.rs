@@ -23,6 +23,16 @@ impl Kind {
         Kind::ResourceTemplates,
     ];
 
+    /// Its place in [`Kind::ALL`], for per-kind arrays.
+    pub fn index(self) -> usize {
+        match self {
+            Kind::Tools => 0,
+            Kind::Prompts => 1,
+            Kind::Resources => 2,
+            Kind::ResourceTemplates => 3,
+        }
+    }
+
     /// The list method, e.g. `tools/list`.
     pub fn list_method(self) -> &'static str {
         match self {

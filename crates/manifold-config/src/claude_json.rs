@@ -1,6 +1,7 @@
 //! Claude Desktop style JSON: `{"mcpServers": {"name": {"command": ..., "args": [...],
 //! "env": {...}, "cwd": ...}}}`, or for a remote server `{"url": ..., "type": "http" |
-//! "streamable-http" | "sse", "headers": {...}}`. Such files are shared with other tools, so
+//! "streamable-http" | "sse", "headers": {...}}`; either may name Manifold's `"era"` ("auto",
+//! the default, "session" or "stateless", as in TOML). Such files are shared with other tools, so
 //! unknown top-level and entry keys are ignored rather than rejected, and disabled entries are
 //! skipped with a reason instead of failing the whole file.
 
@@ -74,6 +75,8 @@ fn entry_to_raw(
         return Ok(Err(validate::DISABLED));
     }
     let kind = field::<String>(ctx, &obj, path, "type")?;
+    // Manifold's own key (other tools ignore it); validated like the TOML key.
+    let era = field::<String>(ctx, &obj, path, "era")?;
     let command = field::<String>(ctx, &obj, path, "command")?;
     let url = field::<String>(ctx, &obj, path, "url")?;
     let remote = match kind.as_deref() {
@@ -102,6 +105,7 @@ fn entry_to_raw(
                 }
             }),
             headers: field(ctx, &obj, path, "headers")?.unwrap_or_default(),
+            era,
             ..RawUpstream::default()
         }));
     }
@@ -113,6 +117,7 @@ fn entry_to_raw(
         args: field(ctx, &obj, path, "args")?.unwrap_or_default(),
         env: field(ctx, &obj, path, "env")?.unwrap_or_default(),
         cwd: field(ctx, &obj, path, "cwd")?,
+        era,
         ..RawUpstream::default()
     }))
 }

@@ -242,8 +242,39 @@ pub struct UpstreamConfig {
     /// Whether `/readyz` waits for this upstream.
     pub required: bool,
     pub isolation: Isolation,
+    /// Which protocol era Manifold speaks to it (`era`).
+    pub era: EraChoice,
     /// Which of its answers are cached, and how.
     pub caches: UpstreamCaches,
+}
+
+/// Which era of the protocol Manifold speaks to an upstream (`era = "auto" | "session" |
+/// "stateless"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EraChoice {
+    /// Probe with `server/discover`: an upstream that answers it with a stateless-era revision
+    /// Manifold speaks is spoken to in that era (a dual-era one too); any error, no answer
+    /// within a few seconds, or a child process that exits on it means the session era
+    /// (`initialize`). The default.
+    #[default]
+    Auto,
+    /// The session era only (`initialize`, no probe): for servers that misbehave on an
+    /// unknown first request.
+    Session,
+    /// The stateless era only: the probe must succeed, or the upstream does not start (and is
+    /// retried with backoff, with the reason logged).
+    Stateless,
+}
+
+impl EraChoice {
+    /// The value as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            EraChoice::Auto => "auto",
+            EraChoice::Session => "session",
+            EraChoice::Stateless => "stateless",
+        }
+    }
 }
 
 /// Whether an upstream's connection is shared by every host session.

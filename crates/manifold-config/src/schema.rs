@@ -79,6 +79,7 @@ pub(crate) struct RawUpstream {
     pub(crate) required: Option<bool>,
     pub(crate) isolation: Option<String>,
     pub(crate) isolation_limit: Option<u64>,
+    pub(crate) era: Option<String>,
     #[serde(default)]
     pub(crate) args: Vec<String>,
     #[serde(default)]

@@ -11,9 +11,9 @@ use std::time::Duration;
 use crate::error::{self, child};
 use crate::schema::{RawFilter, RawNames, RawServer, RawTelemetry, RawTls, RawUpstream};
 use crate::{
-    ConfigError, EnvLookup, HttpConfig, HttpKind, HttpSettings, Isolation, LogFormat, NameFilter,
-    NameSettings, OtlpProtocol, RestartPolicy, ServerSettings, StdioConfig, TelemetryConfig,
-    TlsSettings, Transport, UpstreamConfig, SAMPLERS,
+    ConfigError, EnvLookup, EraChoice, HttpConfig, HttpKind, HttpSettings, Isolation, LogFormat,
+    NameFilter, NameSettings, OtlpProtocol, RestartPolicy, ServerSettings, StdioConfig,
+    TelemetryConfig, TlsSettings, Transport, UpstreamConfig, SAMPLERS,
 };
 
 pub(crate) const DEFAULT_PAGE_SIZE: u64 = 1000;
@@ -387,6 +387,7 @@ pub(crate) fn upstream(
     }
     let transport = transport(ctx, path, &raw)?;
     let isolation = isolation(ctx, path, &raw)?;
+    let era = era(ctx, path, &raw, &transport)?;
     let mut tool_timeouts = BTreeMap::new();
     for (tool, ms) in &raw.tool_timeouts {
         check_min(ctx, &child(&child(path, "tool_timeouts"), tool), *ms, 1)?;
@@ -413,9 +414,42 @@ pub(crate) fn upstream(
         prompts: filter(ctx, &child(path, "prompts"), raw.prompts)?,
         required: raw.required.unwrap_or(false),
         isolation,
+        era,
         caches,
         transport,
     })
+}
+
+fn era(
+    ctx: &Ctx<'_>,
+    path: &str,
+    raw: &RawUpstream,
+    transport: &Transport,
+) -> Result<EraChoice, ConfigError> {
+    let era = match raw.era.as_deref() {
+        None | Some("auto") => EraChoice::Auto,
+        Some("session") => EraChoice::Session,
+        Some("stateless") => EraChoice::Stateless,
+        Some(other) => {
+            return Err(ctx.err(
+                child(path, "era"),
+                format!(
+                    "{other:?} is not a protocol era; use \"auto\" (the default: probe, then \
+                     the stateless era if the upstream speaks it), \"session\" or \"stateless\""
+                ),
+            ))
+        }
+    };
+    if let (EraChoice::Stateless, Transport::Http(http)) = (era, transport) {
+        if http.kind == HttpKind::Sse {
+            return Err(ctx.err(
+                child(path, "era"),
+                "the HTTP+SSE transport (transport = \"sse\") is of the session era only; \
+                 a stateless-era upstream speaks Streamable HTTP",
+            ));
+        }
+    }
+    Ok(era)
 }
 
 fn isolation(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<Isolation, ConfigError> {

@@ -33,6 +33,16 @@ pub static IS_ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"
 pub static CACHE_META: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"manifold/cache\""));
 
+/// The stateless era's protocol version key, in a request's `_meta`: a request that has it
+/// already speaks that era.
+pub static PROTOCOL_VERSION_META: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"io.modelcontextprotocol/protocolVersion\""));
+
+/// The stateless era's subscription id key, in the `_meta` of what a `subscriptions/listen`
+/// stream carries.
+pub static SUBSCRIPTION_ID_META: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"io.modelcontextprotocol/subscriptionId\""));
+
 #[cfg(test)]
 mod tests {
     use super::*;

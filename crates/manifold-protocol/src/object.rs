@@ -96,6 +96,62 @@ impl<'a> RawObject<'a> {
     }
 }
 
+/// `params` (a request's params as JSON text; `None` or `null` for none) with `members` merged
+/// into its `_meta`: `members` is the text of JSON object members without the braces, e.g.
+/// `"io.modelcontextprotocol/protocolVersion":"2026-07-28","k":{}`. A key `members` names
+/// replaces the same key in `_meta`; every other member of `_meta` (a progress token, a trace
+/// context) and of `params` is kept byte for byte. A `_meta` that is not an object is replaced.
+/// `params` that are not an object (which no MCP request has) are returned unchanged.
+///
+/// This is how a request to a stateless-era server gets the per-request metadata that revision
+/// requires (its protocol version, the client's capabilities and identity).
+pub fn with_meta(params: Option<&str>, members: &str) -> String {
+    let params = params.map(str::trim).filter(|p| *p != "null");
+    let add_text = format!("{{{members}}}");
+    let Ok(add) = RawObject::parse(&add_text) else {
+        return params.unwrap_or("{}").to_owned();
+    };
+    let mut obj = match params {
+        None => RawObject::default(),
+        Some(p) => match RawObject::parse(p) {
+            Ok(obj) => obj,
+            Err(_) => return p.to_owned(),
+        },
+    };
+    let mut meta = obj
+        .get("_meta")
+        .and_then(|m| RawObject::parse(m).ok())
+        .unwrap_or_default();
+    for (key, value) in &add.entries {
+        match meta.entries.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = Cow::Borrowed(value.as_ref()),
+            None => meta
+                .entries
+                .push((Cow::Borrowed(key.as_ref()), Cow::Borrowed(value.as_ref()))),
+        }
+    }
+    let meta_text = meta.to_text();
+    obj.set_raw("_meta", meta_text);
+    obj.to_text()
+}
+
+/// `params` without the member `key` of its `_meta` (and without `_meta` once that leaves it
+/// empty); `None` when there is no such member, so the caller keeps what it has.
+pub fn without_meta_member(params: &str, key: &str) -> Option<String> {
+    let mut obj = RawObject::parse(params).ok()?;
+    let mut meta = RawObject::parse(obj.get("_meta")?).ok()?;
+    if !meta.remove(key) {
+        return None;
+    }
+    if meta.entries.is_empty() {
+        obj.remove("_meta");
+    } else {
+        let text = meta.to_text();
+        obj.set_raw("_meta", text);
+    }
+    Some(obj.to_text())
+}
+
 /// Encodes `s` as a JSON string value.
 pub fn json_string(s: &str) -> String {
     let mut out = Vec::with_capacity(s.len() + 2);
@@ -165,6 +221,51 @@ mod tests {
         assert_eq!(String::from_utf8(out).unwrap(), r#""a\"b\\c\nd\u0001é""#);
         let obj = RawObject::parse(r#"{"k\"ey":1}"#).unwrap();
         assert_eq!(obj.to_text(), r#"{"k\"ey":1}"#);
+    }
+
+    #[test]
+    fn merges_members_into_meta_keeping_the_rest() {
+        let members = r#""v":"2026-07-28","caps":{}"#;
+        assert_eq!(
+            with_meta(None, members),
+            r#"{"_meta":{"v":"2026-07-28","caps":{}}}"#
+        );
+        assert_eq!(
+            with_meta(Some("null"), members),
+            r#"{"_meta":{"v":"2026-07-28","caps":{}}}"#
+        );
+        assert_eq!(
+            with_meta(Some(r#"{"name":"t","arguments":{"a":[1, 2]}}"#), members),
+            r#"{"name":"t","arguments":{"a":[1, 2]},"_meta":{"v":"2026-07-28","caps":{}}}"#
+        );
+        // Kept: the members `members` does not name; replaced: those it does.
+        assert_eq!(
+            with_meta(
+                Some(r#"{"_meta":{"progressToken":7,"v":"old"},"cursor":"c"}"#),
+                members
+            ),
+            r#"{"_meta":{"progressToken":7,"v":"2026-07-28","caps":{}},"cursor":"c"}"#
+        );
+        assert_eq!(
+            with_meta(Some(r#"{"_meta":5}"#), members),
+            r#"{"_meta":{"v":"2026-07-28","caps":{}}}"#
+        );
+        assert_eq!(with_meta(Some("[1]"), members), "[1]");
+    }
+
+    #[test]
+    fn removes_one_meta_member() {
+        let p = r#"{"uri":"a","_meta":{"sub":1,"k":2}}"#;
+        assert_eq!(
+            without_meta_member(p, "sub").as_deref(),
+            Some(r#"{"uri":"a","_meta":{"k":2}}"#)
+        );
+        assert_eq!(
+            without_meta_member(r#"{"uri":"a","_meta":{"sub":1}}"#, "sub").as_deref(),
+            Some(r#"{"uri":"a"}"#)
+        );
+        assert_eq!(without_meta_member(p, "zz"), None);
+        assert_eq!(without_meta_member(r#"{"uri":"a"}"#, "sub"), None);
     }
 
     #[test]

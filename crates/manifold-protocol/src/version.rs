@@ -66,6 +66,23 @@ pub fn is_supported(version: &str) -> bool {
     SUPPORTED.contains(&version)
 }
 
+/// The newest stateless-era revision Manifold speaks among `offered` (a server's
+/// `supportedVersions`, or the `data.supported` of its unsupported-version error).
+pub fn newest_modern<'a>(offered: impl IntoIterator<Item = &'a str>) -> Option<&'static str> {
+    let offered: Vec<&str> = offered.into_iter().collect();
+    MODERN.iter().rev().copied().find(|v| offered.contains(v))
+}
+
+/// The newest session-era revision Manifold speaks among `offered`.
+pub fn newest_session<'a>(offered: impl IntoIterator<Item = &'a str>) -> Option<&'static str> {
+    let offered: Vec<&str> = offered.into_iter().collect();
+    SUPPORTED
+        .iter()
+        .rev()
+        .copied()
+        .find(|v| offered.contains(v))
+}
+
 /// The `_meta` keys of the stateless era.
 pub mod meta {
     /// Request: the revision the request is spoken in (required).
@@ -103,6 +120,15 @@ mod tests {
         assert_eq!(negotiate(None), LATEST);
         assert!(is_supported("2025-06-18"));
         assert!(!is_supported("2026-07-28"));
+    }
+
+    #[test]
+    fn picks_the_newest_common_revision_of_each_era() {
+        let offered = ["2025-06-18", "2026-07-28", "2099-01-01"];
+        assert_eq!(newest_modern(offered), Some("2026-07-28"));
+        assert_eq!(newest_session(offered), Some("2025-06-18"));
+        assert_eq!(newest_modern(["2025-11-25"]), None);
+        assert_eq!(newest_session(["2026-07-28"]), None);
     }
 
     #[test]

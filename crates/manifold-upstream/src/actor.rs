@@ -1,17 +1,19 @@
-//! The upstream actor: owns one upstream's lifecycle (spawn, handshake, catalog refresh,
-//! health, restart with capped exponential backoff, shutdown). It never sits on the hot path:
-//! requests go through the `Connection` it publishes, not through its mailbox.
+//! The upstream actor: owns one upstream's lifecycle (spawn, era probe and handshake, catalog
+//! refresh, the stateless era's `subscriptions/listen` stream, health, restart with capped
+//! exponential backoff, shutdown). It never sits on the hot path: requests go through the
+//! `Connection` it publishes, not through its mailbox.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use manifold_catalog::{Kind, UpstreamSlice, UpstreamState};
-use manifold_config::{Transport, UpstreamConfig};
+use manifold_config::{EraChoice, HttpKind, Transport, UpstreamConfig};
+use manifold_protocol::version::Era;
 use rustix::process::Signal;
 use tokio::sync::oneshot;
 
-use crate::connection::{Connection, Events, Timing};
+use crate::connection::{Connection, Events, ListenEnd, ListenFilter, Timing};
 use crate::handle::Published;
 use crate::hub::Hub;
 use crate::pending::Peer;
@@ -59,6 +61,13 @@ const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// `list_changed` notifications that come within this of each other make one refresh (and at
 /// most one notification to hosts): servers often send several in a burst.
 const REFRESH_DEBOUNCE: Duration = Duration::from_millis(20);
+/// A `subscriptions/listen` stream that ended is opened again after this, doubling up to
+/// [`LISTEN_MAX_BACKOFF`]; an acknowledged stream starts the delay over.
+const LISTEN_BACKOFF: Duration = Duration::from_secs(1);
+const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// After a refresh of stale lists failed, they count as fresh this long (so that hosts' list
+/// requests do not each ask a failing upstream again).
+const STALE_RETRY: Duration = Duration::from_secs(5);
 
 pub struct UpstreamActor {
     pub(crate) index: usize,
@@ -80,6 +89,13 @@ pub struct UpstreamActor {
     stopped: Vec<oneshot::Sender<()>>,
     slice: Option<Arc<UpstreamSlice>>,
     refresh: RefreshState,
+    /// The next start speaks the session era without probing: the last process exited
+    /// before answering its `server/discover` probe. Once: the start after that probes again.
+    skip_probe: bool,
+    /// The delay before an ended `subscriptions/listen` stream is opened again.
+    listen_backoff: Duration,
+    /// A reopening of the listen stream for changed subscriptions is planned.
+    listen_planned: bool,
     /// Restarts are counted here (shared by every connection to this upstream).
     counters: Arc<manifold_telemetry::UpstreamCounters>,
 }
@@ -122,6 +138,9 @@ impl UpstreamActor {
             stopped: Vec::new(),
             slice: None,
             refresh: RefreshState::default(),
+            skip_probe: false,
+            listen_backoff: LISTEN_BACKOFF,
+            listen_planned: false,
             counters,
         }
     }
@@ -156,6 +175,26 @@ pub(crate) struct Refresh {
     kinds: Vec<Kind>,
 }
 
+/// Hosts found a list of the upstream stale by its caching hint: fetch the stale ones again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RefreshStale;
+
+/// What the connection's `subscriptions/listen` stream reported.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Listening {
+    generation: u64,
+    what: ListenNews,
+}
+
+enum ListenNews {
+    Acknowledged,
+    Ended(ListenEnd),
+    /// Subscriptions changed: open it again with the new set.
+    Changed,
+}
+
 /// Stop the upstream and every process of its group; resolves once they are gone.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -173,6 +212,9 @@ impl UpstreamActor {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.refresh = RefreshState::default();
+        self.listen_backoff = LISTEN_BACKOFF;
+        self.listen_planned = false;
+        self.published.set_stale_at(None);
         let generation = self.generation;
         let _span =
             tracing::info_span!("upstream.start", upstream = %self.key, generation).entered();
@@ -231,13 +273,34 @@ impl UpstreamActor {
             // Calls may be sent before the handshake ends; the catalog gates them meanwhile.
             self.published.store(Some(Arc::clone(&conn)));
         }
+        let era = self.era_plan();
+        if era != EraChoice::Session {
+            conn.will_probe();
+        }
+        let plan = handshake::Plan {
+            era,
+            probe_timeout: handshake::PROBE_TIMEOUT.min(self.timing.request),
+            http: matches!(self.cfg.transport, Transport::Http(_)),
+        };
         ctx.spawn(
-            actix::fut::wrap_future(handshake::run(conn, capabilities)).map(
+            actix::fut::wrap_future(handshake::run(conn, capabilities, plan)).map(
                 move |res, act: &mut Self, _| {
                     act.handshake_done(generation, res);
                 },
             ),
         );
+    }
+
+    /// The era this start speaks: as configured, except that `auto` speaks the session era
+    /// without probing over the HTTP+SSE transport (of that era only), and once after a child
+    /// exited on its probe.
+    fn era_plan(&mut self) -> EraChoice {
+        let sse = matches!(&self.cfg.transport, Transport::Http(h) if h.kind == HttpKind::Sse);
+        let skip = std::mem::take(&mut self.skip_probe);
+        match self.cfg.era {
+            EraChoice::Auto if sse || skip => EraChoice::Session,
+            era => era,
+        }
     }
 
     fn handshake_done(&mut self, generation: u64, res: Result<UpstreamSlice, String>) {
@@ -246,14 +309,16 @@ impl UpstreamActor {
         }
         match res {
             Ok(slice) => {
+                let era = slice.era().unwrap_or(Era::Session);
                 tracing::info!(
-                    upstream = %self.key, version = %slice.protocol_version, tools = slice.tools.len(),
-                    prompts = slice.prompts.len(), resources = slice.resources.len(),
-                    templates = slice.templates.len(), "ready"
+                    upstream = %self.key, era = era.name(), version = %slice.protocol_version,
+                    tools = slice.tools.len(), prompts = slice.prompts.len(),
+                    resources = slice.resources.len(), templates = slice.templates.len(), "ready"
                 );
                 let slice = Arc::new(slice);
                 self.slice = Some(Arc::clone(&slice));
                 self.up_since = Some(Instant::now());
+                self.mark_staleness();
                 match self.role {
                     Role::Shared => {
                         self.hub.update(self.index, UpstreamState::Up, Some(slice));
@@ -266,6 +331,12 @@ impl UpstreamActor {
                 }
                 if let Some(Link::Http(client)) = &self.link {
                     client.ready();
+                }
+                if era == Era::Stateless {
+                    self.tools_changed();
+                    if let Some(slice) = self.slice.clone() {
+                        self.start_listening(&slice);
+                    }
                 }
             }
             Err(reason) => {
@@ -283,6 +354,11 @@ impl UpstreamActor {
 
     /// The upstream is down: publish that, fail fast, and schedule a restart.
     fn stopped_with(&mut self, ctx: &mut Context<Self>, reason: String) {
+        // A child that exits on an unknown first request is of the session era: it is started
+        // again at once, with `initialize`.
+        let died_probing = self.cfg.era == EraChoice::Auto
+            && matches!(self.cfg.transport, Transport::Stdio(_))
+            && self.current.as_ref().is_some_and(|c| c.died_probing());
         self.current = None;
         self.published.store(None);
         self.link = None;
@@ -301,6 +377,11 @@ impl UpstreamActor {
                 let _ = tx.send(());
             }
             return;
+        }
+        if died_probing {
+            tracing::info!(upstream = %self.key, "it exited before answering the server/discover probe ({reason}); starting it again with initialize");
+            self.skip_probe = true;
+            return self.start(ctx);
         }
         let delay = self.next_backoff();
         tracing::warn!(upstream = %self.key, "stopped: {reason}; restarting in {}ms", delay.as_millis());
@@ -367,7 +448,8 @@ impl UpstreamActor {
         let kinds = std::mem::take(&mut self.refresh.kinds);
         self.refresh.running = true;
         let generation = self.generation;
-        let fut = handshake::refresh(conn, old, kinds);
+        let http = matches!(self.cfg.transport, Transport::Http(_));
+        let fut = handshake::refresh(conn, old, kinds, http);
         ctx.spawn(
             actix::fut::wrap_future(fut).map(move |res, act: &mut Self, ctx| {
                 act.refresh.running = false;
@@ -376,17 +458,144 @@ impl UpstreamActor {
                 }
                 match res {
                     Ok(slice) => {
+                        let same = act.slice.as_ref().is_some_and(|old| old.same_lists(&slice));
                         let slice = Arc::new(slice);
                         act.slice = Some(Arc::clone(&slice));
-                        act.hub.update(act.index, UpstreamState::Up, Some(slice));
+                        if same {
+                            // Only when it was fetched changed: nothing hosts or caches need hear.
+                            act.hub.replace_slice(act.index, slice);
+                        } else {
+                            act.hub.update(act.index, UpstreamState::Up, Some(slice));
+                        }
+                        act.mark_staleness();
+                        act.tools_changed();
                     }
                     Err(e) => {
-                        tracing::warn!(upstream = %act.key, "refreshing its catalog failed: {e}")
+                        tracing::warn!(upstream = %act.key, "refreshing its catalog failed: {e}");
+                        act.published
+                            .set_stale_at(Some(Instant::now() + STALE_RETRY));
                     }
                 }
                 act.schedule_refresh(ctx);
             }),
         );
+    }
+}
+
+impl UpstreamActor {
+    /// Tells callers when the first of its lists goes stale by its caching hint (see
+    /// `UpstreamHandle::refresh_if_stale`). Only the shared connection's lists make the
+    /// catalog, so only they go stale.
+    fn mark_staleness(&self) {
+        let at = match (&self.role, &self.slice) {
+            (Role::Shared, Some(slice)) => Kind::ALL
+                .into_iter()
+                .filter_map(|k| slice.fresh_until(k))
+                .min(),
+            _ => None,
+        };
+        self.published.set_stale_at(at);
+    }
+
+    /// Tells a stateless-era HTTP upstream's client its tools, whose calls mirror annotated
+    /// parameters into headers: this connection's own list, or for a session's own
+    /// connection (which fetches none) the shared one's.
+    fn tools_changed(&self) {
+        let (Some(Link::Http(client)), Some(conn)) = (&self.link, &self.current) else {
+            return;
+        };
+        if conn.era() != Era::Stateless {
+            return;
+        }
+        match (&self.role, &self.slice) {
+            (Role::Isolated { .. }, _) => {
+                if let Some(shared) = self.hub.catalog().slice(self.index) {
+                    client.set_tools(&shared.tools);
+                }
+            }
+            (_, Some(slice)) => client.set_tools(&slice.tools),
+            (_, None) => {}
+        }
+    }
+
+    /// Opens the stateless era's `subscriptions/listen` stream: the shared connection asks
+    /// for the list changes the upstream declared it sends; every connection asks for the
+    /// resources subscribed to on it.
+    fn start_listening(&mut self, slice: &UpstreamSlice) {
+        let Some(conn) = &self.current else { return };
+        let filter = match self.role {
+            Role::Shared => ListenFilter {
+                tools: slice.has_feature("tools", "listChanged"),
+                prompts: slice.has_feature("prompts", "listChanged"),
+                resources: slice.has_feature("resources", "listChanged"),
+            },
+            Role::Isolated { .. } | Role::Team => ListenFilter::default(),
+        };
+        conn.start_listening(filter);
+    }
+}
+
+impl Handler<RefreshStale> for UpstreamActor {
+    type Result = ();
+
+    fn handle(&mut self, _: RefreshStale, ctx: &mut Context<Self>) {
+        let Some(slice) = self.slice.clone() else {
+            return;
+        };
+        let now = Instant::now();
+        for kind in Kind::ALL {
+            let stale = slice.fresh_until(kind).is_some_and(|until| until <= now);
+            if stale && !self.refresh.kinds.contains(&kind) {
+                self.refresh.kinds.push(kind);
+            }
+        }
+        if self.refresh.kinds.is_empty() {
+            // Nothing stale after all (a refresh just ended): say when something will be.
+            self.mark_staleness();
+        }
+        self.schedule_refresh(ctx);
+    }
+}
+
+impl Handler<Listening> for UpstreamActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Listening, ctx: &mut Context<Self>) {
+        // Streams end with their upstream when Manifold stops it: nothing to open again.
+        if msg.generation != self.generation || self.stopping {
+            return;
+        }
+        match msg.what {
+            ListenNews::Acknowledged => self.listen_backoff = LISTEN_BACKOFF,
+            ListenNews::Changed => {
+                if !self.listen_planned {
+                    self.listen_planned = true;
+                    // Subscriptions often change in a burst (every one of a host's, after a
+                    // restart): one new stream for all of them.
+                    ctx.run_later(REFRESH_DEBOUNCE, move |act, _| {
+                        act.listen_planned = false;
+                        if let (Some(conn), true) = (&act.current, act.generation == msg.generation)
+                        {
+                            conn.listen_again();
+                        }
+                    });
+                }
+            }
+            ListenNews::Ended(end) if end.unsupported() => {
+                tracing::info!(upstream = %self.key, "it does not serve subscriptions/listen; its list changes and resource updates will not be heard");
+            }
+            ListenNews::Ended(end) => {
+                let delay = self.listen_backoff;
+                self.listen_backoff = (delay * 2).min(LISTEN_MAX_BACKOFF);
+                tracing::info!(upstream = %self.key, "its subscriptions/listen stream ended ({end}); listening again in {}ms", delay.as_millis());
+                ctx.run_later(delay, move |act, _| {
+                    let Some(conn) = &act.current else { return };
+                    if act.generation == msg.generation && !conn.is_listening() {
+                        conn.listen_again();
+                    }
+                });
+            }
+        }
     }
 }
 
@@ -466,4 +675,28 @@ impl Events for ConnectionEvents {
             kinds,
         });
     }
+
+    fn listen_acknowledged(&self) {
+        self.listening(ListenNews::Acknowledged);
+    }
+
+    fn listen_ended(&self, end: ListenEnd) {
+        self.listening(ListenNews::Ended(end));
+    }
+
+    fn listen_changed(&self) {
+        self.listening(ListenNews::Changed);
+    }
 }
+
+impl ConnectionEvents {
+    fn listening(&self, what: ListenNews) {
+        self.addr.do_send(Listening {
+            generation: self.generation,
+            what,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

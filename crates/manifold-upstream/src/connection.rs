@@ -6,15 +6,21 @@
 //!
 //! One file on purpose (about 600 lines): the pending table, the id counter, timeouts,
 //! cancellation and `receive` share one lock and one invariant (every request is answered,
-//! failed or refused exactly once), which is easiest to check where it is all in view.
+//! failed or refused exactly once), which is easiest to check where it is all in view. What
+//! the stateless era adds (its per-request `_meta`, the methods it dropped, the
+//! `subscriptions/listen` stream) is in the child module `stateless`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use manifold_protocol::envelope::id_of_fragments;
+use manifold_protocol::version::Era;
 use manifold_protocol::{codes, write, Envelope, Kind, RawObject};
 use tokio::sync::oneshot;
+
+mod stateless;
+pub(crate) use stateless::{error_code, meta_members, ListenEnd, ListenFilter};
 
 use crate::error::UpstreamError;
 use crate::pending::{
@@ -29,6 +35,14 @@ pub(crate) trait Wire: Send + Sync {
     fn send(&self, line: &[u8]) -> Result<(), WriteError>;
     /// Stops sending, because of `reason`; what was not sent yet is dropped.
     fn close(&self, reason: &str);
+    /// The connection's era is now known (told once, before the messages of that era).
+    fn era_chosen(&self, _era: Era) {}
+    /// Cancels request `id` by closing what carries its answer, if this transport cancels
+    /// that way (HTTP in the stateless era: closing a POST's response stream is the
+    /// cancellation); false: the connection sends `notifications/cancelled` instead.
+    fn cancel(&self, _id: u64) -> bool {
+        false
+    }
 }
 
 /// How long requests to an upstream may take.
@@ -44,6 +58,13 @@ pub struct Timing {
 pub(crate) trait Events: Send + Sync {
     /// A notification from the upstream (other than progress, which the connection maps).
     fn notification(&self, method: &str, params: Option<&str>);
+    /// A stateless-era upstream acknowledged the connection's `subscriptions/listen` stream.
+    fn listen_acknowledged(&self) {}
+    /// The connection's `subscriptions/listen` stream ended (see [`ListenEnd`]).
+    fn listen_ended(&self, _end: ListenEnd) {}
+    /// What the `subscriptions/listen` stream should ask for changed (a resource was
+    /// subscribed to or unsubscribed from): it should be opened again, soon.
+    fn listen_changed(&self) {}
 }
 
 /// A live connection to one upstream.
@@ -61,6 +82,15 @@ pub struct Connection {
     peer: OnceLock<Arc<dyn Peer>>,
     /// The upstream's byte counters (shared with its other connections).
     counters: Arc<manifold_telemetry::UpstreamCounters>,
+    /// Set once the upstream is found to speak the stateless era: what each request to it
+    /// carries in `_meta`. Unset: the session era (or not known yet). Never changes after.
+    stateless: OnceLock<stateless::Meta>,
+    /// Set while `server/discover` probes the upstream; still set if the connection ended
+    /// before the probe was answered (a child that exits on an unknown first request).
+    probing: AtomicBool,
+    /// The `subscriptions/listen` stream of a stateless-era upstream: what it asks for and
+    /// which request it is.
+    listen: Mutex<stateless::Listen>,
 }
 
 #[derive(Default)]
@@ -85,6 +115,9 @@ impl Connection {
             timing,
             peer: OnceLock::new(),
             counters: manifold_telemetry::metrics().upstream(name),
+            stateless: OnceLock::new(),
+            probing: AtomicBool::new(false),
+            listen: Mutex::new(stateless::Listen::default()),
         }
     }
 
@@ -136,7 +169,13 @@ impl Connection {
     /// Sends a request whose answer goes to `fwd.exchange`. `line` is the complete request
     /// line, already carrying `id`. The exchange always hears how the request ended, even when
     /// it could not be sent at all.
+    ///
+    /// On a stateless-era connection the request must carry the era's `_meta` (see
+    /// [`Connection::with_request_meta`]); a line without it gets it added here, at the cost
+    /// of rewriting the line.
     pub fn forward(&self, id: u64, line: &[u8], fwd: Forward) {
+        let completed = self.completed_line(line);
+        let line = completed.as_deref().unwrap_or(line);
         let timeout = fwd.timeout;
         let entry = self.entry(Reply::Forward(fwd), timeout);
         {
@@ -160,11 +199,44 @@ impl Connection {
     }
 
     /// Sends a request and waits for its answer (handshake, list fetches, fan-outs).
+    ///
+    /// To a stateless-era upstream the request carries that era's `_meta`, and the session
+    /// era's methods that revision dropped are served here instead: `ping` becomes
+    /// `server/discover`, `logging/setLevel` sets the level later requests ask for, and
+    /// `resources/subscribe` / `resources/unsubscribe` change the URIs of the connection's
+    /// `subscriptions/listen` stream (all answered `{}` once done).
     pub async fn request(
         &self,
         method: &str,
         params: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
+        if self.stateless.get().is_none() {
+            let answer = self.send_request(method, params, None).await?;
+            return answer.ok_or_else(|| self.closed_error("no answer"));
+        }
+        let (method, params, empty) = match self.stateless_local(method, params) {
+            stateless::Local::Answered(answer) => return Ok(answer),
+            stateless::Local::Send => (method, params, false),
+            // Its result stands for the dropped method's empty one.
+            stateless::Local::Instead(other) => (other, None, true),
+        };
+        let params = self.with_request_meta(params.unwrap_or("{}"));
+        let answer = self.send_request(method, Some(&params), None).await?;
+        match answer.ok_or_else(|| self.closed_error("no answer"))? {
+            Answer::Result(_) if empty => Ok(Answer::Result("{}".into())),
+            answer => Ok(answer),
+        }
+    }
+
+    /// Sends a request as given and waits for its answer, for at most `limit` when given
+    /// (`Ok(None)`: no answer in time; the request is forgotten, and the upstream is not told,
+    /// which suits a probe).
+    async fn send_request(
+        &self,
+        method: &str,
+        params: Option<&str>,
+        limit: Option<Duration>,
+    ) -> Result<Option<Answer>, UpstreamError> {
         let id = self.next_id();
         let mut line = Vec::with_capacity(64 + params.map_or(0, str::len));
         write::request(&mut line, id, method, params);
@@ -174,20 +246,43 @@ impl Connection {
             if let Some(reason) = &st.closed {
                 return Err(self.unavailable(reason));
             }
+            // A request with a limit of its own is forgotten at the limit, by the wait below:
+            // the sweep of deadlines (which would tell the upstream) comes only later.
+            let deadline = limit.map(|l| l.saturating_mul(2));
             st.table
                 .entries
-                .insert(id, self.entry(Reply::Channel(tx), None));
+                .insert(id, self.entry(Reply::Channel(tx), deadline));
         }
         if let Err(e) = self.write(&line) {
             self.lock().table.entries.remove(&id);
             return Err(self.write_error(e));
         }
-        rx.await
+        let answer = match limit {
+            None => rx.await,
+            Some(limit) => match tokio::time::timeout(limit, rx).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    self.lock().table.entries.remove(&id);
+                    return Ok(None);
+                }
+            },
+        };
+        answer
             .unwrap_or_else(|_| Err(self.closed_error("the connection was dropped")))
+            .map(Some)
     }
 
-    /// Sends a notification.
+    /// Sends a notification. A stateless-era upstream is not sent the notifications that
+    /// revision dropped (`notifications/initialized`, `notifications/roots/list_changed`).
     pub fn notify(&self, method: &str, params: Option<&str>) -> Result<(), UpstreamError> {
+        if self.stateless.get().is_some()
+            && matches!(
+                method,
+                "notifications/initialized" | "notifications/roots/list_changed"
+            )
+        {
+            return Ok(());
+        }
         let mut line = Vec::with_capacity(64 + params.map_or(0, str::len));
         write::notification(&mut line, method, params);
         self.write(&line).map_err(|e| self.write_error(e))
@@ -237,6 +332,9 @@ impl Connection {
     }
 
     fn send_cancelled(&self, id: u64, reason: Option<&str>) {
+        if self.stateless.get().is_some() && self.wire.cancel(id) {
+            return;
+        }
         let mut params = format!("{{\"requestId\":{id}");
         if let Some(reason) = reason {
             params.push_str(",\"reason\":");
@@ -267,7 +365,7 @@ impl Connection {
                         }
                     }
                     "notifications/elicitation/complete" => self.related(line, via),
-                    _ => self.events.notification(method, env.params),
+                    _ => self.stateless_notification(method, env.params),
                 }
             }
         }
@@ -383,7 +481,7 @@ impl Connection {
             .and_then(|id| id.parse::<u64>().ok());
         match id {
             Some(id) => {
-                if !self.answer(id, env.result, env.error) {
+                if !self.answer(id, env.result, env.error) && !self.listen_answered(id, env.error) {
                     tracing::debug!(
                         upstream = %self.name,
                         id,

@@ -4,15 +4,17 @@
 //! `isolation = "session"`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, ArbiterHandle};
 use arc_swap::ArcSwapOption;
 use manifold_config::UpstreamConfig;
+use manifold_protocol::version::Era;
 use tokio::sync::watch;
 
-use crate::actor::{Role, Shutdown, UpstreamActor};
+use crate::actor::{RefreshStale, Role, Shutdown, UpstreamActor};
 use crate::connection::{Connection, Timing};
 use crate::hub::Hub;
 use crate::pending::Peer;
@@ -32,6 +34,15 @@ pub struct UpstreamHandle {
 pub(crate) struct Published {
     current: ArcSwapOption<Connection>,
     changed: watch::Sender<u64>,
+    /// When the first of the upstream's lists goes stale by its caching hint, in
+    /// milliseconds on [`clock_ms`]; `u64::MAX`: none will (or a refresh is asked for).
+    stale_at: AtomicU64,
+}
+
+/// A monotonic clock in milliseconds, cheap to compare against from any thread.
+fn clock_ms(at: Instant) -> u64 {
+    static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+    u64::try_from(at.saturating_duration_since(*EPOCH).as_millis()).unwrap_or(u64::MAX - 1)
 }
 
 impl Published {
@@ -39,7 +50,14 @@ impl Published {
         Arc::new(Self {
             current: ArcSwapOption::empty(),
             changed: watch::channel(0).0,
+            stale_at: AtomicU64::new(u64::MAX),
         })
+    }
+
+    /// When the first list goes stale (`None`: never).
+    pub(crate) fn set_stale_at(&self, at: Option<Instant>) {
+        self.stale_at
+            .store(at.map_or(u64::MAX, clock_ms), Ordering::Relaxed);
     }
 
     pub(crate) fn load(&self) -> Option<Arc<Connection>> {
@@ -124,6 +142,36 @@ impl UpstreamHandle {
             }
         };
         tokio::time::timeout(limit, wait).await.ok().flatten()
+    }
+
+    /// The protocol era of the live connection (`None` while there is none). A connection
+    /// still probing counts as the session era.
+    pub fn era(&self) -> Option<Era> {
+        self.published.load().map(|c| c.era())
+    }
+
+    /// Asks for the upstream's lists whose caching hint (`ttlMs`, stateless era) ran out to
+    /// be fetched again, without waiting: hosts go on seeing the current catalog until the
+    /// new lists are in, and a list that changed is announced to them as after a
+    /// `list_changed`; one that did not is not. Call it wherever a list is served. Cheap
+    /// when nothing is stale (one clock read and one atomic load); repeated calls while a
+    /// refresh is asked for or running make one refresh. Lists without a positive `ttlMs`
+    /// (every session-era upstream's) never go stale: they are fetched again when the
+    /// upstream says they changed.
+    pub fn refresh_if_stale(&self) {
+        let at = self.published.stale_at.load(Ordering::Relaxed);
+        if at == u64::MAX || clock_ms(Instant::now()) < at {
+            return;
+        }
+        let asked = self.published.stale_at.compare_exchange(
+            at,
+            u64::MAX,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        if asked.is_ok() {
+            self.addr.do_send(RefreshStale);
+        }
     }
 
     /// Stops the upstream; returns once its processes are gone (or the grace ran out).

@@ -8,28 +8,42 @@
 //! stdio output takes. A transport failure (unreachable server, lost session, ended stream)
 //! closes the connection once; the actor then restarts it with backoff, as for a crashed child.
 //!
-//! One file (about 700 lines): Streamable HTTP, the HTTP+SSE transport and the fallback between
-//! them share the session, the resumed streams and the one close, which splitting would
-//! spread over modules that each see half of it.
+//! In the stateless era (2026-07-28) there is no session, no GET stream and no resumption:
+//! each request is a POST of its own carrying the request metadata headers
+//! (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`), its answer (JSON, or an SSE stream
+//! of the request's own notifications and then the answer) ends it, an error may come with a
+//! 4xx status, and closing the POST's stream is how a request is cancelled.
+//!
+//! One file (about 850 lines): Streamable HTTP in both eras, the HTTP+SSE transport and the
+//! fallback between them share the session, the streams and the one close, which splitting
+//! would spread over modules that each see half of it.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use manifold_config::{HttpConfig, HttpKind};
 use manifold_protocol::sse::{Event, Parser};
-use manifold_protocol::{Envelope, Kind, RawObject};
+use manifold_protocol::version::{meta, Era};
+use manifold_protocol::{needle, Envelope, Kind, RawObject};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{StatusCode, Url};
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use crate::connection::{Connection, Events, Timing, Wire};
 use crate::error::UpstreamError;
+use crate::param_headers::ToolHeaders;
 use crate::pipe::WriteError;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const LAST_EVENT_HEADER: &str = "last-event-id";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
 /// Consecutive failed attempts to (re)open the GET stream before the upstream counts as
 /// unreachable.
 const STREAM_ATTEMPTS: u32 = 3;
@@ -62,6 +76,11 @@ pub(crate) struct Client {
     exited: Mutex<Option<OnExit>>,
     /// Becomes true when the connection closes; every task watches it and stops.
     closed: watch::Sender<bool>,
+    /// The tasks of stateless-era requests in flight, by id: aborting one closes its POST,
+    /// which cancels the request.
+    requests: Mutex<HashMap<u64, AbortHandle>>,
+    /// The tool parameters a stateless-era upstream wants mirrored into headers.
+    tool_headers: ArcSwap<ToolHeaders>,
 }
 
 #[derive(Default)]
@@ -71,6 +90,8 @@ struct State {
     session: Option<HeaderValue>,
     /// The negotiated protocol version, sent as `MCP-Protocol-Version` once known.
     version: Option<HeaderValue>,
+    /// The era the upstream speaks, once known.
+    era: Option<Era>,
 }
 
 #[derive(Default, Clone)]
@@ -95,12 +116,45 @@ impl Wire for HttpWire {
         }
         let body = Bytes::copy_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
         let client = Arc::clone(&self.0);
+        // A stateless-era message: on a connection of that era, or the probe that finds it
+        // (while the era is not known, only the probe has that era's `_meta`).
+        let stateless = match self.0.state().era {
+            Some(era) => era == Era::Stateless,
+            None => needle::PROTOCOL_VERSION_META.find(&body).is_some(),
+        };
+        if stateless {
+            let id = request_id(&body);
+            // Locked across the spawn, so that the task's removal of its entry comes after
+            // the entry is made.
+            let mut requests = self.0.requests();
+            let task = self.0.runtime.spawn(async move {
+                Arc::clone(&client).post_stateless(body, id).await;
+                if let Some(id) = id {
+                    client.requests().remove(&id);
+                }
+            });
+            if let Some(id) = id {
+                requests.insert(id, task.abort_handle());
+            }
+            return Ok(());
+        }
         self.0.runtime.spawn(async move { client.post(body).await });
         Ok(())
     }
 
     fn close(&self, reason: &str) {
         self.0.close(reason);
+    }
+
+    fn era_chosen(&self, era: Era) {
+        self.0.state().era = Some(era);
+    }
+
+    fn cancel(&self, id: u64) -> bool {
+        if let Some(task) = self.0.requests().remove(&id) {
+            task.abort();
+        }
+        true
     }
 }
 
@@ -145,6 +199,8 @@ pub(crate) fn start(
         conn: OnceLock::new(),
         exited: Mutex::new(Some(Box::new(exited))),
         closed: watch::channel(false).0,
+        requests: Mutex::new(HashMap::new()),
+        tool_headers: ArcSwap::from_pointee(ToolHeaders::default()),
     });
     let conn = Arc::new(Connection::new(
         &settings.key,
@@ -163,8 +219,20 @@ impl Client {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn requests(&self) -> MutexGuard<'_, HashMap<u64, AbortHandle>> {
+        self.requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn conn(&self) -> Option<Arc<Connection>> {
         self.conn.get().and_then(Weak::upgrade)
+    }
+
+    /// The upstream's tools, for the parameters their calls mirror into headers
+    /// (`x-mcp-header`, stateless era).
+    pub(crate) fn set_tools(&self, tools: &[Box<serde_json::value::RawValue>]) {
+        self.tool_headers.store(Arc::new(ToolHeaders::of(tools)));
     }
 
     /// Once the handshake is done: listen for what the upstream sends outside of answers.
@@ -180,6 +248,9 @@ impl Client {
     fn close(&self, reason: &str) {
         if self.closed.send_replace(true) {
             return;
+        }
+        for (_, task) in self.requests().drain() {
+            task.abort();
         }
         let (session, mode) = {
             let st = self.state();
@@ -204,6 +275,9 @@ impl Client {
     fn fail(&self, reason: &str) {
         if self.closed.send_replace(true) {
             return;
+        }
+        for (_, task) in self.requests().drain() {
+            task.abort();
         }
         tracing::warn!(upstream = %self.key, "{reason}");
         if let Some(conn) = self.conn() {
@@ -297,6 +371,75 @@ impl Client {
             self.resume(&body, parser).await;
         } else {
             self.read_json(response, initialize, via).await;
+        }
+    }
+
+    /// Sends one stateless-era message (request `id`, if it is a request) as a POST of its
+    /// own: the request metadata headers, no session. Its answer (or the error a 4xx status
+    /// carries) goes to the connection; a request whose answer does not come is lost (the
+    /// revision resumes no stream).
+    async fn post_stateless(self: Arc<Self>, body: Bytes, id: Option<u64>) {
+        let Some(id) = id else {
+            tracing::debug!(upstream = %self.key, "notification not sent: the stateless era defines none from client to server over HTTP");
+            return;
+        };
+        let request = self
+            .http
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .headers(metadata_headers(&body, &self.tool_headers.load()))
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json");
+        let sent = with_trace_context(request, &body).body(body).send().await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => {
+                return self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
+            }
+            Err(e) => {
+                return self.lose(id, &format!("its POST failed: {}", error_chain(&e)));
+            }
+        };
+        let status = response.status();
+        if !status.is_success() {
+            // A stateless-era server says why with a JSON-RPC error (400 for a version or a
+            // header it refuses, 404 for an unknown method): that is the request's answer.
+            let text = response.text().await.unwrap_or_default();
+            let error = Envelope::decode(text.as_bytes())
+                .ok()
+                .and_then(|env| env.error.map(str::to_owned));
+            return match (error, self.conn()) {
+                (Some(error), Some(conn)) => conn.answer_error(id, &error),
+                _ => self.lose(
+                    id,
+                    &format!("it refused the request (HTTP {status}: {})", preview(&text)),
+                ),
+            };
+        }
+        let is_sse = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if is_sse {
+            self.read_stream(response, false, Some(id)).await;
+        } else if status != StatusCode::ACCEPTED {
+            self.read_json(response, false, Some(id)).await;
+        }
+        // Answered by now, unless the stream ended first (or the answer's id was not this).
+        self.lose(id, "its response stream ended before the answer");
+    }
+
+    /// Request `id` gets no answer, because of `reason` (no-op if it was answered).
+    fn lose(&self, id: u64, reason: &str) {
+        if let Some(conn) = self.conn() {
+            conn.lost(
+                id,
+                UpstreamError::Closed {
+                    upstream: self.key.to_string(),
+                    reason: reason.to_owned(),
+                },
+            );
         }
     }
 
@@ -679,6 +822,85 @@ fn trace_headers(body: &[u8]) -> Option<HeaderMap> {
     (!headers.is_empty()).then_some(headers)
 }
 
+/// The stateless era's request metadata headers of a message: `MCP-Protocol-Version` (from
+/// its `_meta`), `Mcp-Method`, `Mcp-Name` (the tool or prompt name, or the resource URI) for
+/// the methods that name something, and a tool call's `Mcp-Param-*` (`tools`' annotations).
+fn metadata_headers(body: &[u8], tools: &ToolHeaders) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let Ok(env) = Envelope::decode(body) else {
+        return headers;
+    };
+    let Some(method) = env.method.as_deref() else {
+        return headers;
+    };
+    if let Ok(value) = HeaderValue::from_str(method) {
+        headers.insert(HeaderName::from_static(METHOD_HEADER), value);
+    }
+    let params = env.params.and_then(|p| RawObject::parse(p).ok());
+    let version = params
+        .as_ref()
+        .and_then(|p| RawObject::parse(p.get("_meta")?).ok())
+        .and_then(|m| m.get_str(meta::PROTOCOL_VERSION).map(|v| v.into_owned()));
+    if let Some(version) = version.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        headers.insert(HeaderName::from_static(VERSION_HEADER), version);
+    }
+    let named = match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    };
+    let name = named.and_then(|key| params.as_ref()?.get_str(key).map(|v| v.into_owned()));
+    if let Some(value) = name
+        .as_deref()
+        .and_then(|n| HeaderValue::from_str(&header_text(n)).ok())
+    {
+        headers.insert(HeaderName::from_static(NAME_HEADER), value);
+    }
+    if let (Some(tool), "tools/call") = (&name, method) {
+        let arguments = params.as_ref().and_then(|p| p.get("arguments"));
+        for (header, value) in tools.headers(tool, arguments) {
+            headers.insert(header, value);
+        }
+    }
+    headers
+}
+
+/// A value as an MCP header carries it: as it is when it is plain visible ASCII (spaces and
+/// tabs inside allowed), else (or when it looks like the encoded form) `=?base64?...?=`.
+pub(crate) fn header_text(value: &str) -> String {
+    let visible = value
+        .bytes()
+        .all(|b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b));
+    let padded = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
+    let sentinel = value.starts_with("=?base64?") && value.ends_with("?=");
+    let plain = visible && !padded && !sentinel;
+    if plain {
+        value.to_owned()
+    } else {
+        format!("=?base64?{}?=", base64(value.as_bytes()))
+    }
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 fn is_initialize(body: &[u8]) -> bool {
     memchr::memmem::find(body, b"\"initialize\"").is_some()
         && Envelope::decode(body).is_ok_and(|env| env.method.as_deref() == Some("initialize"))
@@ -722,5 +944,51 @@ mod tests {
         // The word elsewhere than in `_meta` is no trace context.
         let text = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"arguments":{"traceparent":"x"}}}"#;
         assert!(trace_headers(text).is_none());
+    }
+
+    #[test]
+    fn stateless_requests_carry_the_metadata_headers() {
+        let get = |h: &HeaderMap, k: &str| h.get(k).map(|v| v.to_str().unwrap().to_owned());
+        let call = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_time","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        let none = ToolHeaders::default();
+        let h = metadata_headers(call, &none);
+        assert_eq!(
+            get(&h, "mcp-protocol-version").as_deref(),
+            Some("2026-07-28")
+        );
+        assert_eq!(get(&h, "mcp-method").as_deref(), Some("tools/call"));
+        assert_eq!(get(&h, "mcp-name").as_deref(), Some("get_time"));
+        let read = br#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"file:///caf\u00e9.txt","_meta":{}}}"#;
+        let h = metadata_headers(read, &none);
+        assert_eq!(
+            get(&h, "mcp-name").as_deref(),
+            Some("=?base64?ZmlsZTovLy9jYWbDqS50eHQ=?=")
+        );
+        assert_eq!(get(&h, "mcp-protocol-version"), None);
+        let list =
+            br#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"name":"not a name"}}"#;
+        let h = metadata_headers(list, &none);
+        assert_eq!(get(&h, "mcp-method").as_deref(), Some("tools/list"));
+        assert_eq!(get(&h, "mcp-name"), None);
+    }
+
+    #[test]
+    fn header_values_are_base64_encoded_when_not_plain() {
+        assert_eq!(header_text("us-west1"), "us-west1");
+        assert_eq!(header_text("a b"), "a b");
+        assert_eq!(
+            header_text("Hello, 世界"),
+            "=?base64?SGVsbG8sIOS4lueVjA==?="
+        );
+        assert_eq!(header_text(" padded "), "=?base64?IHBhZGRlZCA=?=");
+        assert_eq!(header_text("line1\nline2"), "=?base64?bGluZTEKbGluZTI=?=");
+        assert_eq!(
+            header_text("=?base64?literal?="),
+            "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="
+        );
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
     }
 }

@@ -142,6 +142,25 @@ impl Hub {
         self.announce_changes(&old, &new);
     }
 
+    /// Swaps in an upstream's new slice that offers the same lists as the one it replaces (a
+    /// refresh that found nothing changed, with only when it was fetched new): the catalog is
+    /// rebuilt, but nobody is told of a change.
+    pub(crate) fn replace_slice(&self, upstream: usize, slice: Arc<UpstreamSlice>) {
+        let mut inputs = self.inputs();
+        inputs.slices[upstream] = Some(slice);
+        inputs.generation += 1;
+        let old = self.catalog.load_full();
+        let new = Catalog::build(
+            Arc::clone(old.defs()),
+            &self.names,
+            self.page_size,
+            inputs.generation,
+            inputs.states.clone(),
+            inputs.slices.clone(),
+        );
+        self.catalog.store(Arc::new(new));
+    }
+
     /// Marks an upstream's first start attempt as finished.
     pub fn settle(&self, upstream: usize) {
         let mut inputs = self.inputs();

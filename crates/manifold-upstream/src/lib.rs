@@ -18,6 +18,7 @@ mod handle;
 mod handshake;
 mod http;
 mod hub;
+mod param_headers;
 mod pending;
 pub mod pipe;
 mod pool;

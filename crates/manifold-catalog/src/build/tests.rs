@@ -214,3 +214,53 @@ fn an_unchanged_uri_that_looks_prefixed_is_withheld() {
         c.malformed()
     );
 }
+
+#[test]
+fn list_hints_combine_over_pages_and_say_how_long_a_list_is_fresh() {
+    let page = |ttl_ms, private| CacheHint { ttl_ms, private };
+    assert_eq!(CacheHint::combine([]), None);
+    assert_eq!(
+        CacheHint::combine([page(5000, false), page(800, false), page(9000, true)]),
+        Some(page(800, true))
+    );
+    let at = Instant::now();
+    let mut s = UpstreamSlice {
+        protocol_version: "2026-07-28".into(),
+        ..UpstreamSlice::default()
+    };
+    assert_eq!(s.era(), Some(manifold_protocol::version::Era::Stateless));
+    s.hints[Kind::Tools.index()] = Some(page(1500, false));
+    s.hints[Kind::Prompts.index()] = Some(page(0, true));
+    s.fetched = [Some(at); 4];
+    assert_eq!(s.hint(Kind::Prompts), Some(page(0, true)));
+    assert_eq!(
+        s.fresh_until(Kind::Tools),
+        Some(at + std::time::Duration::from_millis(1500))
+    );
+    // No time to live: only a list_changed fetches it again.
+    assert_eq!(s.fresh_until(Kind::Prompts), None);
+    assert_eq!(s.fresh_until(Kind::Resources), None);
+    for (i, k) in Kind::ALL.into_iter().enumerate() {
+        assert_eq!(k.index(), i);
+    }
+}
+
+#[test]
+fn same_lists_compares_items_and_hints() {
+    let a = slice(&["x", "y"]).unwrap();
+    let b = slice(&["x", "y"]).unwrap();
+    assert!(a.same_lists(&b));
+    assert!(!a.same_lists(&slice(&["x"]).unwrap()));
+    let mut c = UpstreamSlice {
+        tools: b.tools.clone(),
+        resources: b.resources.clone(),
+        templates: b.templates.clone(),
+        ..UpstreamSlice::default()
+    };
+    assert!(a.same_lists(&c));
+    c.hints[0] = Some(CacheHint {
+        ttl_ms: 1,
+        private: false,
+    });
+    assert!(!a.same_lists(&c));
+}

@@ -84,6 +84,7 @@ fn json_entries_get_all_defaults() {
     assert_eq!(up.restart.max_backoff, Duration::from_millis(30_000));
     assert_eq!(up.request_timeout, None);
     assert!(up.tools.include.is_empty() && up.prompts.rename.is_empty());
+    assert_eq!(up.era, crate::EraChoice::Auto);
     let s = stdio(&config, 0);
     assert!(s.args.is_empty() && s.env.is_empty() && s.cwd.is_none());
 }
@@ -190,4 +191,19 @@ fn syntax_errors_carry_line_and_column() {
         problem.starts_with("JSON syntax error at line 1, column 0: "),
         "{problem}"
     );
+}
+
+#[test]
+fn entries_may_name_the_protocol_era() {
+    let config = json(
+        r#"{"mcpServers": {"a": {"command": "x", "era": "session"}, "b": {"url": "http://x/mcp", "era": "stateless"}, "c": {"command": "x", "era": null}}}"#,
+    )
+    .unwrap();
+    let eras: Vec<_> = config.upstreams.iter().map(|u| u.era.name()).collect();
+    assert_eq!(eras, ["session", "stateless", "auto"]);
+    let (key, problem) = json_err(r#"{"mcpServers": {"a": {"command": "x", "era": "2026"}}}"#);
+    assert_eq!(key, "mcpServers.a.era");
+    assert!(problem.contains("not a protocol era"), "{problem}");
+    let (key, _) = json_err(r#"{"mcpServers": {"a": {"command": "x", "era": 1}}}"#);
+    assert_eq!(key, "mcpServers.a.era");
 }

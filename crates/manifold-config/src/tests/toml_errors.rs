@@ -440,3 +440,18 @@ fn cache_mistakes_are_named() {
     let (key, _) = toml_err("[cache]\nmax_bytes = 0\n");
     assert_eq!(key, "cache.max_bytes");
 }
+
+#[test]
+fn an_unknown_era_or_a_stateless_sse_upstream_is_refused() {
+    let (key, problem) = upstream_err("era = \"modern\"");
+    assert_eq!(key, "upstreams.up.era");
+    assert!(
+        problem.contains("\"auto\"") && problem.contains("\"stateless\""),
+        "{problem}"
+    );
+    let (key, problem) = toml_err(
+        "[upstreams.up]\nurl = \"http://127.0.0.1:1/sse\"\ntransport = \"sse\"\nera = \"stateless\"\n",
+    );
+    assert_eq!(key, "upstreams.up.era");
+    assert!(problem.contains("session era only"), "{problem}");
+}

@@ -39,6 +39,7 @@ fn upstream_defaults() {
     assert_eq!(up.max_message_bytes, 64 * 1024 * 1024);
     assert_eq!(up.restart.initial_backoff, Duration::from_millis(250));
     assert_eq!(up.restart.max_backoff, Duration::from_millis(30_000));
+    assert_eq!(up.era, crate::EraChoice::Auto);
     for filter in [&up.tools, &up.prompts] {
         assert!(filter.include.is_empty() && filter.exclude.is_empty() && filter.rename.is_empty());
     }
@@ -366,4 +367,16 @@ fn caches_are_read() {
     assert!(plain.upstreams[0].caches.is_empty());
     assert_eq!(plain.cache.max_bytes, 64 << 20);
     assert_eq!(plain.cache.max_argument_bytes, 16 * 1024);
+}
+
+#[test]
+fn each_upstream_names_its_protocol_era() {
+    let config = toml(
+        "[upstreams.a]\ncommand = \"x\"\nera = \"session\"\n\
+         [upstreams.b]\nurl = \"http://127.0.0.1:1/mcp\"\nera = \"stateless\"\n\
+         [upstreams.c]\ncommand = \"x\"\nera = \"auto\"\n",
+    )
+    .unwrap();
+    let eras: Vec<_> = config.upstreams.iter().map(|u| u.era.name()).collect();
+    assert_eq!(eras, ["session", "stateless", "auto"]);
 }
