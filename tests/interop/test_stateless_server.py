@@ -151,12 +151,6 @@ async def test_a_legacy_host_is_asked_through_elicitation_create(manifold_url: s
     assert [a["result"]["action"] for a in answers] == ["accept"] * 3, answers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="Manifold forwards the host's 2026-07-28 _meta envelope to the session-era connection, "
-    "which the SDK server refuses with -32600 (see test_stateless_known_defects.py)",
-)
 async def test_a_stateless_host_is_asked_through_input_required(manifold_url: str):
     user, wire = User("from a stateless host"), Wire()
     http = httpx2.AsyncClient(event_hooks={"request": [wire]})

@@ -25,10 +25,10 @@ pub const SERVER_INFO: &str = concat!(
 /// (`ttlMs`): lists change rarely, and `subscriptions/listen` tells of every change at once.
 pub const LIST_TTL_MS: u64 = 60_000;
 
-/// The `cacheScope` of what Manifold serves: `private` when the caller belongs to a team
-/// (what it sees depends on who it is), `public` otherwise.
-pub fn scope(team: bool) -> &'static str {
-    if team {
+/// A `cacheScope`: `private` (what is served depends on who asks: the caller belongs to a
+/// team, or an upstream said so), `public` otherwise.
+pub fn scope(private: bool) -> &'static str {
+    if private {
         "\"private\""
     } else {
         "\"public\""

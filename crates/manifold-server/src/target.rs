@@ -19,4 +19,7 @@ pub struct Target {
     /// The same as the upstream knows it: only while traces are exported (the upstream hop's
     /// span is its only reader).
     pub original: Option<Arc<str>>,
+    /// How many rounds of questions a stateless upstream asked a session-era host for this
+    /// request so far (0: none; see the router's `gather.rs`).
+    pub round: u32,
 }

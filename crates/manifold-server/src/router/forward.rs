@@ -5,10 +5,12 @@
 use std::sync::Arc;
 
 use manifold_catalog::{Kind as ListKind, UpstreamState};
+use manifold_protocol::version::Era;
 use manifold_protocol::{write, Envelope, RawObject};
 use manifold_telemetry::spans;
 use manifold_upstream::{Connection, Forward, SessionFor, TeamFor, UpstreamError, UpstreamHandle};
 
+use super::gather;
 use super::inflight::{self, Inflight};
 use super::mrtr::Park;
 use super::{resolve, Router};
@@ -157,6 +159,18 @@ impl Router {
         let handle = &self.pool.upstreams()[target.upstream];
         let upstream_id = conn.next_id();
         let hop = spans::client(&ctx.span);
+        // A session-era host's request to a stateless upstream may come back asking for
+        // input: kept, to send it again with the host's answers.
+        let retry = (!ctx.is_stateless() && conn.era() == Era::Stateless).then(|| gather::Retry {
+            router: self.this.clone(),
+            upstream: target.upstream,
+            method: target.method,
+            params: target.params.clone(),
+            timeout: target.timeout,
+            exposed: target.exposed.clone(),
+            original: target.original.clone(),
+            round: target.round,
+        });
         let (params, progress_token) =
             match resolve::map_progress_token(&target.params, upstream_id) {
                 Some((params, token)) => (params, Some(token)),
@@ -171,6 +185,8 @@ impl Router {
             Some(carrier) => resolve::with_trace_context(&params, &carrier).unwrap_or(params),
             None => params,
         };
+        // A stateless upstream hears Manifold's own revision, capabilities and name.
+        let params = conn.with_request_meta(&params);
         let mut line = Vec::with_capacity(params.len() + 64);
         write::request(&mut line, upstream_id, target.method, Some(&params));
         let (upstream, tool) = match ctx.route() {
@@ -188,6 +204,7 @@ impl Router {
             parking,
             park: std::sync::OnceLock::new(),
             logging,
+            retry,
             hub: Arc::clone(&self.hub),
             upstream: target.upstream,
             method: target.method,
@@ -251,6 +268,25 @@ impl Router {
             "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
             _ => resolve::read(&catalog, env, sight),
         };
+        if let Some(upstream_state) = &state.upstream {
+            // A stateless upstream's own state: the request goes on to it, with its state.
+            return match target {
+                Ok(mut target) => {
+                    let Ok(mut obj) = RawObject::parse(&target.params) else {
+                        return ctx.fail(&RouteError::InvalidParams(
+                            "params must be an object".into(),
+                        ));
+                    };
+                    obj.set_raw(
+                        "requestState",
+                        manifold_protocol::object::json_string(upstream_state),
+                    );
+                    target.params = obj.to_text();
+                    self.admit(ctx, target, 0)
+                }
+                Err(e) => ctx.fail(&e),
+            };
+        }
         if let Ok(target) = &target {
             self.note_route(&mut ctx, target);
         }

@@ -13,6 +13,7 @@ use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
 use manifold_upstream::{Exchange, Hub, Outcome, Peer, ServerRequest};
 use tokio::sync::oneshot;
 
+use super::gather;
 use super::mrtr::{Park, Parked, Settled};
 use crate::context::Context;
 use crate::error::upstream_outcome;
@@ -36,6 +37,9 @@ pub(super) struct Inflight {
         reason = "held for its drop: the request stops hearing log messages with it"
     )]
     pub logging: Option<crate::fanout::Logging>,
+    /// For a session-era host's request to a stateless upstream: how to send it again if the
+    /// upstream answers `input_required` (see `gather.rs`).
+    pub retry: Option<gather::Retry>,
     pub hub: Arc<Hub>,
     pub upstream: usize,
     pub method: &'static str,
@@ -143,6 +147,16 @@ impl Exchange for Inflight {
             parking.close(park);
         }
         let _entered = self.hop.span.enter();
+        if let (Outcome::Result(result), Some(_)) = (&outcome, &self.retry) {
+            if stateless::is_input_required(result) {
+                // A session-era host is asked the questions, then the request goes again.
+                self.hop.ended(&ctx, self.method, Ended::Ok, None);
+                if let Some(retry) = self.retry.take() {
+                    gather::ask(ctx, retry, result);
+                }
+                return;
+            }
+        }
         let (ended, code) = match outcome {
             Outcome::Result(result) => {
                 let tasked = self
@@ -159,6 +173,15 @@ impl Exchange for Inflight {
                     .find(result.as_bytes())
                     .and_then(|_| self.map(|p| rewrite::result_uris(method, result, p)));
                 let result = mapped.as_deref().unwrap_or(result);
+                // A stateless upstream's own requestState goes to a stateless host sealed,
+                // bound to the caller and the request like Manifold's own.
+                let sealed = match &self.parking {
+                    Some(parking) if stateless::is_input_required(result) => {
+                        parking.seal_upstream_state(&ctx, result)
+                    }
+                    _ => None,
+                };
+                let result = sealed.as_deref().unwrap_or(result);
                 let stateless = ctx
                     .is_stateless()
                     .then(|| stateless::complete(result, read_hints(self.method, &ctx)));

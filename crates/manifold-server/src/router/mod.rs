@@ -12,6 +12,7 @@
 mod batch;
 mod cached;
 mod forward;
+mod gather;
 mod inflight;
 mod interest;
 mod listener;

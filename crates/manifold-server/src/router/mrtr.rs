@@ -237,6 +237,29 @@ impl Parked {
         ctx.reply(&result);
     }
 
+    /// A stateless upstream's `input_required` `result` with its `requestState` sealed for
+    /// `ctx`'s caller and request (the upstream's own inside); `None` when it has none.
+    pub fn seal_upstream_state(&self, ctx: &Context, result: &str) -> Option<String> {
+        let mut obj = RawObject::parse(result).ok()?;
+        let upstream = obj.get_str("requestState")?.into_owned();
+        let (method, name) = ctx.route().map_or(("", String::new()), |r| {
+            (
+                r.method,
+                r.exposed.as_deref().unwrap_or_default().to_owned(),
+            )
+        });
+        let state = State {
+            caller: ctx.caller.id.to_string(),
+            method: method.to_owned(),
+            name,
+            park: None,
+            upstream: Some(upstream),
+            expires: now_ms() + u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
+        };
+        obj.set_raw("requestState", json_string(&self.sealer.seal(&state)));
+        Some(obj.to_text())
+    }
+
     /// The host's retry of a parked request: its answers go to the upstream, and it takes
     /// the original request's place.
     pub fn resume(&self, ctx: Context, state: &State, responses: Option<&str>) {

@@ -51,6 +51,7 @@ pub(super) fn named(
         task,
         exposed: Some(item.exposed.as_str().into()),
         original: for_spans(&item.original),
+        round: 0,
     })
 }
 
@@ -75,6 +76,7 @@ pub(super) fn read(
         task: false,
         exposed: Some(exposed),
         original: for_spans(&original),
+        round: 0,
     })
 }
 
@@ -117,6 +119,7 @@ pub(super) fn complete(
         task: false,
         exposed: None,
         original: None,
+        round: 0,
     })
 }
 

@@ -65,6 +65,7 @@ impl Router {
             task: true,
             exposed: None,
             original: None,
+            round: 0,
         })
     }
 
