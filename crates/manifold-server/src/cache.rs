@@ -149,6 +149,34 @@ pub struct Entry {
     subscription: Option<(usize, Box<str>)>,
 }
 
+/// The caching hints an answer carries (`ttlMs`, `cacheScope`), if any.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Hint {
+    ttl: Option<Duration>,
+    private: bool,
+}
+
+impl Hint {
+    fn of(result: &str) -> Self {
+        let bytes = result.as_bytes();
+        if memchr::memmem::find(bytes, b"\"ttlMs\"").is_none()
+            && memchr::memmem::find(bytes, b"\"cacheScope\"").is_none()
+        {
+            return Self::default();
+        }
+        let Ok(obj) = RawObject::parse(result) else {
+            return Self::default();
+        };
+        Self {
+            ttl: obj
+                .get("ttlMs")
+                .and_then(|t| t.parse::<u64>().ok())
+                .map(Duration::from_millis),
+            private: obj.get_str("cacheScope").is_some_and(|s| s == "private"),
+        }
+    }
+}
+
 /// How one request uses the cache.
 pub struct Lookup {
     pub key: Key,
@@ -156,6 +184,9 @@ pub struct Lookup {
     ttl: Duration,
     /// Not looked up: the answer replaces the entry.
     pub refresh: bool,
+    /// Whether the caller belongs to a team while the entry is shared (an answer an upstream
+    /// says is private is then not kept).
+    shared_across_teams: bool,
     changes: u64,
     pub counters: Arc<CacheCounters>,
 }
@@ -349,6 +380,7 @@ impl Cache {
             store: rule.store.clone(),
             ttl: rule.ttl,
             refresh,
+            shared_across_teams: team.is_none() && ctx.caller.team.is_some(),
             changes: up.changes.load(Ordering::Acquire),
             counters: Arc::clone(&up.counters[family as usize]),
         })))
@@ -366,13 +398,21 @@ impl Cache {
         if up.changes.load(Ordering::Acquire) != lookup.changes {
             return Err(subscription);
         }
+        // What the upstream says of its answer (the stateless era's hints): a ttl can only
+        // shorten the configured one, 0 keeps nothing, and a private answer is never shared
+        // between authorization contexts, whatever the configuration says.
+        let hint = Hint::of(&result);
+        if hint.ttl == Some(Duration::ZERO) || (hint.private && lookup.shared_across_teams) {
+            return Err(subscription);
+        }
+        let ttl = hint.ttl.map_or(lookup.ttl, |t| t.min(lookup.ttl));
         let weight = result.len() + lookup.key.name.len() + lookup.key.args.len() + 64;
         let weight = u32::try_from(weight).unwrap_or(u32::MAX);
         lookup.counters.stored(u64::from(weight));
         Ok(Arc::new(Entry {
             result,
             stored: Instant::now(),
-            ttl: lookup.ttl,
+            ttl,
             weight,
             counters: Arc::clone(&lookup.counters),
             subscription,
@@ -570,6 +610,27 @@ fn write_canonical(raw: &str, out: &mut String) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answers_own_hints_are_read() {
+        assert_eq!(Hint::of(r#"{"contents":[]}"#), Hint::default());
+        assert_eq!(
+            Hint::of(r#"{"contents":[],"ttlMs":1500,"cacheScope":"private"}"#),
+            Hint {
+                ttl: Some(Duration::from_millis(1500)),
+                private: true
+            }
+        );
+        assert_eq!(
+            Hint::of(r#"{"ttlMs":0,"cacheScope":"public"}"#).ttl,
+            Some(Duration::ZERO)
+        );
+        // Only the answer's own members count.
+        assert_eq!(
+            Hint::of(r#"{"contents":[{"text":"\"ttlMs\":0"}]}"#),
+            Hint::default()
+        );
+    }
 
     #[test]
     fn canonical_arguments_ignore_member_order_and_whitespace() {

@@ -400,10 +400,20 @@ impl Connection {
             }
         }
         let mut owner: Option<(u64, &dyn Exchange)> = None;
+        // A request that stands for no host at the moment (a stateless host's, parked while
+        // that host is asked for input) is chosen only when no other request is in flight:
+        // it must not make the other hosts' requests ambiguous.
+        let mut idle: Option<(u64, &dyn Exchange)> = None;
         for (id, entry) in &st.table.entries {
             let Some(exchange) = forwarded(entry) else {
                 continue;
             };
+            if exchange.session() == 0 {
+                if idle.is_none_or(|(latest, _)| latest < *id) {
+                    idle = Some((*id, exchange));
+                }
+                continue;
+            }
             match owner {
                 Some((_, o)) if o.session() != exchange.session() => {
                     return Err("several host sessions have requests in flight to this upstream, so Manifold cannot tell which host it is for; set isolation = \"session\" on the upstream to give each host its own connection")
@@ -412,7 +422,7 @@ impl Connection {
                 _ => owner = Some((*id, exchange)),
             }
         }
-        match owner {
+        match owner.or(idle) {
             Some((_, exchange)) => Ok(f(exchange)),
             None => {
                 Err("no host request is in flight to this upstream, so there is no host to ask")

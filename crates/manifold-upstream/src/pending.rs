@@ -20,8 +20,8 @@ pub trait Exchange: Send + Sync {
     /// The upstream's answer, or the failure that ended the request. Called once, from
     /// whichever thread learnt of it (for stdio upstreams: the reader thread).
     fn finish(self: Box<Self>, outcome: Outcome<'_>);
-    /// The session the request came from (0: none), to cancel a session's requests when it
-    /// ends.
+    /// The session the request came from (0: none, or no host stands for it at the moment),
+    /// to cancel a session's requests when it ends.
     fn session(&self) -> u64;
     /// Whether this is the request with id `host_id` (canonical JSON text, see
     /// `manifold_protocol::envelope::canonical_id`) of session `session`.
