@@ -137,3 +137,40 @@ async def test_a_host_that_goes_away_before_any_notification_gets_its_request_ca
         while not cancelled():
             await anyio.sleep(0.1)
     assert cancelled(), "no notifications/cancelled reached server-everything within 3 s of the host going away"
+
+
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+async def test_a_session_era_task_is_followed_with_the_tasks_extension(raw: StatelessHttp):
+    """server-everything's simulate-research-query runs only as a task (2025-11-25 tasks): a
+    stateless host that declared the tasks extension gets a task handle and follows it with
+    tasks/get until the result is in it; one that did not is told the extension is needed."""
+    discovered = await raw.result("server/discover", {}, capabilities=TASKS)
+    assert "io.modelcontextprotocol/tasks" in discovered["capabilities"]["extensions"], discovered
+    call = {"name": "everything__simulate-research-query", "arguments": {"topic": "eras"}}
+    response = await raw.post("tools/call", call)
+    assert response.status_code == 400, response.text  # -32021 travels in a 400
+    refused = response.json()["error"]
+    assert refused["code"] == -32021, refused
+    assert refused["data"]["requiredCapabilities"] == {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    created = await raw.result("tools/call", call, capabilities=TASKS)
+    assert created["resultType"] == "task", created
+    assert created["taskId"].startswith("everything+"), created
+    assert created["status"] == "working" and "ttlMs" in created and "ttl" not in created, created
+    task = created
+    with anyio.fail_after(30):
+        while task["status"] not in ("completed", "failed", "cancelled"):
+            await anyio.sleep(max(task.get("pollIntervalMs") or 500, 200) / 1000)
+            task = await raw.result("tasks/get", {"taskId": created["taskId"]}, capabilities=TASKS)
+            assert task["taskId"] == created["taskId"], task
+    assert task["status"] == "completed", task
+    assert task["result"]["content"][0]["type"] == "text", task
+    assert "eras" in json.dumps(task["result"]), task
+    # Another caller's guess at the id finds nothing; tasks/update has no meaning for it.
+    unknown = await raw.error("tasks/get", {"taskId": "everything+nope"}, capabilities=TASKS)
+    assert unknown["code"] == -32602, unknown
+    update = await raw.error(
+        "tasks/update", {"taskId": created["taskId"], "inputResponses": {}}, capabilities=TASKS
+    )
+    assert update["code"] == -32602, update

@@ -171,6 +171,19 @@ impl Context {
         self.owner
     }
 
+    /// Who owns the tasks this request creates: its session, or for a sessionless (stateless)
+    /// request its caller (a number of the caller's id, with the top bit set so that it is no
+    /// session's number).
+    pub fn task_owner(&self) -> u64 {
+        if self.session.is_some() || self.asked.is_none() {
+            return self.owner;
+        }
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.caller.id.hash(&mut h);
+        h.finish() | (1 << 63)
+    }
+
     /// Whether the request is a stateless-era one.
     pub fn is_stateless(&self) -> bool {
         self.asked.is_some()

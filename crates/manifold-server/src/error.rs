@@ -210,13 +210,16 @@ impl RouteError {
                     }));
             }
             RouteError::MissingCapability { capability, .. } => {
+                // An extension (a reverse-DNS name) is required under `extensions`.
+                let required = match capability.contains('/') {
+                    true => serde_json::json!({ "extensions": { *capability: {} } }),
+                    false => serde_json::json!({ *capability: {} }),
+                };
                 return ErrorObject::new(
                     codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
                     self.to_string(),
                 )
-                .with_data(&serde_json::json!({
-                    "requiredCapabilities": { *capability: {} },
-                }));
+                .with_data(&serde_json::json!({ "requiredCapabilities": required }));
             }
             RouteError::Limited { refusal, .. } => {
                 let code = match refusal.kind {

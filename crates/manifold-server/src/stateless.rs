@@ -62,6 +62,19 @@ impl Asked {
     pub fn declares(&self, name: &str) -> bool {
         self.client.declares(name)
     }
+
+    /// Whether the host declared extension `name` (under `capabilities.extensions`).
+    pub fn declares_extension(&self, name: &str) -> bool {
+        RawObject::parse(&self.client.capabilities)
+            .ok()
+            .and_then(|c| c.get("extensions").map(str::to_owned))
+            .and_then(|e| {
+                RawObject::parse(&e)
+                    .ok()
+                    .and_then(|e| e.get(name).map(|v| v != "null"))
+            })
+            .unwrap_or(false)
+    }
 }
 
 /// The revision a request's `_meta` names, without reading the rest (`None`: it names none).

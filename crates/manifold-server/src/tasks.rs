@@ -73,6 +73,33 @@ impl Tasks {
     }
 }
 
+/// The tasks extension of the stateless era.
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// A session-era `Task` object as the tasks extension has it: `ttl` and `pollInterval` are
+/// `ttlMs` and `pollIntervalMs`; the other members are kept. `None`: not an object.
+pub(crate) fn extension_task(task: &str) -> Option<String> {
+    let mut obj = RawObject::parse(task).ok()?;
+    for (from, to) in [("ttl", "ttlMs"), ("pollInterval", "pollIntervalMs")] {
+        if let Some(value) = obj.get(from).map(str::to_owned) {
+            obj.remove(from);
+            obj.set_raw(to, value);
+        }
+    }
+    Some(obj.to_text())
+}
+
+/// A session-era `CreateTaskResult` (`{"task": Task}`) as the extension's (`resultType`
+/// `task`, the task's members at the top).
+pub(crate) fn extension_created(result: &str) -> Option<String> {
+    let obj = RawObject::parse(result).ok()?;
+    let task = extension_task(obj.get("task")?)?;
+    let mut task = RawObject::parse(&task).ok()?.to_text();
+    // `{"resultType":"task",` + the task's members.
+    let rest = task.split_off(1);
+    Some(format!("{{\"resultType\":\"task\",{rest}"))
+}
+
 /// A `Task` object (or a result that is one) with its id exposed.
 pub(crate) fn expose_id(task: &str, prefix: &str) -> Option<String> {
     let mut obj = RawObject::parse(task).ok()?;
@@ -105,6 +132,27 @@ mod tests {
         tasks.forget(7);
         assert_eq!(tasks.owner("ev+t-1"), None);
         assert!(tasks.created(r#"{"content":[]}"#, "ev", 7).is_none());
+    }
+
+    #[test]
+    fn session_era_tasks_take_the_extensions_shape() {
+        let created = r#"{"task":{"taskId":"p+t","status":"working","ttl":60000,"pollInterval":500,"createdAt":"a","lastUpdatedAt":"b"}}"#;
+        let out: serde_json::Value =
+            serde_json::from_str(&extension_created(created).unwrap()).unwrap();
+        assert_eq!(out["resultType"], "task");
+        assert_eq!(out["taskId"], "p+t");
+        assert_eq!(out["ttlMs"], 60000);
+        assert_eq!(out["pollIntervalMs"], 500);
+        assert!(
+            out.get("ttl").is_none() && out.get("task").is_none(),
+            "{out}"
+        );
+        let unlimited =
+            extension_task(r#"{"taskId":"x","status":"completed","ttl":null}"#).unwrap();
+        assert_eq!(
+            unlimited,
+            r#"{"taskId":"x","status":"completed","ttlMs":null}"#
+        );
     }
 
     #[test]

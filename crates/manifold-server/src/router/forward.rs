@@ -32,7 +32,8 @@ impl Router {
         let catalog = self.hub.catalog();
         let sight = ctx.caller.restricted().map(|t| &**t);
         let target = match method {
-            "tools/call" => resolve::named(&catalog, env, ListKind::Tools, sight),
+            "tools/call" => resolve::named(&catalog, env, ListKind::Tools, sight)
+                .and_then(|t| task_for_stateless(&ctx, &catalog, t)),
             "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
             _ => resolve::read(&catalog, env, sight),
         };
@@ -230,6 +231,52 @@ impl Router {
             },
         );
     }
+}
+
+/// A stateless host's call of a tool that must run as a task (`execution.taskSupport:
+/// "required"`, a session-era upstream's): asked of the upstream as a task, which the host
+/// follows with the tasks extension; refused (-32021) to a host that did not declare that
+/// extension with the request.
+fn task_for_stateless(
+    ctx: &Context,
+    catalog: &manifold_catalog::Catalog,
+    mut target: Target,
+) -> Result<Target, RouteError> {
+    if !ctx.is_stateless() || target.task {
+        return Ok(target);
+    }
+    let Some(item) = target
+        .exposed
+        .as_deref()
+        .and_then(|name| catalog.listing(ListKind::Tools).get(name))
+    else {
+        return Ok(target);
+    };
+    if memchr::memmem::find(item.raw.as_bytes(), b"\"taskSupport\"").is_none() {
+        return Ok(target);
+    }
+    let required = serde_json::from_str::<serde_json::Value>(&item.raw)
+        .ok()
+        .is_some_and(|t| t["execution"]["taskSupport"] == "required");
+    if !required {
+        return Ok(target);
+    }
+    if !ctx
+        .asked
+        .as_ref()
+        .is_some_and(|a| a.declares_extension(crate::tasks::EXTENSION))
+    {
+        return Err(RouteError::MissingCapability {
+            capability: crate::tasks::EXTENSION,
+            what: format!("tool {:?} runs only as a task, which", item.exposed),
+        });
+    }
+    let mut params = RawObject::parse(&target.params)
+        .map_err(|_| RouteError::InvalidParams("params must be an object".into()))?;
+    params.set_raw("task", "{}");
+    target.params = params.to_text();
+    target.task = true;
+    Ok(target)
 }
 
 /// The `requestState` a retry carries, if any.

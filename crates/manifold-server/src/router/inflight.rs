@@ -378,7 +378,15 @@ impl Inflight {
     fn task_result(&self, tasks: &Tasks, ctx: &Context, result: &str) -> Option<String> {
         manifold_protocol::needle::TASK_ID.find(result.as_bytes())?;
         self.map(|prefix| match self.method {
-            "tools/call" => tasks.created(result, prefix, ctx.session_id()),
+            "tools/call" => {
+                tasks
+                    .created(result, prefix, ctx.task_owner())
+                    .map(|created| match ctx.is_stateless() {
+                        // The tasks extension's shape, for a stateless host.
+                        true => tasks::extension_created(&created).unwrap_or(created),
+                        false => created,
+                    })
+            }
             "tasks/get" | "tasks/cancel" => tasks::expose_id(result, prefix),
             "tasks/result" => tasks::expose_related(result, prefix),
             _ => None,

@@ -421,6 +421,9 @@ impl Router {
             "resources/subscribe" => self.subscribe(ctx, &params, true),
             "resources/unsubscribe" => self.subscribe(ctx, &params, false),
             "subscriptions/listen" if ctx.is_stateless() => self.listen(ctx, env),
+            "tasks/get" | "tasks/cancel" | "tasks/update" if ctx.is_stateless() => {
+                self.extension_task(ctx, method, env)
+            }
             // The session era's tasks moved to an extension Manifold does not offer
             // stateless hosts.
             _ if ctx.is_stateless() => ctx.fail(&RouteError::UnknownMethod(method.to_owned())),

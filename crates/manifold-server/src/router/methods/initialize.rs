@@ -138,6 +138,10 @@ fn capabilities(catalog: &Catalog, known: &impl Fn(usize) -> bool, stateless: bo
     if offers("logging") {
         caps.insert("logging".into(), json!({}));
     }
+    if offers("tasks") && stateless {
+        // The session era's tasks, offered to stateless hosts as the tasks extension.
+        caps.insert("extensions".into(), json!({ crate::tasks::EXTENSION: {} }));
+    }
     if offers("tasks") && !stateless {
         // What any upstream supports; a request its upstream cannot serve is refused there.
         let mut tasks = Map::new();

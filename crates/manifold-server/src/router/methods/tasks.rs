@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use manifold_catalog::Catalog;
+use manifold_catalog::{rewrite, Catalog};
 use manifold_protocol::{scan, Envelope, RawObject};
 use manifold_upstream::{Answer, UpstreamHandle};
 
@@ -36,6 +36,84 @@ impl Router {
         }
     }
 
+    /// The tasks extension's `tasks/get`, `tasks/cancel` and `tasks/update` for a stateless
+    /// host, over a session-era upstream's tasks: the task in the extension's shape, with its
+    /// result (or error) in it once it is over (fetched with the session era's `tasks/result`,
+    /// which no longer blocks then). A session-era task takes no input through `tasks/update`.
+    pub(in crate::router) fn extension_task(
+        self: &Arc<Self>,
+        ctx: Context,
+        method: &str,
+        env: &Envelope<'_>,
+    ) {
+        if method == "tasks/update" {
+            return ctx.fail(&RouteError::InvalidParams(
+                "this task's upstream speaks the session era, whose tasks take no input through tasks/update".into(),
+            ));
+        }
+        let method = if method == "tasks/get" {
+            "tasks/get"
+        } else {
+            "tasks/cancel"
+        };
+        let catalog = self.hub.catalog();
+        let target = match self.task_request(&ctx, method, env.params, &catalog) {
+            Ok(target) => target,
+            Err(e) => return ctx.fail(&e),
+        };
+        let prefix = catalog.defs()[target.upstream].uri_prefix.clone();
+        drop(catalog);
+        let Some(conn) = self.pool.upstreams()[target.upstream].connection() else {
+            return ctx.fail(&RouteError::Upstream(
+                manifold_upstream::UpstreamError::Unavailable {
+                    upstream: self.pool.upstreams()[target.upstream].key().to_owned(),
+                    reason: "it is not connected".into(),
+                },
+            ));
+        };
+        self.runtime.spawn(async move {
+            let task = match conn.request(method, Some(&target.params)).await {
+                Ok(Answer::Result(task)) => task,
+                Ok(Answer::Error(error)) => {
+                    let mut out = Vec::new();
+                    manifold_protocol::write::raw_error_response(&mut out, &ctx.id, &error);
+                    ctx.ended(manifold_telemetry::Outcome::ProtocolError, None);
+                    return ctx.outlet.answer(&[&out]);
+                }
+                Err(e) => return ctx.fail(&RouteError::Upstream(e)),
+            };
+            let Some(shaped) =
+                tasks::expose_id(&task, &prefix).and_then(|t| tasks::extension_task(&t))
+            else {
+                return ctx.fail(&RouteError::Internal(
+                    "the upstream's task is not an object".into(),
+                ));
+            };
+            let status = RawObject::parse(&task)
+                .ok()
+                .and_then(|t| t.get_str("status").map(|s| s.into_owned()));
+            let over = matches!(status.as_deref(), Some("completed" | "failed"));
+            if method != "tasks/get" || !over {
+                return ctx.reply(&shaped);
+            }
+            let Ok(mut obj) = RawObject::parse(&shaped) else {
+                return;
+            };
+            // Over: its result (or error) goes in it.
+            match conn.request("tasks/result", Some(&target.params)).await {
+                Ok(Answer::Result(result)) => {
+                    let mapped = rewrite::result_uris("tools/call", &result, &prefix);
+                    let result = mapped.unwrap_or(result.to_string());
+                    let result = tasks::expose_related(&result, &prefix).unwrap_or(result);
+                    obj.set_raw("result", result);
+                }
+                Ok(Answer::Error(error)) => obj.set_raw("error", error.to_string()),
+                Err(e) => return ctx.fail(&RouteError::Upstream(e)),
+            }
+            ctx.reply(&obj.to_text());
+        });
+    }
+
     /// `tasks/get`, `tasks/result`, `tasks/cancel`: routed by the task id, for its owner only.
     fn task_request(
         &self,
@@ -52,7 +130,7 @@ impl Router {
             .ok_or_else(|| bad("missing \"taskId\""))?
             .into_owned();
         let unknown = || RouteError::InvalidParams(format!("unknown task {exposed:?}"));
-        if self.tasks.owner(&exposed) != Some(ctx.session_id()) {
+        if self.tasks.owner(&exposed) != Some(ctx.task_owner()) {
             return Err(unknown());
         }
         let (upstream, original) = catalog.resolve_uri(&exposed).ok_or_else(unknown)?;
@@ -89,7 +167,7 @@ impl Router {
             .collect();
         let router = Arc::clone(self);
         self.runtime.spawn(async move {
-            let session = ctx.session_id();
+            let session = ctx.task_owner();
             let mut tasks = Vec::new();
             for (_, conn, prefix) in &targets {
                 for task in all_tasks(conn).await {
