@@ -64,6 +64,13 @@ impl Tasks {
     /// recorded as the session's.
     pub(crate) fn created(&self, result: &str, prefix: &str, session: u64) -> Option<String> {
         let mut obj = RawObject::parse(result).ok()?;
+        if obj.get("task").is_none() && obj.get_str("resultType").is_some_and(|t| t == "task") {
+            // The tasks extension's handle (a stateless upstream's): the task at the top.
+            let exposed = uri::expose(prefix, &obj.get_str("taskId")?);
+            self.record(&exposed, session);
+            obj.set_str("taskId", &exposed);
+            return Some(obj.to_text());
+        }
         let mut task = RawObject::parse(obj.get("task")?).ok()?;
         let exposed = uri::expose(prefix, &task.get_str("taskId")?);
         self.record(&exposed, session);

@@ -194,6 +194,7 @@ impl Router {
             Some(route) => (Arc::clone(&route.upstream), route.tool().cloned()),
             None => (handle.key_arc(), None),
         };
+        let with_tasks = target.task || declares_tasks(&ctx);
         let parking = ctx.is_stateless().then(|| Arc::clone(&self.parked));
         let logging = ctx
             .asked
@@ -209,7 +210,9 @@ impl Router {
             hub: Arc::clone(&self.hub),
             upstream: target.upstream,
             method: target.method,
-            tasks: target.task.then(|| Arc::clone(&self.tasks)),
+            // A stateless upstream may answer a host that declared the tasks extension with a
+            // task handle, unasked.
+            tasks: with_tasks.then(|| Arc::clone(&self.tasks)),
             hop: inflight::Hop {
                 span: hop,
                 started: std::time::Instant::now(),
@@ -277,6 +280,13 @@ fn task_for_stateless(
     target.params = params.to_text();
     target.task = true;
     Ok(target)
+}
+
+/// Whether a stateless host declared the tasks extension with its request.
+fn declares_tasks(ctx: &Context) -> bool {
+    ctx.asked
+        .as_ref()
+        .is_some_and(|a| a.declares_extension(crate::tasks::EXTENSION))
 }
 
 /// The `requestState` a retry carries, if any.

@@ -37,24 +37,20 @@ impl Router {
     }
 
     /// The tasks extension's `tasks/get`, `tasks/cancel` and `tasks/update` for a stateless
-    /// host, over a session-era upstream's tasks: the task in the extension's shape, with its
-    /// result (or error) in it once it is over (fetched with the session era's `tasks/result`,
-    /// which no longer blocks then). A session-era task takes no input through `tasks/update`.
+    /// host. A stateless upstream's task: forwarded as it is (ids mapped). A session-era
+    /// upstream's: the task in the extension's shape, with its result (or error) in it once it
+    /// is over (fetched with the session era's `tasks/result`, which no longer blocks then); it
+    /// takes no input through `tasks/update`.
     pub(in crate::router) fn extension_task(
         self: &Arc<Self>,
         ctx: Context,
         method: &str,
         env: &Envelope<'_>,
     ) {
-        if method == "tasks/update" {
-            return ctx.fail(&RouteError::InvalidParams(
-                "this task's upstream speaks the session era, whose tasks take no input through tasks/update".into(),
-            ));
-        }
-        let method = if method == "tasks/get" {
-            "tasks/get"
-        } else {
-            "tasks/cancel"
+        let method = match method {
+            "tasks/get" => "tasks/get",
+            "tasks/update" => "tasks/update",
+            _ => "tasks/cancel",
         };
         let catalog = self.hub.catalog();
         let target = match self.task_request(&ctx, method, env.params, &catalog) {
@@ -63,6 +59,18 @@ impl Router {
         };
         let prefix = catalog.defs()[target.upstream].uri_prefix.clone();
         drop(catalog);
+        let stateless_upstream = self.pool.upstreams()[target.upstream]
+            .era()
+            .is_some_and(|e| e == manifold_protocol::version::Era::Stateless);
+        if stateless_upstream {
+            // The upstream speaks the extension itself: the request goes to it as it is.
+            return self.admit(ctx, target, 0);
+        }
+        if method == "tasks/update" {
+            return ctx.fail(&RouteError::InvalidParams(
+                "this task's upstream speaks the session era, whose tasks take no input through tasks/update".into(),
+            ));
+        }
         let Some(conn) = self.pool.upstreams()[target.upstream].connection() else {
             return ctx.fail(&RouteError::Upstream(
                 manifold_upstream::UpstreamError::Unavailable {
