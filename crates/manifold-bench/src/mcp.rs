@@ -7,6 +7,11 @@ use serde_json::Value;
 
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
 
+/// The stateless revision: no `initialize`, no session; each request says in `params._meta`
+/// which revision it speaks and what its client can do, and over Streamable HTTP its headers
+/// repeat the revision, the method and the tool's name.
+pub const STATELESS_VERSION: &str = "2026-07-28";
+
 /// What every echo call sends, and gets back as its text content.
 pub const ECHO_TEXT: &str = "the quick brown fox jumps over the lazy dog";
 
@@ -24,6 +29,9 @@ pub struct RequestLine {
     again: Option<String>,
     /// An answer shorter than this is wrong (e.g. a 1 MB result that is not 1 MB).
     pub min_answer: usize,
+    /// The HTTP headers that name the request's method and, for a call, its tool
+    /// (`Mcp-Method`, `Mcp-Name`), each ending in CRLF: only a stateless host sends them.
+    pub headers: String,
 }
 
 impl RequestLine {
@@ -36,6 +44,7 @@ impl RequestLine {
             tail,
             again: None,
             min_answer: 0,
+            headers: naming_headers(method, params),
         }
     }
 
@@ -51,6 +60,20 @@ impl RequestLine {
         Self::tools_call(name, &serde_json::json!({ "text": ECHO_TEXT }))
     }
 
+    /// The `echo` call as a stateless host makes it: the same arguments, and `params._meta`
+    /// naming the revision and the client's capabilities (none), which a stateless request
+    /// must carry in place of `initialize`.
+    pub fn echo_stateless(name: &str) -> Self {
+        Self::new(
+            "tools/call",
+            &serde_json::json!({
+                "name": name,
+                "arguments": { "text": ECHO_TEXT },
+                "_meta": stateless_meta(),
+            }),
+        )
+    }
+
     /// The `echo` call with a second argument, `n`, set to the request's id: the same answer
     /// as `echo`, but arguments that differ on every call (a result cache misses each time).
     pub fn echo_numbered(name: &str) -> Self {
@@ -63,6 +86,7 @@ impl RequestLine {
             tail,
             again: Some("}}}\n".into()),
             min_answer: 0,
+            headers: naming_headers("tools/call", &serde_json::json!({ "name": name })),
         }
     }
 
@@ -82,6 +106,32 @@ impl RequestLine {
         let again = self.again.as_ref().map_or(0, |a| digits + a.len());
         HEAD.len() + digits + self.tail.len() + again
     }
+}
+
+/// `params._meta` of a stateless request: the revision, and a client that declares no
+/// capability.
+pub fn stateless_meta() -> Value {
+    serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+/// `Mcp-Method`, and `Mcp-Name` for the methods that name something (the tool or prompt, or
+/// the resource's URI), as HTTP header lines.
+fn naming_headers(method: &str, params: &Value) -> String {
+    let named = match method {
+        "tools/call" | "prompts/get" => params.get("name"),
+        "resources/read" => params.get("uri"),
+        _ => None,
+    };
+    let mut headers = format!("Mcp-Method: {method}\r\n");
+    if let Some(name) = named.and_then(Value::as_str) {
+        headers.push_str("Mcp-Name: ");
+        headers.push_str(name);
+        headers.push_str("\r\n");
+    }
+    headers
 }
 
 /// Decimal digits of `n` without allocating: one per request, on the timed path.
@@ -187,6 +237,34 @@ mod tests {
         assert_eq!(v["id"], 12345);
         assert_eq!(v["params"]["name"], "alpha__echo");
         assert!((120..=180).contains(&out.len()), "{}", out.len());
+    }
+
+    #[test]
+    fn stateless_lines_carry_meta_and_name_their_method_and_tool() {
+        let line = RequestLine::echo_stateless("alpha__echo");
+        let mut out = Vec::new();
+        line.write(3, &mut out);
+        assert_eq!(out.len(), line.len_with(3));
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["params"]["name"], "alpha__echo");
+        assert_eq!(v["params"]["arguments"]["text"], ECHO_TEXT);
+        let meta = &v["params"]["_meta"];
+        assert_eq!(
+            meta["io.modelcontextprotocol/protocolVersion"],
+            STATELESS_VERSION
+        );
+        assert!(meta["io.modelcontextprotocol/clientCapabilities"].is_object());
+        assert_eq!(
+            line.headers,
+            "Mcp-Method: tools/call\r\nMcp-Name: alpha__echo\r\n"
+        );
+        // The session era's call, without `_meta`, is shorter by a few dozen bytes.
+        let plain = RequestLine::echo("alpha__echo").len_with(3);
+        assert!((60..=140).contains(&(line.len_with(3) - plain)), "{plain}");
+        let list = RequestLine::new("tools/list", &serde_json::json!({}));
+        assert_eq!(list.headers, "Mcp-Method: tools/list\r\n");
+        let numbered = RequestLine::echo_numbered("beta__echo");
+        assert!(numbered.headers.ends_with("Mcp-Name: beta__echo\r\n"));
     }
 
     #[test]

@@ -87,6 +87,7 @@ pub fn table(doc: &Value) -> String {
     if !http.is_empty() {
         http_table(&mut out, &http);
     }
+    stateless_table(&mut out, &doc["scenarios"]);
     out
 }
 
@@ -485,7 +486,7 @@ const HTTP_RSS_GOAL_MB: f64 = 25.0;
 
 fn http_table(out: &mut String, rows: &[HttpRow]) {
     out.push_str(
-        "\nStreamable HTTP, Manifold beside the peer gateway (mcp-proxy) in the same run\n",
+        "\nStreamable HTTP (session era), Manifold beside the peer gateway (mcp-proxy) in the same run\n",
     );
     let _ = writeln!(
         out,
@@ -626,6 +627,156 @@ fn http_latency_rows(rows: &mut Vec<HttpRow>, v: &Value) {
             goal: None,
         });
     }
+}
+
+/// Manifold's stateless path (2026-07-28) beside its session-era path over Streamable HTTP,
+/// from the same runs; then why the peer has no stateless figures.
+fn stateless_table(out: &mut String, s: &Value) {
+    let rows = stateless_rows(s);
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\nStateless Streamable HTTP (2026-07-28) beside the session era, Manifold in the same run\n",
+    );
+    row_table(out, &rows, ["session", "stateless"]);
+    let note = [&s["http-latency"], &s["http-throughput"]]
+        .into_iter()
+        .find_map(|v| v["peer_era"].as_str());
+    if let Some(note) = note {
+        let _ = writeln!(out, "Note: {note}.");
+    }
+}
+
+fn stateless_rows(s: &Value) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let v = &s["http-latency"];
+    let c = &v["http_stateless_vs_http"];
+    if !c.is_null() {
+        for p in PCT {
+            let key = format!("{p}_us");
+            rows.push(Row {
+                figure: format!("small tools/call over HTTP {p}"),
+                direct: us(num(&c["direct"][&key])),
+                through: us(num(&c["through"][&key])),
+                added: us(num(&c["added"][&key])),
+                ratio: two(num(&c["ratio"][p])),
+                spread: range(&c["added"]["spread"][&key], us),
+                goal: None,
+            });
+        }
+        for p in ["p50", "p99"] {
+            let key = format!("{p}_us");
+            let (a, b) = (
+                num(&v["http_vs_direct"]["added"][&key]),
+                num(&v["http_stateless_vs_direct"]["added"][&key]),
+            );
+            rows.push(Row {
+                figure: format!("  added over direct stdio {p}"),
+                direct: us(a),
+                through: us(b),
+                added: us(b - a),
+                ratio: String::new(),
+                spread: range(&v["http_stateless_vs_direct"]["added"]["spread"][&key], us),
+                goal: None,
+            });
+        }
+        let pair = |figure: &str, a: f64, b: f64, f: fn(f64) -> String| Row {
+            figure: figure.into(),
+            direct: f(a),
+            through: f(b),
+            added: f(b - a),
+            ratio: ratio(b, a),
+            spread: String::new(),
+            goal: None,
+        };
+        let (h, st) = (&v["http"], &v["http_stateless"]);
+        for (key, figure, f) in [
+            ("cpu_us", "  server CPU/call", us as fn(f64) -> String),
+            ("switches", "  server switches/call", two),
+        ] {
+            let (a, b) = (
+                num(&h["server_cpu_per_call"][key]),
+                num(&st["server_cpu_per_call"][key]),
+            );
+            rows.push(pair(figure, a, b, f));
+        }
+        let key = "client_cpu_us_per_call";
+        rows.push(pair(
+            "  load generator CPU/call",
+            num(&h[key]),
+            num(&st[key]),
+            us,
+        ));
+        let req = &v["request_bytes"];
+        rows.push(pair(
+            "  request body",
+            num(&req["through"]),
+            num(&req["stateless"]),
+            bytes,
+        ));
+        rows.push(pair(
+            "  request, head and body",
+            num(&h["request_wire_bytes"]),
+            num(&st["request_wire_bytes"]),
+            bytes,
+        ));
+        rows.push(pair(
+            "  answer body",
+            num(&h["answer_bytes"]),
+            num(&st["answer_bytes"]),
+            bytes,
+        ));
+    }
+    let t = &s["http-throughput"];
+    let (m, st) = (&t["manifold_1"], &t["manifold_1_stateless"]);
+    if !st.is_null() {
+        let (a, b) = (
+            num(&m["calls_per_s"]["median"]),
+            num(&st["calls_per_s"]["median"]),
+        );
+        let r = &t["stateless_1_vs_manifold_1"];
+        rows.push(Row {
+            figure: format!("calls/s, {} connections, 1 upstream", t["connections"]),
+            direct: rate1(a),
+            through: rate1(b),
+            added: rate1(b - a),
+            ratio: two(num(&r["median"])),
+            spread: format!(
+                "{}..{}",
+                two(num(&r["spread"][0])),
+                two(num(&r["spread"][1]))
+            ),
+            goal: None,
+        });
+        for p in ["p50", "p99"] {
+            let key = format!("{p}_us");
+            let (a, b) = (num(&m["latency"][&key]), num(&st["latency"][&key]));
+            rows.push(Row {
+                figure: format!("  latency under that load {p}"),
+                direct: us(a),
+                through: us(b),
+                added: us(b - a),
+                ratio: ratio(b, a),
+                spread: range(&st["latency"]["spread"][&key], us),
+                goal: None,
+            });
+        }
+        let (a, b) = (
+            num(&m["server_cpu_per_call"]["cpu_us"]),
+            num(&st["server_cpu_per_call"]["cpu_us"]),
+        );
+        rows.push(Row {
+            figure: "  server CPU/call".into(),
+            direct: us(a),
+            through: us(b),
+            added: us(b - a),
+            ratio: ratio(b, a),
+            spread: String::new(),
+            goal: None,
+        });
+    }
+    rows
 }
 
 fn http_throughput_rows(rows: &mut Vec<HttpRow>, v: &Value) {
@@ -906,6 +1057,13 @@ fn size(bytes: f64) -> String {
     } else {
         format!("{:.0} kB", bytes / 1e3)
     }
+}
+
+fn bytes(x: f64) -> String {
+    if x.is_nan() {
+        return "n/a".into();
+    }
+    format!("{x:.0} B")
 }
 
 fn two(x: f64) -> String {

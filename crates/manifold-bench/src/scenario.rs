@@ -38,6 +38,34 @@ fn http_session(server: &Arc<HttpServer>, label: &str) -> Result<Session> {
     Session::over(Box::new(HttpTarget::connect(server, label)?))
 }
 
+/// A stateless host (revision 2026-07-28) on `server`, on a connection of its own: no
+/// `initialize`, no session; its requests must be made from stateless lines
+/// (`RequestLine::echo_stateless`).
+fn http_stateless(server: &Arc<HttpServer>, label: &str) -> Result<Session> {
+    let target = HttpTarget::stateless(server, label, crate::mcp::STATELESS_VERSION)?;
+    Ok(Session::stateless(Box::new(target)))
+}
+
+/// Why the peer gateway has no stateless figures.
+const PEER_SESSION_ONLY: &str = "the peer gateway (mcp-proxy 0.6) speaks only the session era \
+     (it refuses revision 2026-07-28 with -32022): its figures, and every comparison with it, \
+     are of the session-era path (initialize, then Mcp-Session-Id)";
+
+/// Checks that a `tools/call` result is a stateless one (revision 2026-07-28): `resultType`
+/// "complete" and Manifold's server info in `_meta`, beside the tool's own result. A session-era
+/// answer has neither, so this proves the stateless path served the call.
+fn expect_complete(label: &str, result: &Value) -> Result<()> {
+    let info = result.pointer("/_meta/io.modelcontextprotocol~1serverInfo/name");
+    match (result.get("resultType").and_then(Value::as_str), info) {
+        (Some("complete"), Some(Value::String(_))) => Ok(()),
+        _ => bail!(
+            "{label}: expected a stateless result (resultType \"complete\", server info in \
+             _meta), got {}",
+            excerpt(result)
+        ),
+    }
+}
+
 /// Why a peer row is empty when no peer binary was given.
 fn peer_missing() -> String {
     "not run: no peer binary given (--peer; bench/run.sh builds it)".into()

@@ -98,14 +98,25 @@ impl Session {
         Self::handshake(target, Instant::now())
     }
 
-    fn handshake(target: Box<dyn Target>, began: Instant) -> Result<Self> {
-        let mut session = Self {
+    /// A stateless host over a target already connected: no handshake, every request stands
+    /// alone (its lines carry `_meta`, see `RequestLine::echo_stateless`). `startup` stays
+    /// zero: there is no `initialize` to time.
+    pub fn stateless(target: Box<dyn Target>) -> Self {
+        Self::bare(target)
+    }
+
+    fn bare(target: Box<dyn Target>) -> Self {
+        Self {
             target,
             next_id: 1,
             out: Vec::new(),
             startup: Duration::ZERO,
             last_answer_len: 0,
-        };
+        }
+    }
+
+    fn handshake(target: Box<dyn Target>, began: Instant) -> Result<Self> {
+        let mut session = Self::bare(target);
         session.target.send(&mcp::handshake())?;
         session.await_answer(0, 0).context("initialize failed")?;
         session.startup = began.elapsed();
@@ -121,6 +132,11 @@ impl Session {
         self.target.server_pid()
     }
 
+    /// Bytes of the last request as the transport framed it (see `Target::last_request_len`).
+    pub fn last_request_len(&self) -> Option<usize> {
+        self.target.last_request_len()
+    }
+
     /// Closes the connection under the session, if the transport has one (see `Target`).
     pub fn disconnect(&mut self) {
         self.target.disconnect();
@@ -131,7 +147,7 @@ impl Session {
         let id = self.take_id();
         self.out.clear();
         line.write(id, &mut self.out);
-        self.target.send(&self.out)?;
+        self.target.send_request(&self.out, &line.headers)?;
         let parsed = self
             .await_answer_with(id, |text| Ok(serde_json::from_slice::<Value>(text)?))
             .with_context(|| self.target.label().to_owned())?;
@@ -153,7 +169,7 @@ impl Session {
             self.out.clear();
             line.write(id, &mut self.out);
             let sent = Instant::now();
-            self.target.send(&self.out)?;
+            self.target.send_request(&self.out, &line.headers)?;
             self.last_answer_len = self
                 .await_answer(id, line.min_answer)
                 .with_context(|| self.target.label().to_owned())?;
@@ -188,7 +204,7 @@ impl Session {
             self.out.clear();
             line.write(id, &mut self.out);
             let sent = Instant::now();
-            self.target.send(&self.out)?;
+            self.target.send_request(&self.out, &line.headers)?;
             let error = self
                 .await_outcome(id, line.min_answer, &tool_error)
                 .with_context(|| self.target.label().to_owned())?;
@@ -273,7 +289,7 @@ impl Session {
             self.out.clear();
             line.write(id, &mut self.out);
             let sent = Instant::now();
-            self.target.send(&self.out)?;
+            self.target.send_request(&self.out, &line.headers)?;
             let error = self
                 .await_outcome(id, line.min_answer, &tool_error)
                 .with_context(|| self.target.label().to_owned())?;

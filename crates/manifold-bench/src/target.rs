@@ -2,7 +2,8 @@
 //! complete messages go in, complete messages come out. Scenarios only talk to this trait, so
 //! the same measuring code drives a stdio server (`StdioTarget`, launched from a
 //! `TargetSpec`) and a session over Streamable HTTP (`HttpTarget`, one of many sessions a
-//! running `HttpServer`, Manifold or the peer gateway, serves).
+//! running `HttpServer`, Manifold or the peer gateway, serves; or, in the stateless era, a
+//! host that sends self-contained requests with no session at all).
 
 mod http;
 mod lines;
@@ -28,10 +29,22 @@ pub trait Target: Send {
     fn label(&self) -> &str;
     /// Writes one or more complete messages (each ending in `\n`) in one go.
     fn send(&mut self, bytes: &[u8]) -> Result<()>;
+    /// Writes one request made from a `RequestLine`; `headers` are the line's HTTP headers
+    /// naming its method and tool, which only a stateless HTTP target sends (every other
+    /// target sends the request as `send` would).
+    fn send_request(&mut self, bytes: &[u8], headers: &str) -> Result<()> {
+        let _ = headers;
+        self.send(bytes)
+    }
     /// The next message from the server, without its line ending; valid until the next call.
     fn recv(&mut self) -> Result<&[u8]>;
     /// The OS process serving this session, when there is one (RSS is read from it).
     fn server_pid(&self) -> Option<u32>;
+    /// Bytes of the last request as written to the transport, framing included (an HTTP
+    /// request's head and body), when the transport frames requests itself.
+    fn last_request_len(&self) -> Option<usize> {
+        None
+    }
     /// Called before a timed loop, so that housekeeping (replacing an HTTP connection that
     /// sat idle) is not timed.
     fn ready(&mut self) -> Result<()> {

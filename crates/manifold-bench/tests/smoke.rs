@@ -1,7 +1,7 @@
 //! Runs `manifold-load latency --quick`, `http-latency --quick`, `telemetry --quick`,
 //! `policy --quick` and `cache --quick` against the debug binaries to prove the tool works end
-//! to end, over stdio and over Streamable HTTP (without the peer gateway: no network, no peer
-//! build), with spans exported to the tool's own OTLP receiver, with teams and limits (in
+//! to end, over stdio and over Streamable HTTP as a session-era host and as a stateless one
+//! (without the peer gateway: no network, no peer build), with spans exported to the tool's own OTLP receiver, with teams and limits (in
 //! Redis too when a `redis-server` is found), and with the result cache. It checks the shape and sanity of the JSON output, never a timing
 //! threshold: timings on a shared two-core machine are for BENCHMARKS.md, not for pass/fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -21,6 +21,11 @@ fn debug_binaries() -> Option<(PathBuf, PathBuf)> {
 
 /// Runs one scenario with `--quick`; checks that it printed `row` in its table.
 fn run_quick(scenario: &str, row: &str) -> Option<Value> {
+    run_quick_printing(scenario, &[row])
+}
+
+/// Runs one scenario with `--quick`; checks that it printed each of `rows`.
+fn run_quick_printing(scenario: &str, rows: &[&str]) -> Option<Value> {
     let Some((manifold, fixture)) = debug_binaries() else {
         eprintln!("SKIPPED: target/debug/manifold or manifold-fixture missing; run `cargo build --workspace` first");
         return None;
@@ -41,7 +46,9 @@ fn run_quick(scenario: &str, row: &str) -> Option<Value> {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "manifold-load failed: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains(row), "no table on stdout: {stdout}");
+    for row in rows {
+        assert!(stdout.contains(row), "no {row:?} on stdout: {stdout}");
+    }
     let doc = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let _ = std::fs::remove_file(&out);
     Some(doc)
@@ -125,14 +132,19 @@ fn check_percentiles(side: &str, s: &Value, rounds: u64, calls: u64) {
 
 #[test]
 fn quick_http_latency_run_writes_sane_json() {
-    let Some(doc) = run_quick("http-latency", "small tools/call over HTTP p50") else {
+    let rows = [
+        "small tools/call over HTTP p50",
+        "Stateless Streamable HTTP (2026-07-28)",
+        "speaks only the session era",
+    ];
+    let Some(doc) = run_quick_printing("http-latency", &rows) else {
         return;
     };
     assert_eq!(doc["quick"], true);
     assert!(doc["binaries"]["peer"].is_null());
     let lat = &doc["scenarios"]["http-latency"];
     let (rounds, calls) = quick_rounds(lat);
-    for side in ["direct", "stdio", "http", "floor"] {
+    for side in ["direct", "stdio", "http", "http_stateless", "floor"] {
         let s = &lat[side];
         check_percentiles(side, s, rounds, calls);
         // The same echo answer whatever the transport.
@@ -148,14 +160,36 @@ fn quick_http_latency_run_writes_sane_json() {
     assert!(lat["peer"].is_null());
     let why = lat["http_vs_peer"]["not_applicable"].as_str().unwrap();
     assert!(why.contains("--peer"), "{why}");
+    // The peer would have no stateless figures whatever was given, and the report says so.
+    let era = lat["peer_era"].as_str().unwrap();
+    assert!(era.contains("session era"), "{era}");
     check_added(
         lat,
         &[
             ("stdio_vs_direct", "direct", "stdio"),
             ("http_vs_direct", "direct", "http"),
             ("http_vs_floor", "floor", "http"),
+            ("http_stateless_vs_http", "http", "http_stateless"),
+            ("http_stateless_vs_direct", "direct", "http_stateless"),
         ],
     );
+    assert!(f(&lat["http_stateless_vs_http"]["ratio"]["p50"]) > 0.0);
+    // The stateless request carries `_meta` (a few dozen bytes more), and a stateless answer
+    // carries `resultType` and Manifold's server info besides the echo.
+    let req = &lat["request_bytes"];
+    let extra = f(&req["stateless"]) - f(&req["through"]);
+    assert!((60.0..=140.0).contains(&extra), "{req}");
+    assert!(
+        f(&lat["http_stateless"]["answer_bytes"]) > f(&lat["http"]["answer_bytes"]),
+        "{lat}"
+    );
+    for side in ["http", "http_stateless", "floor"] {
+        assert!(
+            f(&lat[side]["request_wire_bytes"]) > f(&req["through"]),
+            "{side}: {lat}"
+        );
+    }
+    assert!(lat["stdio"]["request_wire_bytes"].is_null());
     let goals = doc["goals"].as_array().unwrap();
     let named: Vec<&str> = goals
         .iter()

@@ -19,7 +19,7 @@ use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 
 use super::counted;
-use super::http_throughput::{self, Side as HttpSide};
+use super::http_throughput::{self, Kind, Side as HttpSide};
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::session::Session;
 use crate::setup::{Plan, Setup, Upstream};
@@ -147,7 +147,7 @@ fn http(
             setup,
             plan,
             &line,
-            false,
+            Kind::Manifold,
         )?);
     }
     for side in &mut sides {

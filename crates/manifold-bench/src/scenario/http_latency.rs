@@ -1,17 +1,21 @@
-//! A small `tools/call` with one request in flight, five or six ways in interleaved rounds of
+//! A small `tools/call` with one request in flight, six or seven ways in interleaved rounds of
 //! one run: the fixture called directly over stdio (the baseline), Manifold over stdio (its
 //! added latency, as in `latency`), with `--manifold-before` an earlier Manifold build over
 //! stdio too (is the stdio path as fast as before?), Manifold over Streamable HTTP on one
-//! keep-alive connection, the peer gateway over Streamable HTTP in front of the same fixture,
-//! and the floor server (a canned answer, no upstream: what the client and loopback TCP
-//! cost). The HTTP figures are end to end: the host's POST to the answer read whole.
+//! keep-alive connection as a session-era host (`initialize`, then `Mcp-Session-Id`) and as a
+//! stateless host (revision 2026-07-28: no session, `_meta` and naming headers on each
+//! request; a Manifold of its own, so that each has its own server CPU figures), the peer
+//! gateway over Streamable HTTP in front of the same fixture (session era only: it has no
+//! stateless path), and the floor server (a canned answer, no upstream: what the client and
+//! loopback TCP cost). The HTTP figures are end to end: the host's POST to the answer read
+//! whole.
 
 use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::{json, Map, Value};
 
-use super::{http_session, peer_missing};
+use super::{expect_complete, http_session, http_stateless, peer_missing, PEER_SESSION_ONLY};
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::procstat::{thread_cpu, Usage};
 use crate::session::Session;
@@ -22,6 +26,7 @@ use crate::target::{HttpServer, ServerSpec, TargetSpec};
 pub fn http_latency(setup: &Setup, plan: &Plan) -> Result<Value> {
     let ups = [Upstream::plain("alpha")];
     let (direct, through) = (RequestLine::echo("echo"), RequestLine::echo("alpha__echo"));
+    let stateless = RequestLine::echo_stateless("alpha__echo");
     let mut sides = vec![
         Side::stdio(
             "direct",
@@ -40,6 +45,12 @@ pub fn http_latency(setup: &Setup, plan: &Plan) -> Result<Value> {
             setup,
             &setup.manifold_http("http-latency-http", &ups)?,
             &through,
+        )?,
+        Side::stateless(
+            "http_stateless",
+            setup,
+            &setup.manifold_http("http-latency-http-stateless", &ups)?,
+            &stateless,
         )?,
         Side::http(
             "floor",
@@ -64,6 +75,9 @@ pub fn http_latency(setup: &Setup, plan: &Plan) -> Result<Value> {
     for side in &mut sides {
         let result = side.session.result(&side.line)?;
         super::expect_text(side.session.label(), &result, ECHO_TEXT.len())?;
+        if side.stateless {
+            expect_complete(side.session.label(), &result)?;
+        }
         side.session
             .timed_calls(&side.line, warmup, plan.round_limit)?;
     }
@@ -80,7 +94,12 @@ pub fn http_latency(setup: &Setup, plan: &Plan) -> Result<Value> {
             _ => Value::Null,
         };
         v["answer_bytes"] = json!(side.session.last_answer_len);
+        // The whole HTTP request (head and body) of the last call; null over stdio.
+        v["request_wire_bytes"] = json!(side.session.last_request_len());
         v["startup_ms"] = json!(super::latency::ms(side.startup));
+        if side.stateless {
+            v["startup_until"] = json!("the first tools/call answered (there is no initialize)");
+        }
         out.insert(side.name.into(), v);
     }
     let summaries = |name: &str| {
@@ -102,6 +121,13 @@ pub fn http_latency(setup: &Setup, plan: &Plan) -> Result<Value> {
     if let (Some(f), Some(h)) = (summaries("floor"), summaries("http")) {
         v["http_vs_floor"] = stats::compare(f, h);
     }
+    // The stateless path against the session-era one: "direct" is the session era here.
+    if let (Some(h), Some(s)) = (summaries("http"), summaries("http_stateless")) {
+        v["http_stateless_vs_http"] = stats::compare(h, s);
+    }
+    if let (Some(d), Some(s)) = (summaries("direct"), summaries("http_stateless")) {
+        v["http_stateless_vs_direct"] = stats::compare(d, s);
+    }
     v["http_vs_peer"] = match (summaries("peer"), summaries("http")) {
         (Some(p), Some(h)) => stats::ratios(h, p),
         _ => json!({ "not_applicable": peer_error }),
@@ -109,7 +135,13 @@ pub fn http_latency(setup: &Setup, plan: &Plan) -> Result<Value> {
     v["rounds"] = json!(plan.rounds);
     v["calls_per_round"] = json!(calls);
     v["warmup_calls"] = json!(warmup);
-    v["request_bytes"] = json!({ "direct": direct.len_with(1), "through": through.len_with(1) });
+    v["peer_era"] = json!(PEER_SESSION_ONLY);
+    // Bodies, for id 1: `stateless` carries `_meta` besides what `through` carries.
+    v["request_bytes"] = json!({
+        "direct": direct.len_with(1),
+        "through": through.len_with(1),
+        "stateless": stateless.len_with(1),
+    });
     Ok(v)
 }
 
@@ -170,8 +202,11 @@ struct Side {
     name: &'static str,
     session: Session,
     line: RequestLine,
-    /// From launch to the first `initialize` answered.
+    /// From launch to the first `initialize` answered (for a stateless host, which has none:
+    /// to its first call answered).
     startup: Duration,
+    /// A stateless host (its answers are checked to be stateless results).
+    stateless: bool,
     _server: Option<std::sync::Arc<HttpServer>>,
 }
 
@@ -188,6 +223,7 @@ impl Side {
             startup: session.startup,
             session,
             line: line.clone(),
+            stateless: false,
             _server: None,
         })
     }
@@ -206,6 +242,30 @@ impl Side {
             startup: began.elapsed(),
             session,
             line: line.clone(),
+            stateless: false,
+            _server: Some(server),
+        })
+    }
+
+    /// A stateless host of Manifold over HTTP; `line` must be a stateless one.
+    fn stateless(
+        name: &'static str,
+        setup: &Setup,
+        spec: &ServerSpec,
+        line: &RequestLine,
+    ) -> Result<Self> {
+        let began = std::time::Instant::now();
+        let server = HttpServer::launch(spec, setup.limits)?;
+        let mut session = http_stateless(&server, name)?;
+        // Manifold holds a stateless request until its upstreams first started, as it holds
+        // initialize: the first answer is the comparable moment.
+        session.result(line)?;
+        Ok(Self {
+            name,
+            startup: began.elapsed(),
+            session,
+            line: line.clone(),
+            stateless: true,
             _server: Some(server),
         })
     }

@@ -4,6 +4,9 @@
 //! fixture and in front of ten (the calls spread round-robin over all of them, each connection
 //! starting at another), the peer gateway the same two ways, and the floor server (canned
 //! answers, no upstream: what the client and loopback TCP allow), in interleaved rounds.
+//! Beside Manifold in front of one fixture, the same with stateless hosts (revision
+//! 2026-07-28: no session, each request self-contained): 16 connections drawing from the same
+//! pool. The peer has no stateless path, so it has no such case.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Barrier};
@@ -13,7 +16,7 @@ use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value};
 
 use super::counted::Tally;
-use super::{http_session, peer_missing};
+use super::{expect_complete, http_session, http_stateless, peer_missing, PEER_SESSION_ONLY};
 use crate::mcp::{RequestLine, ECHO_TEXT};
 use crate::procstat::{thread_cpu, Usage};
 use crate::session::{Counted, Session};
@@ -23,13 +26,24 @@ use crate::target::{HttpServer, ServerSpec};
 
 const SPREAD: usize = 10;
 
+/// What is under load, and how its hosts speak to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Manifold (or the floor) with session-era hosts.
+    Manifold,
+    /// Manifold with stateless hosts (2026-07-28); the lines must be stateless ones.
+    Stateless,
+    /// The peer gateway (session era): a failing peer is dropped, not fatal.
+    Peer,
+}
+
 /// One server under load and its connections.
 pub struct Side {
     pub name: String,
     server: Arc<HttpServer>,
     pub sessions: Vec<Session>,
     lines: Vec<RequestLine>,
-    is_peer: bool,
+    kind: Kind,
     /// Every call made, the checked first calls and the warm-up included.
     pub seen: Tally,
 }
@@ -66,11 +80,22 @@ pub fn http_throughput(setup: &Setup, plan: &Plan) -> Result<Value> {
             setup,
             plan,
             &lines,
-            false,
+            Kind::Manifold,
         )?);
+        if ups.len() == 1 {
+            let spec = setup.manifold_http(&format!("http-throughput-{n}-stateless"), ups)?;
+            sides.push(Side::open(
+                format!("manifold_{n}_stateless"),
+                &spec,
+                setup,
+                plan,
+                &[RequestLine::echo_stateless("alpha__echo")],
+                Kind::Stateless,
+            )?);
+        }
         let peer = format!("peer_{n}");
         match setup.peer_http(&format!("http-throughput-peer-{n}"), ups)? {
-            Some(spec) => match Side::open(peer.clone(), &spec, setup, plan, &lines, true) {
+            Some(spec) => match Side::open(peer.clone(), &spec, setup, plan, &lines, Kind::Peer) {
                 Ok(side) => sides.push(side),
                 Err(e) => {
                     not_applicable.insert(peer, json!(format!("{e:#}")));
@@ -89,7 +114,7 @@ pub fn http_throughput(setup: &Setup, plan: &Plan) -> Result<Value> {
         setup,
         plan,
         &line,
-        false,
+        Kind::Manifold,
     )?);
     for side in &mut sides {
         side.warm_up(plan)?;
@@ -99,7 +124,7 @@ pub fn http_throughput(setup: &Setup, plan: &Plan) -> Result<Value> {
     let mut i = 0;
     while i < sides.len() {
         match sides[i].seen.invalid(&sides[i].name) {
-            Some(why) if sides[i].is_peer => {
+            Some(why) if sides[i].kind == Kind::Peer => {
                 not_applicable.insert(sides[i].name.clone(), json!(why));
                 sides.remove(i);
                 rounds.remove(i);
@@ -119,6 +144,15 @@ pub fn http_throughput(setup: &Setup, plan: &Plan) -> Result<Value> {
             out.insert(format!("ratio_{n}"), rate_ratio(&rounds[m], &rounds[p]));
         }
     }
+    let m = sides.iter().position(|s| s.name == "manifold_1");
+    let s = sides.iter().position(|s| s.name == "manifold_1_stateless");
+    if let (Some(m), Some(s)) = (m, s) {
+        out.insert(
+            "stateless_1_vs_manifold_1".into(),
+            rate_ratio(&rounds[s], &rounds[m]),
+        );
+    }
+    out.insert("peer_era".into(), json!(PEER_SESSION_ONLY));
     out.insert("not_applicable".into(), Value::Object(not_applicable));
     out.insert(
         "unit".into(),
@@ -166,7 +200,7 @@ pub fn measure(
                     r.calls += done.calls;
                     r.client_cpu += done.client_cpu;
                 }
-                Err(e) if sides[i].is_peer => {
+                Err(e) if sides[i].kind == Kind::Peer => {
                     let why = format!("failed in round {round}: {e:#}");
                     not_applicable.insert(sides[i].name.clone(), json!(why));
                     sides.remove(i);
@@ -195,16 +229,23 @@ impl Side {
         setup: &Setup,
         plan: &Plan,
         lines: &[RequestLine],
-        is_peer: bool,
+        kind: Kind,
     ) -> Result<Self> {
         let server = HttpServer::launch(spec, setup.limits)?;
         let mut sessions = Vec::with_capacity(plan.connections);
         for j in 0..plan.connections {
-            let mut session = http_session(&server, &format!("{name}-{j}"))?;
+            let label = format!("{name}-{j}");
+            let mut session = match kind {
+                Kind::Stateless => http_stateless(&server, &label)?,
+                Kind::Manifold | Kind::Peer => http_session(&server, &label)?,
+            };
             // Each connection's first call is checked in full.
             let line = &lines[j % lines.len()];
             let result = session.result(line)?;
             super::expect_text(session.label(), &result, ECHO_TEXT.len())?;
+            if kind == Kind::Stateless {
+                expect_complete(session.label(), &result)?;
+            }
             sessions.push(session);
         }
         Ok(Self {
@@ -212,7 +253,7 @@ impl Side {
             server,
             sessions,
             lines: lines.to_vec(),
-            is_peer,
+            kind,
             seen: Tally {
                 calls: plan.connections,
                 ..Tally::default()

@@ -4,6 +4,11 @@
 //! and the negotiated protocol version are taken from the answer to `initialize` and sent on
 //! every later request, as a host must.
 //!
+//! A stateless host (revision 2026-07-28) has no session: it sends no `initialize` and no
+//! `Mcp-Session-Id`, and each request carries `MCP-Protocol-Version` and the headers naming
+//! its method and tool (`Mcp-Method`, `Mcp-Name`, rendered once per request line), its body
+//! `_meta` with the revision and the client's capabilities.
+//!
 //! The request head is rendered once per session, so a call costs a copy of the body, an
 //! integer format, one `write` and usually one `read`: cheap beside what is measured (the
 //! client's CPU time per call is reported with the figures).
@@ -30,7 +35,8 @@ pub struct HttpTarget {
     server: Arc<HttpServer>,
     conn: Option<HttpReader<TcpStream>>,
     last_used: Instant,
-    /// Everything of a request but its body's length and the body itself.
+    /// Everything of a request's head but the headers naming its method and tool (stateless
+    /// era) and its body's length.
     head: String,
     out: Vec<u8>,
     /// The bodies of this send's responses; messages are `inbox[from..to]`.
@@ -39,11 +45,25 @@ pub struct HttpTarget {
     messages: Vec<(usize, usize)>,
     next: usize,
     session: Option<String>,
+    /// A stateless host: no session, the naming headers on every request.
+    stateless: bool,
+    /// Bytes of the last request written, head and body.
+    last_request: usize,
 }
 
 impl HttpTarget {
     /// Connects to `server`; the session starts with the first message (`initialize`).
     pub fn connect(server: &Arc<HttpServer>, label: &str) -> Result<Self> {
+        Self::open(server, label, None)
+    }
+
+    /// Connects to `server` as a host of the stateless revision `version`: requests only,
+    /// sent with `send_request`, each one standing alone.
+    pub fn stateless(server: &Arc<HttpServer>, label: &str, version: &str) -> Result<Self> {
+        Self::open(server, label, Some(version))
+    }
+
+    fn open(server: &Arc<HttpServer>, label: &str, stateless: Option<&str>) -> Result<Self> {
         let mut target = Self {
             label: label.into(),
             server: Arc::clone(server),
@@ -56,8 +76,10 @@ impl HttpTarget {
             messages: Vec::new(),
             next: 0,
             session: None,
+            stateless: stateless.is_some(),
+            last_request: 0,
         };
-        target.render_head(None);
+        target.render_head(stateless);
         target.reconnect()?;
         Ok(target)
     }
@@ -88,20 +110,23 @@ impl HttpTarget {
         if let Some(version) = version {
             head.push_str(&format!("MCP-Protocol-Version: {version}\r\n"));
         }
-        head.push_str("Content-Length: ");
         self.head = head;
     }
 
-    /// One POST of `body`; the messages of its response are added to the inbox.
-    fn post(&mut self, body: &[u8]) -> Result<()> {
+    /// One POST of `body`, with `headers` (whole lines) after the session's; the messages of
+    /// its response are added to the inbox.
+    fn post(&mut self, body: &[u8], headers: &str) -> Result<()> {
         if self.conn.is_none() || self.last_used.elapsed() >= IDLE_REUSE {
             self.reconnect()?;
         }
         self.out.clear();
         self.out.extend_from_slice(self.head.as_bytes());
+        self.out.extend_from_slice(headers.as_bytes());
+        self.out.extend_from_slice(b"Content-Length: ");
         crate::mcp::write_u64(&mut self.out, body.len() as u64);
         self.out.extend_from_slice(b"\r\n\r\n");
         self.out.extend_from_slice(body);
+        self.last_request = self.out.len();
         let Some(conn) = self.conn.as_mut() else {
             bail!("{}: no connection", self.label);
         };
@@ -142,9 +167,25 @@ impl HttpTarget {
             ),
         }
         if let Some(session) = head.session {
+            if self.stateless {
+                bail!(
+                    "{}: a stateless request was answered with a session id: {}",
+                    self.label,
+                    crate::mcp::excerpt(body)
+                );
+            }
             self.start_session(session)?;
         }
         Ok(())
+    }
+
+    /// Starts a new send: the previous one's messages were all handed out.
+    fn begin_send(&mut self) {
+        if self.next == self.messages.len() {
+            self.next = 0;
+            self.inbox.clear();
+            self.messages.clear();
+        }
     }
 
     /// The answer to `initialize` carries the session id; later requests also carry the
@@ -175,18 +216,35 @@ impl Target for HttpTarget {
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<()> {
-        if self.next == self.messages.len() {
-            self.next = 0;
-            self.inbox.clear();
-            self.messages.clear();
+        if self.stateless {
+            // Nothing but requests made from request lines: a stateless host never answers
+            // the server (its questions come back as results) and has no notification to send.
+            bail!(
+                "{}: a stateless host sends only requests (send_request): {}",
+                self.label,
+                crate::mcp::excerpt(bytes)
+            );
         }
+        self.begin_send();
         // Each message is one POST, one after the other: an HTTP host has no pipelining.
         for line in bytes.split(|&b| b == b'\n') {
             if !line.iter().all(u8::is_ascii_whitespace) {
-                self.post(line)?;
+                self.post(line, "")?;
             }
         }
         Ok(())
+    }
+
+    fn send_request(&mut self, bytes: &[u8], headers: &str) -> Result<()> {
+        if !self.stateless {
+            return self.send(bytes);
+        }
+        self.begin_send();
+        let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        if memchr::memchr(b'\n', body).is_some() {
+            bail!("{}: one request per POST", self.label);
+        }
+        self.post(body, headers)
     }
 
     fn recv(&mut self) -> Result<&[u8]> {
@@ -203,6 +261,10 @@ impl Target for HttpTarget {
 
     fn server_pid(&self) -> Option<u32> {
         Some(self.server.pid())
+    }
+
+    fn last_request_len(&self) -> Option<usize> {
+        (self.last_request > 0).then_some(self.last_request)
     }
 
     fn ready(&mut self) -> Result<()> {
