@@ -43,6 +43,27 @@ pub static PROTOCOL_VERSION_META: LazyLock<Finder<'static>> =
 pub static SUBSCRIPTION_ID_META: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"io.modelcontextprotocol/subscriptionId\""));
 
+/// `"resultType"`: what kind of result a stateless-era result is.
+pub static RESULT_TYPE: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"resultType\""));
+
+/// `input_required`: a multi round-trip request's interim result type.
+pub static INPUT_REQUIRED: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"input_required"));
+
+/// `"requestState"`: the state a multi round-trip request's retry carries.
+pub static REQUEST_STATE: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"requestState\""));
+
+/// The prefix of the `_meta` keys the protocol itself defines.
+pub static PROTOCOL_META_PREFIX: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"io.modelcontextprotocol/"));
+
+/// `"code":-3202`: the start of the stateless era's header-level error codes (-32020..-32029)
+/// in an error Manifold wrote.
+pub static HEADER_LEVEL_CODE: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"code\":-3202"));
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,9 @@ pub struct Origin {
     /// stands for the session: what cancels it upstream when its response stream closes.
     /// 0 with a session.
     pub owner: u64,
+    /// What a stateless request declared in `_meta`, when the transport read it already (to
+    /// check its headers against it), so that it is not read twice.
+    pub asked: Option<Arc<Asked>>,
 }
 
 impl Origin {
@@ -43,6 +46,7 @@ impl Origin {
             trace: None,
             caller: None,
             owner: 0,
+            asked: None,
         }
     }
 
@@ -86,7 +90,7 @@ pub struct Context {
     pub version: &'static str,
     /// What a stateless-era request declared about its sender in `_meta`; `None` for a
     /// session-era request.
-    pub asked: Option<Box<Asked>>,
+    pub asked: Option<Arc<Asked>>,
     /// The session's number, or the number a sessionless request stands under (0: none).
     owner: u64,
     /// Who asked.
@@ -132,7 +136,7 @@ impl Context {
             outlet: Arc::clone(&origin.outlet),
             id: id.into(),
             version,
-            asked: None,
+            asked: origin.asked.clone(),
             owner,
             caller,
             span,

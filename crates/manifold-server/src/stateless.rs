@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use manifold_protocol::version::{self, meta};
-use manifold_protocol::{RawObject, LOG_LEVELS};
+use manifold_protocol::{needle, RawObject, LOG_LEVELS};
 
 use crate::error::RouteError;
 use crate::session::Client;
@@ -80,7 +80,7 @@ impl Asked {
 /// The revision a request's `_meta` names, without reading the rest (`None`: it names none).
 pub fn version_of(params: Option<&str>) -> Option<Cow<'_, str>> {
     let params = params?;
-    memchr::memmem::find(params.as_bytes(), meta::PROTOCOL_VERSION.as_bytes())?;
+    needle::PROTOCOL_VERSION_META.find(params.as_bytes())?;
     let obj = RawObject::parse(params).ok()?;
     let m = obj.get("_meta")?;
     let m = RawObject::parse(m).ok()?;
@@ -95,16 +95,24 @@ pub fn read(params: Option<&str>) -> Result<Option<Asked>, RouteError> {
     let Some(params) = params else {
         return Ok(None);
     };
-    if memchr::memmem::find(params.as_bytes(), meta::PROTOCOL_VERSION.as_bytes()).is_none() {
+    if needle::PROTOCOL_VERSION_META
+        .find(params.as_bytes())
+        .is_none()
+    {
         return Ok(None);
     }
-    let Some(m) = RawObject::parse(params)
-        .ok()
-        .and_then(|o| o.get("_meta").map(str::to_owned))
-    else {
+    match RawObject::parse(params) {
+        Ok(obj) => read_object(&obj),
+        Err(_) => Ok(None),
+    }
+}
+
+/// [`read`], for params already parsed.
+pub fn read_object(params: &RawObject<'_>) -> Result<Option<Asked>, RouteError> {
+    let Some(m) = params.get("_meta") else {
         return Ok(None);
     };
-    let m = RawObject::parse(&m)
+    let m = RawObject::parse(m)
         .map_err(|_| RouteError::InvalidParams("_meta must be an object".into()))?;
     let Some(requested) = m.get_str(meta::PROTOCOL_VERSION) else {
         return Ok(None);
@@ -155,8 +163,8 @@ pub fn read(params: Option<&str>) -> Result<Option<Asked>, RouteError> {
 /// of them (every session-era upstream's) is not parsed: the members are put first.
 pub fn complete<'a>(result: &'a str, extra: &[(&str, &str)]) -> Cow<'a, str> {
     let bytes = result.as_bytes();
-    let untouched = memchr::memmem::find(bytes, b"\"resultType\"").is_none()
-        && memchr::memmem::find(bytes, b"\"_meta\"").is_none()
+    let untouched = needle::RESULT_TYPE.find(bytes).is_none()
+        && needle::META_MEMBER.find(bytes).is_none()
         && extra
             .iter()
             .all(|(k, _)| memchr::memmem::find(bytes, k.as_bytes()).is_none());
@@ -219,7 +227,7 @@ const HOST_KEYS: [&str; 4] = [
 /// as a progress token or trace context, is kept; an empty `_meta` goes). `None`: nothing to
 /// take out.
 pub fn without_host_meta(params: &str) -> Option<String> {
-    memchr::memmem::find(params.as_bytes(), b"io.modelcontextprotocol/")?;
+    needle::PROTOCOL_META_PREFIX.find(params.as_bytes())?;
     let mut obj = RawObject::parse(params).ok()?;
     let mut m = RawObject::parse(obj.get("_meta")?).ok()?;
     let mut removed = false;
@@ -273,7 +281,7 @@ pub fn may_ask(capabilities: &str, method: &str, params: Option<&str>) -> Result
 
 /// Whether a result is an `input_required` one (a multi round-trip request's interim answer).
 pub fn is_input_required(result: &str) -> bool {
-    memchr::memmem::find(result.as_bytes(), b"input_required").is_some()
+    needle::INPUT_REQUIRED.find(result.as_bytes()).is_some()
         && RawObject::parse(result)
             .ok()
             .and_then(|o| o.get_str("resultType").map(|t| t == "input_required"))

@@ -93,6 +93,7 @@ pub(super) async fn post(
         trace: trace_context(&req),
         caller: None,
         owner: 0,
+        asked: None,
     };
     // Answers, including errors, go on the stream; the POST only says it was taken.
     match shared.router.handle_line(&origin, &body) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
-use manifold_protocol::{sse, Envelope, Kind, Params};
+use manifold_protocol::{sse, Envelope, Kind, RawObject};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 use tokio::sync::{mpsc, oneshot};
 
@@ -25,7 +25,7 @@ use crate::outlet::Outlet;
 use crate::policy::Caller;
 use crate::router::{Handled, Router};
 use crate::session::Session;
-use crate::stateless;
+use crate::stateless::{self, Asked};
 
 /// How often a request waiting for its answer looks whether its host is still connected.
 const PEER_CHECK: Duration = Duration::from_millis(100);
@@ -48,16 +48,19 @@ pub(super) async fn post(
         // Not a message: the router says why, as it does for every transport.
         Err(_) => return answer_alone(shared, body, caller),
     };
-    if let Err(e) = agrees(req, &env, version) {
-        let mut out = Vec::new();
-        let id = env
-            .id
-            .filter(|id| manifold_protocol::envelope::is_valid_id(id));
-        manifold_protocol::write::error_response(&mut out, id, &e.to_error_object());
-        return HttpResponse::BadRequest()
-            .content_type("application/json")
-            .body(out);
-    }
+    let asked = match agrees(req, &env, version) {
+        Ok(asked) => asked,
+        Err(e) => {
+            let mut out = Vec::new();
+            let id = env
+                .id
+                .filter(|id| manifold_protocol::envelope::is_valid_id(id));
+            manifold_protocol::write::error_response(&mut out, id, &e.to_error_object());
+            return HttpResponse::BadRequest()
+                .content_type("application/json")
+                .body(out);
+        }
+    };
     // A stateless host has no initialize that waits for the upstreams' first start: its
     // requests wait (bounded) for it instead.
     let hub = shared.router.hub();
@@ -74,6 +77,7 @@ pub(super) async fn post(
         trace: trace_context(req),
         caller: Some(caller),
         owner,
+        asked,
     };
     let handled = shared.router.handle_envelope(&origin, &env);
     drop(origin);
@@ -135,6 +139,7 @@ fn answer_alone(shared: &Shared, body: &Bytes, caller: Arc<Caller>) -> HttpRespo
         trace: None,
         caller: Some(caller),
         owner: 0,
+        asked: None,
     };
     let _ = shared.router.handle_line(&origin, body);
     drop(origin);
@@ -146,8 +151,13 @@ fn answer_alone(shared: &Shared, body: &Bytes, caller: Arc<Caller>) -> HttpRespo
     }
 }
 
-/// Whether the headers agree with the body.
-fn agrees(req: &HttpRequest, env: &Envelope<'_>, version: &str) -> Result<(), RouteError> {
+/// Whether the headers agree with the body; what the request declared in `_meta` when they
+/// do (read once, here, for the router too).
+fn agrees(
+    req: &HttpRequest,
+    env: &Envelope<'_>,
+    version: &str,
+) -> Result<Option<Arc<Asked>>, RouteError> {
     // A header given twice agrees with nothing.
     let header = |name: &str| {
         let mut values = req.headers().get_all(name);
@@ -159,21 +169,30 @@ fn agrees(req: &HttpRequest, env: &Envelope<'_>, version: &str) -> Result<(), Ro
     };
     let mismatch = |what: String| Err(RouteError::HeaderMismatch(what));
     if env.kind() != Ok(Kind::Request) {
-        return Ok(());
+        return Ok(None);
     }
-    match stateless::version_of(env.params) {
-        Some(v) if v == version => {}
-        Some(v) => {
+    let params = env.params.and_then(|p| RawObject::parse(p).ok());
+    let asked = match params.as_ref().map(stateless::read_object) {
+        Some(Ok(Some(asked))) if asked.version == version => Some(asked),
+        Some(Ok(Some(asked))) => {
             return mismatch(format!(
-                "MCP-Protocol-Version is {version:?} but the body's _meta names {v:?}"
+                "MCP-Protocol-Version is {version:?} but the body's _meta names {:?}",
+                asked.version
             ))
         }
-        None => {
+        Some(Err(RouteError::UnsupportedVersion { requested })) => {
+            return mismatch(format!(
+                "MCP-Protocol-Version is {version:?} but the body's _meta names {requested:?}"
+            ))
+        }
+        // Otherwise malformed `_meta`: the router says how.
+        Some(Err(_)) => None,
+        Some(Ok(None)) | None => {
             return mismatch(format!(
                 "MCP-Protocol-Version is {version:?} but the body's _meta names no protocol version"
             ))
         }
-    }
+    };
     let method = env.method.as_deref().unwrap_or_default();
     match header(METHOD_HEADER) {
         Some(m) if m == method => {}
@@ -184,19 +203,14 @@ fn agrees(req: &HttpRequest, env: &Envelope<'_>, version: &str) -> Result<(), Ro
         }
         None => return mismatch("the Mcp-Method header is missing".into()),
     }
-    let named = match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        _ => None,
+    let member = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return Ok(asked.map(Arc::new)),
     };
-    let Some(member) = named else { return Ok(()) };
-    let params = env.params.and_then(|p| Params::read(p).ok());
-    let value = params.as_ref().and_then(|p| match member {
-        "name" => p.name.as_deref().map(str::to_owned),
-        _ => p.uri.as_deref().map(str::to_owned),
-    });
+    let value = params.as_ref().and_then(|p| p.get_str(member));
     match (header(NAME_HEADER), value) {
-        (Some(h), Some(v)) if h == v => Ok(()),
+        (Some(h), Some(v)) if h == v => Ok(asked.map(Arc::new)),
         (Some(h), Some(v)) => mismatch(format!(
             "Mcp-Name is {h:?} but the body's {member} is {v:?}"
         )),
@@ -204,13 +218,21 @@ fn agrees(req: &HttpRequest, env: &Envelope<'_>, version: &str) -> Result<(), Ro
             "the Mcp-Name header is missing (it carries the {member})"
         )),
         // No name in the body: the router says so.
-        (Some(_), None) => Ok(()),
+        (Some(_), None) => Ok(asked.map(Arc::new)),
     }
 }
 
 /// Whether an answer is one of the errors the stateless era answers with 400 (header
 /// mismatch, missing client capability, unsupported version).
 fn is_header_level_error(answer: &[u8]) -> bool {
+    // Manifold writes its errors as `"error":{"code":N,...`: most answers are not errors, and
+    // are not decoded to find out.
+    if manifold_protocol::needle::HEADER_LEVEL_CODE
+        .find(answer)
+        .is_none()
+    {
+        return false;
+    }
     let Ok(env) = Envelope::decode(answer) else {
         return false;
     };

@@ -72,6 +72,7 @@ async fn handle_post(
         trace: trace_context(req),
         caller: None,
         owner: 0,
+        asked: None,
     };
     let handled = shared.router.handle_line(&origin, body);
     drop(origin);

@@ -49,6 +49,7 @@ impl Router {
             trace: origin.trace.clone(),
             caller: origin.caller.clone(),
             owner: origin.owner,
+            asked: None,
         };
         for d in decoded {
             match d {

@@ -292,7 +292,7 @@ fn declares_tasks(ctx: &Context) -> bool {
 /// The `requestState` a retry carries, if any.
 fn request_state(params: Option<&str>) -> Option<String> {
     let params = params?;
-    memchr::memmem::find(params.as_bytes(), b"\"requestState\"")?;
+    manifold_protocol::needle::REQUEST_STATE.find(params.as_bytes())?;
     RawObject::parse(params)
         .ok()?
         .get_str("requestState")

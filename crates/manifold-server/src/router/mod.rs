@@ -368,7 +368,12 @@ impl Router {
     /// their session's `initialize` first (`server/discover` excepted: it is how a client
     /// finds out which era to speak).
     fn request(self: &Arc<Self>, mut ctx: Context, method: &str, env: &Envelope<'_>) {
-        match stateless::read(env.params) {
+        let asked = match ctx.asked.take() {
+            // Read by the transport already.
+            Some(asked) => Ok(Some(asked)),
+            None => stateless::read(env.params).map(|a| a.map(Arc::new)),
+        };
+        match asked {
             Err(e) => return ctx.fail(&e),
             Ok(Some(asked)) => {
                 if let Some(session) = &ctx.session {
@@ -379,7 +384,7 @@ impl Router {
                     }
                 }
                 ctx.version = asked.version;
-                ctx.asked = Some(Box::new(asked));
+                ctx.asked = Some(asked);
                 if let Some(removed) = REMOVED.iter().find(|m| **m == method) {
                     return ctx.fail(&RouteError::Removed((*removed).to_owned()));
                 }
