@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::era::Modern;
 use crate::rpc::{self, RpcError};
 use crate::state::State;
 
@@ -106,11 +107,38 @@ pub trait Transport: Send + Sync {
 pub struct Call {
     pub id: Value,
     sink: Arc<dyn Sink>,
+    /// Set for a request of the stateless era (2026-07-28).
+    modern: Option<Arc<Modern>>,
 }
 
 impl Call {
     pub fn new(id: Value, sink: Arc<dyn Sink>) -> Self {
-        Self { id, sink }
+        Self {
+            id,
+            sink,
+            modern: None,
+        }
+    }
+
+    /// A request of the stateless era: its results get `resultType`, the server's identity
+    /// and caching hints, its log messages go out only as its `_meta` asked, and it cannot
+    /// send requests to its client (see `era` and `mrtr`).
+    pub fn stateless(id: Value, sink: Arc<dyn Sink>, modern: Modern) -> Self {
+        Self {
+            id,
+            sink,
+            modern: Some(Arc::new(modern)),
+        }
+    }
+
+    /// What the stateless era says about this request; None in the session era.
+    pub fn modern(&self) -> Option<&Modern> {
+        self.modern.as_deref()
+    }
+
+    /// The way back to the request's client (what a listen stream keeps).
+    pub fn sink(&self) -> Arc<dyn Sink> {
+        Arc::clone(&self.sink)
     }
 
     /// The client that sent this request (see [`Sink::client`]).
@@ -133,6 +161,10 @@ impl Call {
     }
 
     pub fn reply(&self, reply: Result<Value, RpcError>) {
+        let reply = match (&self.modern, reply) {
+            (Some(modern), Ok(result)) => Ok(modern.finish(result)),
+            (_, reply) => reply,
+        };
         self.sink.answer(rpc::response(&self.id, &reply));
     }
 
@@ -149,7 +181,16 @@ impl Call {
         self.sink.answer(bytes.to_vec());
     }
 
+    /// Sends a notification about this request before its answer. In the stateless era a
+    /// `notifications/message` goes out only at or above the level the request's `_meta`
+    /// asked for, and not at all without one.
     pub fn notify(&self, method: &str, params: &Value) {
+        if let Some(modern) = &self.modern {
+            let level = params.get("level").and_then(Value::as_str);
+            if method == "notifications/message" && !modern.wants_log(level) {
+                return;
+            }
+        }
         self.sink.send(rpc::notification(method, params));
     }
 
@@ -173,6 +214,13 @@ impl Call {
         method: &str,
         params: &Value,
     ) -> Result<Box<RawValue>, RpcError> {
+        if self.modern.is_some() {
+            // No request goes to a client in the stateless era: `mrtr` asks instead.
+            return Err(RpcError::new(
+                -32603,
+                format!("a 2026-07-28 request cannot send {method} to its client"),
+            ));
+        }
         let (id, answer) = state.expect_answer();
         self.sink.send(rpc::request(&id, method, params));
         let reply = answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
