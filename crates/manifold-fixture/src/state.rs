@@ -14,6 +14,7 @@ use manifold_protocol::version::Era;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::era::EraFlag;
 use crate::exchange::Transport;
 use crate::listen::{Change, Listens};
 use crate::subscriptions::Subscriptions;
@@ -111,13 +112,16 @@ impl State {
     }
 
     /// Something the clients may want to hear about changed: the session era's clients get
-    /// the list_changed on their own stream as always (not over a stdio connection that chose
-    /// the stateless era), and every listen stream that opted in gets it. Resource updates
+    /// the list_changed on their own stream as always (not with --era stateless, nor over a
+    /// stdio connection that chose the stateless era), and every listen stream that opted in
+    /// gets it. Resource updates
     /// reach session-era subscribers through `subscriptions` instead. How many listen streams
     /// were told.
     pub fn changed(&self, change: &Change) -> usize {
         if let Some(method) = change.list_changed() {
-            if self.stdio_era.get() != Some(&Era::Stateless) {
+            let stateless = self.args.era == EraFlag::Stateless
+                || self.stdio_era.get() == Some(&Era::Stateless);
+            if !stateless {
                 self.transport
                     .broadcast(&rpc::notification(method, &json!({})));
             }
