@@ -207,10 +207,33 @@ impl Call {
             .map_err(|e| RpcError::new(-32603, format!("unreadable answer to {method}: {e}")))
     }
 
+    /// [`Call::ask`], with the request's id `name` (see [`State::expect_named_answer`]).
+    pub fn ask_named(
+        &self,
+        state: &State,
+        name: &str,
+        method: &str,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let raw = self.ask_as(state, Some(name), method, params)?;
+        serde_json::from_str(raw.get())
+            .map_err(|e| RpcError::new(-32603, format!("unreadable answer to {method}: {e}")))
+    }
+
     /// [`Call::ask`], with the `result` as the exact JSON text the client sent.
     pub fn ask_raw(
         &self,
         state: &State,
+        method: &str,
+        params: &Value,
+    ) -> Result<Box<RawValue>, RpcError> {
+        self.ask_as(state, None, method, params)
+    }
+
+    fn ask_as(
+        &self,
+        state: &State,
+        name: Option<&str>,
         method: &str,
         params: &Value,
     ) -> Result<Box<RawValue>, RpcError> {
@@ -221,7 +244,10 @@ impl Call {
                 format!("a 2026-07-28 request cannot send {method} to its client"),
             ));
         }
-        let (id, answer) = state.expect_answer();
+        let (id, answer) = match name {
+            Some(name) => state.expect_named_answer(name),
+            None => state.expect_answer(),
+        };
         self.sink.send(rpc::request(&id, method, params));
         let reply = answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
         state.forget_answer(&id);

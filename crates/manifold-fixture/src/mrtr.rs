@@ -7,7 +7,11 @@
 //! - Session era: each need becomes a request to the client (`elicitation/create`,
 //!   `sampling/createMessage`, `roots/list`) sent on the call's own way back (stdout, or the
 //!   POST's SSE stream), one after the other, and the tool waits for each answer (so such
-//!   tools run on a thread of their own). The keys do not travel.
+//!   tools run on a thread of their own). The key travels only as the request's id, for an
+//!   asker made [`Asker::naming`] (the conformance tools of the stateless era: a gateway that
+//!   turns a session-era upstream's requests into `inputRequests` keyed by their ids then
+//!   shows the keys the stateless era would have); otherwise the requests get the fixture's
+//!   usual numeric ids.
 //! - Stateless era (multi round-trip requests, 2026-07-28): the tool's run stops at the first
 //!   [`Asker::ask`] whose answers are not in the request, and the request is answered with
 //!   `{"resultType": "input_required", "inputRequests": {KEY: {method, params}}, "requestState"}`.
@@ -156,6 +160,8 @@ pub struct Asker<'a> {
     call: &'a Call,
     params: &'a Value,
     replay: Option<Replay>,
+    /// Session era: each request's id is its need's key.
+    naming: bool,
 }
 
 /// A stateless request's answers: those of earlier rounds (from `requestState`) and those
@@ -176,7 +182,15 @@ impl<'a> Asker<'a> {
             call,
             params,
             replay,
+            naming: false,
         }
+    }
+
+    /// Session era: the request for each need has the need's key as its id (`KEY`, or
+    /// `KEY-N` while a request of that id waits for its answer).
+    pub fn naming(mut self) -> Self {
+        self.naming = true;
+        self
     }
 
     pub fn ask_one(&mut self, need: Need) -> Result<Got, Stop> {
@@ -203,7 +217,13 @@ impl<'a> Asker<'a> {
                 got.push(Got::Skipped);
                 continue;
             }
-            match self.call.ask(self.state, need.method, &need.params) {
+            let asked = if self.naming {
+                self.call
+                    .ask_named(self.state, need.key, need.method, &need.params)
+            } else {
+                self.call.ask(self.state, need.method, &need.params)
+            };
+            match asked {
                 Ok(answer) => got.push(Got::Answer(answer)),
                 Err(_) if need.optional => got.push(Got::Skipped),
                 Err(e) => {
@@ -601,6 +621,20 @@ mod tests {
         .is_ok());
         assert!(check_answer("sampling/createMessage", &json!({ "content": {} })).is_err());
         assert!(check_answer("roots/list", &json!({ "roots": [{ "name": "x" }] })).is_err());
+    }
+
+    #[test]
+    fn session_requests_are_named_after_their_keys_while_free() {
+        let state = crate::era::tests::state(&[]);
+        let (first, _rx1) = state.expect_named_answer("user_name");
+        assert_eq!(first, json!("user_name"));
+        let (second, _rx2) = state.expect_named_answer("user_name");
+        assert!(
+            second.as_str().unwrap().starts_with("user_name-"),
+            "{second}"
+        );
+        state.forget_answer(&first);
+        assert_eq!(state.expect_named_answer("user_name").0, json!("user_name"));
     }
 
     #[test]

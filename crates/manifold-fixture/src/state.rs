@@ -244,6 +244,21 @@ impl State {
         (id, rx)
     }
 
+    /// [`State::expect_answer`] with the id `name` (a string), or `name-N` while a request
+    /// of that id is still waiting: the multi round-trip tools name their session-era
+    /// requests after their input keys.
+    pub fn expect_named_answer(&self, name: &str) -> (Value, Receiver<Answer>) {
+        let (tx, rx) = mpsc::channel();
+        let mut asking = self.lock_asking();
+        let mut id = Value::from(name);
+        while asking.contains_key(&id.to_string()) {
+            let n = self.next_ask.fetch_add(1, Ordering::Relaxed);
+            id = Value::from(format!("{name}-{n}"));
+        }
+        asking.insert(id.to_string(), tx);
+        (id, rx)
+    }
+
     pub fn forget_answer(&self, id: &Value) {
         self.lock_asking().remove(&id.to_string());
     }

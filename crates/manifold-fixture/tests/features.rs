@@ -513,6 +513,7 @@ fn a_multi_round_tool_asks_in_rounds_statelessly_and_by_request_in_the_session_e
     fixture.send(&call(1, tool, json!({})));
     let step1 = fixture.receive();
     assert_eq!(step1["params"]["message"], "Step 1: What is your name?");
+    assert_eq!(step1["id"], "step1", "the key names the request");
     answer(&mut fixture, &step1, accepted(json!({ "name": "Alice" })));
     let step2 = fixture.receive();
     assert_eq!(step2["method"], "elicitation/create");

@@ -21,8 +21,9 @@
 //! before it renders. In the stateless era each answers `input_required` until the retry
 //! carries the answers (a `requestState` always comes along; a tampered one is -32602, a
 //! client without the capability a required need asks for gets -32021). In the session era
-//! each sends the requests to the client in turn on the call's own stream, waits, and
-//! returns the same result; a refused need makes a tool error (`METHOD failed: CODE MESSAGE`)
+//! each sends the requests to the client in turn on the call's own stream, each with its
+//! key as JSON-RPC id (`user_name`, or `user_name-N` while one of that id is pending), waits,
+//! and returns the same result; a refused need makes a tool error (`METHOD failed: CODE MESSAGE`)
 //! and the prompt an error -32603, except for the optional needs of
 //! `test_input_required_result_capabilities`, which are skipped, as are those its client did
 //! not declare in `initialize`.
@@ -107,7 +108,7 @@ pub fn call_tool(
             state.changed(&Change::Prompts);
             Ok(text_result(toggled(DYNAMIC_PROMPT, added)))
         }
-        _ => mrtr::outcome(ask(&mut Asker::new(state, call, params), name)),
+        _ => mrtr::outcome(ask(&mut Asker::new(state, call, params).naming(), name)),
     }
 }
 
@@ -233,6 +234,7 @@ pub fn asking_prompt(state: &State, call: &Call, params: &Value) -> Result<Value
         json!({ "context": { "type": "string" } }),
     );
     let run = Asker::new(state, call, params)
+        .naming()
         .ask_one(need)
         .and_then(|got| match got {
             Got::Answer(answer) => {
