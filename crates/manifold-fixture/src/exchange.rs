@@ -4,6 +4,7 @@
 //! stream when something comes before the answer). Messages that belong to no request go
 //! through the [`Transport`].
 
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::era::Modern;
 use crate::rpc::{self, RpcError};
-use crate::state::State;
+use crate::state::{Answer, State};
 
 /// How long the fixture waits for the client to answer one of its requests.
 const CLIENT_ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -198,45 +199,28 @@ impl Call {
         self.sink.close_stream();
     }
 
-    /// Sends a request to the client and waits (bounded) for its answer: the `result`, or
-    /// the client's `error` as an [`RpcError`]. Blocks, so only call threads may use it.
-    pub fn ask(&self, state: &State, method: &str, params: &Value) -> Result<Value, RpcError> {
-        let raw = self.ask_raw(state, method, params)?;
-        // The text was parsed once already, so this only fails on a fixture bug.
-        serde_json::from_str(raw.get())
-            .map_err(|e| RpcError::new(-32603, format!("unreadable answer to {method}: {e}")))
-    }
-
-    /// [`Call::ask`], with the request's id `name` (see [`State::expect_named_answer`]).
-    pub fn ask_named(
-        &self,
-        state: &State,
-        name: &str,
-        method: &str,
-        params: &Value,
-    ) -> Result<Value, RpcError> {
-        let raw = self.ask_as(state, Some(name), method, params)?;
-        serde_json::from_str(raw.get())
-            .map_err(|e| RpcError::new(-32603, format!("unreadable answer to {method}: {e}")))
-    }
-
-    /// [`Call::ask`], with the `result` as the exact JSON text the client sent.
+    /// Sends a request to the client and waits (bounded) for its answer: the `result` as the
+    /// exact JSON text the client sent, or the client's `error` as an [`RpcError`]. Blocks,
+    /// so only call threads may use it.
     pub fn ask_raw(
         &self,
         state: &State,
         method: &str,
         params: &Value,
     ) -> Result<Box<RawValue>, RpcError> {
-        self.ask_as(state, None, method, params)
+        let asked = self.send_request(state, None, method, params)?;
+        asked.wait(state)
     }
 
-    fn ask_as(
+    /// Sends a request to the client without waiting for its answer (several may then be
+    /// pending at once); its id is `name` if given (see [`State::expect_named_answer`]).
+    pub fn send_request(
         &self,
         state: &State,
         name: Option<&str>,
         method: &str,
         params: &Value,
-    ) -> Result<Box<RawValue>, RpcError> {
+    ) -> Result<Asked, RpcError> {
         if self.modern.is_some() {
             // No request goes to a client in the stateless era: `mrtr` asks instead.
             return Err(RpcError::new(
@@ -249,8 +233,28 @@ impl Call {
             None => state.expect_answer(),
         };
         self.sink.send(rpc::request(&id, method, params));
-        let reply = answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
-        state.forget_answer(&id);
+        Ok(Asked {
+            id,
+            method: method.to_owned(),
+            answer,
+        })
+    }
+}
+
+/// A request sent to the client, waiting for its answer.
+pub struct Asked {
+    id: Value,
+    method: String,
+    answer: Receiver<Answer>,
+}
+
+impl Asked {
+    /// Waits (bounded) for the answer: the `result` as the exact JSON text the client sent,
+    /// or its `error`. Blocks, so only call threads may use it.
+    pub fn wait(self, state: &State) -> Result<Box<RawValue>, RpcError> {
+        let reply = self.answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
+        state.forget_answer(&self.id);
+        let method = &self.method;
         match reply {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(error)) => Err(client_error(&error)),
@@ -260,6 +264,18 @@ impl Call {
             )),
         }
     }
+
+    /// [`Asked::wait`], the result parsed.
+    pub fn wait_value(self, state: &State) -> Result<Value, RpcError> {
+        let method = self.method.clone();
+        parse_answer(&method, &self.wait(state)?)
+    }
+}
+
+fn parse_answer(method: &str, raw: &RawValue) -> Result<Value, RpcError> {
+    // The text was parsed once already, so this only fails on a fixture bug.
+    serde_json::from_str(raw.get())
+        .map_err(|e| RpcError::new(-32603, format!("unreadable answer to {method}: {e}")))
 }
 
 /// Key of request `id` of `client` in the in-flight tables (the id's JSON text over stdio).

@@ -6,8 +6,8 @@
 //!
 //! - Session era: each need becomes a request to the client (`elicitation/create`,
 //!   `sampling/createMessage`, `roots/list`) sent on the call's own way back (stdout, or the
-//!   POST's SSE stream), one after the other, and the tool waits for each answer (so such
-//!   tools run on a thread of their own). The key travels only as the request's id, for an
+//!   POST's SSE stream), all the needs of one [`Asker::ask`] at once, and the tool waits for
+//!   the answers (so such tools run on a thread of their own). The key travels only as the request's id, for an
 //!   asker made [`Asker::naming`] (the conformance tools of the stateless era: a gateway that
 //!   turns a session-era upstream's requests into `inputRequests` keyed by their ids then
 //!   shows the keys the stateless era would have); otherwise the requests get the fixture's
@@ -33,7 +33,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::era;
-use crate::exchange::Call;
+use crate::exchange::{Asked, Call};
 use crate::rpc::RpcError;
 use crate::state::State;
 
@@ -208,32 +208,33 @@ impl<'a> Asker<'a> {
         }
     }
 
+    /// Sends every request of the batch at once, as the stateless era asks for them in one
+    /// round, then waits for each answer.
     fn ask_session(&self, needs: Vec<Need>) -> Vec<Got> {
         let client = self.call.client();
-        let mut got = Vec::with_capacity(needs.len());
-        let mut refused = false;
-        for need in needs {
-            if refused || (need.optional && !self.state.declared(client, need.capability())) {
-                got.push(Got::Skipped);
-                continue;
-            }
-            let asked = if self.naming {
-                self.call
-                    .ask_named(self.state, need.key, need.method, &need.params)
-            } else {
-                self.call.ask(self.state, need.method, &need.params)
-            };
-            match asked {
-                Ok(answer) => got.push(Got::Answer(answer)),
-                Err(_) if need.optional => got.push(Got::Skipped),
-                Err(e) => {
-                    // The tool reports the first refusal; asking more would be pointless.
-                    refused = true;
-                    got.push(Got::Refused(e));
+        let name = |need: &Need| self.naming.then_some(need.key);
+        let asked: Vec<(Need, Option<Result<Asked, RpcError>>)> = needs
+            .into_iter()
+            .map(|need| {
+                if need.optional && !self.state.declared(client, need.capability()) {
+                    return (need, None);
                 }
-            }
-        }
-        got
+                let sent =
+                    (self.call).send_request(self.state, name(&need), need.method, &need.params);
+                (need, Some(sent))
+            })
+            .collect();
+        asked
+            .into_iter()
+            .map(
+                |(need, asked)| match asked.map(|a| a.and_then(|a| a.wait_value(self.state))) {
+                    None => Got::Skipped,
+                    Some(Ok(answer)) => Got::Answer(answer),
+                    Some(Err(_)) if need.optional => Got::Skipped,
+                    Some(Err(e)) => Got::Refused(e),
+                },
+            )
+            .collect()
     }
 
     fn replay(&mut self, needs: Vec<Need>) -> Result<Vec<Got>, Stop> {

@@ -524,6 +524,46 @@ fn a_multi_round_tool_asks_in_rounds_statelessly_and_by_request_in_the_session_e
 }
 
 #[test]
+fn a_round_of_needs_is_asked_at_once_in_the_session_era_too() {
+    let mut fixture = StdioFixture::start(&["--conformance"]);
+    fixture.initialize();
+    fixture.send(&call(
+        1,
+        "test_input_required_result_multiple_inputs",
+        json!({}),
+    ));
+    let asked: Vec<Value> = (0..3).map(|_| fixture.receive()).collect();
+    let ids: Vec<&Value> = asked.iter().map(|r| &r["id"]).collect();
+    assert_eq!(
+        ids,
+        [
+            &json!("user_name"),
+            &json!("greeting"),
+            &json!("client_roots")
+        ]
+    );
+    // Answered in any order.
+    answer(
+        &mut fixture,
+        &asked[2],
+        json!({ "roots": [{ "uri": "file:///r" }] }),
+    );
+    let sampled =
+        json!({ "role": "assistant", "content": { "type": "text", "text": "Hi!" }, "model": "m" });
+    answer(&mut fixture, &asked[1], sampled);
+    answer(
+        &mut fixture,
+        &asked[0],
+        accepted(json!({ "name": "Alice" })),
+    );
+    let (_, done) = fixture.until_answer(&json!(1));
+    assert_eq!(
+        text(&done),
+        "Hello, Alice! The LLM answered: Hi!; Roots: file:///r"
+    );
+}
+
+#[test]
 fn asking_respects_the_capabilities_of_each_era() {
     let tool = "test_input_required_result_capabilities";
     let mut fixture = StdioFixture::start(&["--conformance", "--era", "stateless"]);
