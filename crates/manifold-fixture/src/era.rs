@@ -5,14 +5,16 @@
 //!   behaved: `initialize` opens the session (a request that comes first is answered anyway),
 //!   `server/discover` and every other 2026-07-28 method is -32601.
 //! - `stateless`: 2026-07-28 only. Every request names its revision and the client's
-//!   capabilities in `params._meta`; there is no `initialize` (-32601, naming the revisions
-//!   spoken), no `ping`, `logging/setLevel` or `resources/(un)subscribe` (-32601 too).
-//! - `dual`: both. Over stdio the first message chooses for the whole connection: one whose
-//!   `_meta` names a revision is stateless, anything else (`initialize` first, or any request
-//!   without `_meta`) is the session era. Over HTTP each POST chooses: one without
-//!   `Mcp-Session-Id` whose `MCP-Protocol-Version` header names no session-era revision (or,
-//!   without that header, whose `_meta` names a revision) is stateless; everything else,
-//!   `initialize` included, is the session era as before.
+//!   capabilities in `params._meta`; there is no `initialize` (-32601, with the revisions
+//!   spoken in `data.supported`), no `ping`, `logging/setLevel` or `resources/(un)subscribe`
+//!   (-32601 too).
+//! - `dual`: both. Over stdio the first request chooses for the whole connection: one whose
+//!   `_meta` names a revision makes it stateless, any other (`initialize` as a session-era
+//!   client sends it, or any request without `_meta`) makes it the session era. Over HTTP
+//!   each POST chooses: one without `Mcp-Session-Id` whose `MCP-Protocol-Version` header
+//!   names no session-era revision (or, without that header, whose `_meta` names a revision)
+//!   is stateless, even an `initialize` (-32601 then); everything else is the session era as
+//!   before, an `initialize` without such a header opening a session.
 //!
 //! A stateless request is checked in this order (over HTTP after the header checks of
 //! `http::stateless`): the method must exist in 2026-07-28 (-32601), `_meta` must carry

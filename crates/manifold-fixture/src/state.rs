@@ -112,11 +112,10 @@ impl State {
     }
 
     /// Something the clients may want to hear about changed: the session era's clients get
-    /// the list_changed on their own stream as always (not with --era stateless, nor over a
+    /// a list change on their own stream as always (not with --era stateless, nor over a
     /// stdio connection that chose the stateless era), and every listen stream that opted in
-    /// gets it. Resource updates
-    /// reach session-era subscribers through `subscriptions` instead. How many listen streams
-    /// were told.
+    /// gets it. Resource updates reach session-era subscribers through `subscriptions`
+    /// instead. Returns how many listen streams were told.
     pub fn changed(&self, change: &Change) -> usize {
         if let Some(method) = change.list_changed() {
             let stateless = self.args.era == EraFlag::Stateless
