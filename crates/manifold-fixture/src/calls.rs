@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::exchange::{log_params, Call};
-use crate::rpc::{self, RpcError};
+use crate::listen::Change;
+use crate::rpc::RpcError;
 use crate::state::{CancelToken, State};
 use crate::{client_tools, conformance, subscriptions, tasks, tools};
 
@@ -17,9 +18,11 @@ const MAX_BIG_BYTES: u64 = 256 * 1024 * 1024;
 /// spawn cost on the benchmarked path); slow ones (`sleep`, the tools that wait or ask the
 /// client something), and every call when --delay-us is set, run on their own thread so
 /// they never hold up other requests, nor the reading of the client's answers. With
-/// --tasks, a call that asks for a task is answered at once and runs as one (`tasks`).
+/// --tasks, a session-era call that asks for a task is answered at once and runs as one
+/// (`tasks`).
 pub fn call(state: &Arc<State>, call: Call, params: Value) {
-    if state.args.tasks && params.get("task").is_some_and(Value::is_object) {
+    let task = params.get("task").is_some_and(Value::is_object);
+    if state.args.tasks && task && call.modern().is_none() {
         return tasks::start(state, call, params);
     }
     let name = params.get("name").and_then(Value::as_str).unwrap_or("");
@@ -114,13 +117,10 @@ pub fn run(
         }
         "trace_context" => trace_context(call, params),
         other if tools::is_extra(state, other) || is_dynamic(state, other) => echo(args),
-        other => match flagged_tool(state, call, other, params, token) {
-            Some(result) => result,
-            None => {
-                let unknown = RpcError::invalid_params(format!("Unknown tool: {other}"));
-                return Some(Err(unknown));
-            }
-        },
+        other => {
+            let unknown = || Err(RpcError::invalid_params(format!("Unknown tool: {other}")));
+            return Some(flagged_tool(state, call, other, params, token).unwrap_or_else(unknown));
+        }
     };
     Some(Ok(result))
 }
@@ -132,14 +132,14 @@ fn flagged_tool(
     name: &str,
     params: &Value,
     token: Option<&CancelToken>,
-) -> Option<Value> {
+) -> Option<Result<Value, RpcError>> {
     let args = params.get("arguments").unwrap_or(&Value::Null);
     if state.args.conformance && conformance::is_tool(name) {
         Some(conformance::call_tool(state, call, name, params, token))
     } else if state.args.client_tools && client_tools::is_tool(name) {
-        Some(client_tools::call_tool(state, call, name, args))
+        Some(client_tools::call_tool(state, call, name, params))
     } else if state.args.subscriptions && subscriptions::is_tool(name) {
-        Some(subscriptions::call_tool(state, call, name, args))
+        Some(Ok(subscriptions::call_tool(state, call, name, args)))
     } else {
         None
     }
@@ -308,9 +308,9 @@ fn add_tool(state: &State, args: &Value) -> Value {
             }
         }
     }
-    // Not about this call: every client's own stream (the standalone one over HTTP).
-    let changed = rpc::notification("notifications/tools/list_changed", &json!({}));
-    state.transport.broadcast(&changed);
+    // Not about this call: every session's own stream (the standalone one over HTTP), and the
+    // listen streams that asked for it.
+    state.changed(&Change::Tools);
     text_result(format!("added {name}"))
 }
 

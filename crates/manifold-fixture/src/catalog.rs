@@ -1,8 +1,12 @@
 //! Prompts, resources, resource templates and completion.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 
-use crate::calls::data_json;
+use crate::calls::{self, data_json};
+use crate::exchange::Call;
+use crate::paging::paged;
 use crate::rpc::RpcError;
 use crate::state::State;
 use crate::{conformance, Args};
@@ -80,6 +84,33 @@ fn readme_text(server: &str) -> String {
     format!("readme of {server}")
 }
 
+/// prompts/list: the static prompts, then (--conformance, after `test_trigger_prompt_change`)
+/// `test_dynamic_prompt`.
+pub fn list_prompts(state: &State, params: &Value) -> Result<Value, RpcError> {
+    let dynamic = (state.args.conformance && state.has_dynamic_prompt())
+        .then(conformance::dynamic_prompt_descriptor);
+    let len = state.prompts.len() + usize::from(dynamic.is_some());
+    let all = state.prompts.iter().chain(dynamic.iter());
+    paged(all, len, "prompts", params, state.args.page_size)
+}
+
+/// prompts/get. The conformance prompt that asks the client for context runs, in the session
+/// era, on a thread of its own: it waits for the client's answer, which the thread that read
+/// the request must stay free to read.
+pub fn prompt_request(state: &Arc<State>, call: Call, params: Value) {
+    let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+    if !(state.args.conformance && name == conformance::ASKING_PROMPT) {
+        return call.reply(get_prompt(state, &params));
+    }
+    if call.modern().is_some() {
+        return call.reply(conformance::asking_prompt(state, &call, &params));
+    }
+    let shared = Arc::clone(state);
+    calls::spawn(state, move || {
+        call.reply(conformance::asking_prompt(&shared, &call, &params));
+    });
+}
+
 pub fn get_prompt(state: &State, params: &Value) -> Result<Value, RpcError> {
     let server = &state.args.name;
     let name = params
@@ -107,6 +138,9 @@ pub fn get_prompt(state: &State, params: &Value) -> Result<Value, RpcError> {
         }
         other if state.args.conformance && conformance::is_prompt(other) => {
             return conformance::get_prompt(other, arguments)
+        }
+        conformance::DYNAMIC_PROMPT if state.args.conformance && state.has_dynamic_prompt() => {
+            return Ok(conformance::dynamic_prompt())
         }
         other if is_extra_prompt(state, other) => {
             let topic = arguments

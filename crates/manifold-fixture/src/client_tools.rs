@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::calls::{arg_str, text_result, tool_error};
 use crate::exchange::Call;
+use crate::mrtr::{self, sampled_text, take, Asker, Need, Stop};
 use crate::rpc::RpcError;
 use crate::state::State;
 use crate::tools::descriptor;
@@ -46,26 +47,54 @@ pub fn is_tool(name: &str) -> bool {
     SPECS.iter().any(|(n, ..)| *n == name)
 }
 
-/// Runs client tool `name` (`is_tool` said it is one).
-pub fn call_tool(state: &State, call: &Call, name: &str, args: &Value) -> Value {
+/// Runs client tool `name` (`is_tool` said it is one). In the stateless era the questions
+/// are multi round-trip requests (see `mrtr`) under the keys `roots`, `sampling` and
+/// `elicitation`, and `complete_elicitation` is a tool error: 2026-07-28 has no such
+/// notification.
+pub fn call_tool(
+    state: &State,
+    call: &Call,
+    name: &str,
+    params: &Value,
+) -> Result<Value, RpcError> {
+    let args = params.get("arguments").unwrap_or(&Value::Null);
+    let mut asker = Asker::new(state, call, params);
     let outcome = match name {
-        "ask_roots" => ask_roots(state, call),
-        "ask_sampling" => arg_str(args, "prompt").map(|prompt| ask_sampling(state, call, prompt)),
+        "ask_roots" if call.modern().is_some() => Ok(stateless_roots(&mut asker)),
+        "ask_roots" => Ok(ask_roots(state, call)),
+        "ask_sampling" => arg_str(args, "prompt").map(|prompt| ask_sampling(&mut asker, prompt)),
         "ask_elicitation" => {
-            arg_str(args, "message").map(|message| ask_elicitation(state, call, message))
+            arg_str(args, "message").map(|message| ask_elicitation(&mut asker, message))
+        }
+        _ if call.modern().is_some() => {
+            Err("notifications/elicitation/complete does not exist in 2026-07-28".to_owned())
         }
         _ => arg_str(args, "elicitationId").map(|id| {
             // On the call's own way back, before its answer, as progress goes.
             let params = json!({ "elicitationId": id });
             call.notify("notifications/elicitation/complete", &params);
-            text_result("sent")
+            Ok(text_result("sent"))
         }),
     };
-    outcome.unwrap_or_else(tool_error)
+    mrtr::outcome(outcome.unwrap_or_else(|e| Ok(tool_error(e))))
+}
+
+/// The JSON text of the client's `roots` (stateless era: as serde writes it).
+fn stateless_roots(asker: &mut Asker<'_>) -> Result<Value, Stop> {
+    let method = "roots/list";
+    let answer = take(asker.ask_one(Need::roots("roots"))?, method)?;
+    Ok(match answer.get("roots") {
+        Some(roots) => text_result(roots.to_string()),
+        None => tool_error(format!("{method} answered without roots: {answer}")),
+    })
 }
 
 /// The JSON text of the client's `roots`, exactly as it sent it (no reordered keys).
-fn ask_roots(state: &State, call: &Call) -> Result<Value, String> {
+fn ask_roots(state: &State, call: &Call) -> Result<Value, Stop> {
+    ask_roots_text(state, call).or_else(|e| Ok(tool_error(e)))
+}
+
+fn ask_roots_text(state: &State, call: &Call) -> Result<Value, String> {
     #[derive(Deserialize)]
     struct Roots<'a> {
         #[serde(borrow)]
@@ -80,59 +109,32 @@ fn ask_roots(state: &State, call: &Call) -> Result<Value, String> {
     Ok(text_result(answer.roots.get()))
 }
 
-fn ask_sampling(state: &State, call: &Call, prompt: &str) -> Value {
+fn ask_sampling(asker: &mut Asker<'_>, prompt: &str) -> Result<Value, Stop> {
     let method = "sampling/createMessage";
-    let params = json!({
-        "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }],
-        "maxTokens": 16,
-    });
-    match call.ask(state, method, &params) {
-        Ok(result) => match sampled_text(&result) {
-            Some(text) => text_result(text),
-            None => tool_error(format!("{method} answered without content.text: {result}")),
-        },
-        Err(e) => tool_error(failed(method, &e)),
-    }
+    let result = take(asker.ask_one(Need::sample("sampling", prompt, 16))?, method)?;
+    Ok(match sampled_text(&result) {
+        Some(text) => text_result(text),
+        None => tool_error(format!("{method} answered without content.text: {result}")),
+    })
 }
 
-/// `content.text` of a sampling result; 2025-11-25 also allows a list of content blocks,
-/// whose first text is taken then.
-fn sampled_text(result: &Value) -> Option<&str> {
-    let content = result.get("content")?;
-    let block = match content {
-        Value::Array(blocks) => blocks.iter().find(|b| b.get("text").is_some())?,
-        block => block,
-    };
-    block.get("text").and_then(Value::as_str)
-}
-
-fn ask_elicitation(state: &State, call: &Call, message: &str) -> Value {
+fn ask_elicitation(asker: &mut Asker<'_>, message: &str) -> Result<Value, Stop> {
     let method = "elicitation/create";
-    let params = json!({
-        "message": message,
-        "requestedSchema": {
-            "type": "object",
-            "properties": { "answer": { "type": "string" } },
-            "required": ["answer"],
-        },
-    });
-    match call.ask(state, method, &params) {
-        Ok(result) => {
-            let action = result.get("action").and_then(Value::as_str).unwrap_or("");
-            let answer = match result.pointer("/content/answer") {
-                Some(Value::String(text)) => text.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
-            };
-            text_result(format!("action={action} answer={answer}"))
-        }
-        Err(e) => tool_error(failed(method, &e)),
-    }
+    let properties = json!({ "answer": { "type": "string" } });
+    let need = Need::elicit("elicitation", message, properties);
+    let result = take(asker.ask_one(need)?, method)?;
+    let action = result.get("action").and_then(Value::as_str).unwrap_or("");
+    let answer = match result.pointer("/content/answer") {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    Ok(text_result(format!("action={action} answer={answer}")))
 }
 
 /// The tool error text for a request the client refused or left unanswered.
 fn failed(method: &str, e: &RpcError) -> String {
-    format!("{method} failed: {} {}", e.code, e.message)
+    mrtr::refused(method, e)
 }
 
 #[cfg(test)]

@@ -4,14 +4,16 @@
 //! stream when something comes before the answer). Messages that belong to no request go
 //! through the [`Transport`].
 
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::era::Modern;
 use crate::rpc::{self, RpcError};
-use crate::state::State;
+use crate::state::{Answer, State};
 
 /// How long the fixture waits for the client to answer one of its requests.
 const CLIENT_ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -106,11 +108,38 @@ pub trait Transport: Send + Sync {
 pub struct Call {
     pub id: Value,
     sink: Arc<dyn Sink>,
+    /// Set for a request of the stateless era (2026-07-28).
+    modern: Option<Arc<Modern>>,
 }
 
 impl Call {
     pub fn new(id: Value, sink: Arc<dyn Sink>) -> Self {
-        Self { id, sink }
+        Self {
+            id,
+            sink,
+            modern: None,
+        }
+    }
+
+    /// A request of the stateless era: its results get `resultType`, the server's identity
+    /// and caching hints, its log messages go out only as its `_meta` asked, and it cannot
+    /// send requests to its client (see `era` and `mrtr`).
+    pub fn stateless(id: Value, sink: Arc<dyn Sink>, modern: Modern) -> Self {
+        Self {
+            id,
+            sink,
+            modern: Some(Arc::new(modern)),
+        }
+    }
+
+    /// What the stateless era says about this request; None in the session era.
+    pub fn modern(&self) -> Option<&Modern> {
+        self.modern.as_deref()
+    }
+
+    /// The way back to the request's client (what a listen stream keeps).
+    pub fn sink(&self) -> Arc<dyn Sink> {
+        Arc::clone(&self.sink)
     }
 
     /// The client that sent this request (see [`Sink::client`]).
@@ -133,6 +162,10 @@ impl Call {
     }
 
     pub fn reply(&self, reply: Result<Value, RpcError>) {
+        let reply = match (&self.modern, reply) {
+            (Some(modern), Ok(result)) => Ok(modern.finish(result)),
+            (_, reply) => reply,
+        };
         self.sink.answer(rpc::response(&self.id, &reply));
     }
 
@@ -149,7 +182,16 @@ impl Call {
         self.sink.answer(bytes.to_vec());
     }
 
+    /// Sends a notification about this request before its answer. In the stateless era a
+    /// `notifications/message` goes out only at or above the level the request's `_meta`
+    /// asked for, and not at all without one.
     pub fn notify(&self, method: &str, params: &Value) {
+        if let Some(modern) = &self.modern {
+            let level = params.get("level").and_then(Value::as_str);
+            if method == "notifications/message" && !modern.wants_log(level) {
+                return;
+            }
+        }
         self.sink.send(rpc::notification(method, params));
     }
 
@@ -157,26 +199,62 @@ impl Call {
         self.sink.close_stream();
     }
 
-    /// Sends a request to the client and waits (bounded) for its answer: the `result`, or
-    /// the client's `error` as an [`RpcError`]. Blocks, so only call threads may use it.
-    pub fn ask(&self, state: &State, method: &str, params: &Value) -> Result<Value, RpcError> {
-        let raw = self.ask_raw(state, method, params)?;
-        // The text was parsed once already, so this only fails on a fixture bug.
-        serde_json::from_str(raw.get())
-            .map_err(|e| RpcError::new(-32603, format!("unreadable answer to {method}: {e}")))
-    }
-
-    /// [`Call::ask`], with the `result` as the exact JSON text the client sent.
+    /// Sends a request to the client and waits (bounded) for its answer: the `result` as the
+    /// exact JSON text the client sent, or the client's `error` as an [`RpcError`]. Blocks,
+    /// so only call threads may use it.
     pub fn ask_raw(
         &self,
         state: &State,
         method: &str,
         params: &Value,
     ) -> Result<Box<RawValue>, RpcError> {
-        let (id, answer) = state.expect_answer();
+        let asked = self.send_request(state, None, method, params)?;
+        asked.wait(state)
+    }
+
+    /// Sends a request to the client without waiting for its answer (several may then be
+    /// pending at once); its id is `name` if given (see [`State::expect_named_answer`]).
+    pub fn send_request(
+        &self,
+        state: &State,
+        name: Option<&str>,
+        method: &str,
+        params: &Value,
+    ) -> Result<Asked, RpcError> {
+        if self.modern.is_some() {
+            // No request goes to a client in the stateless era: `mrtr` asks instead.
+            return Err(RpcError::new(
+                -32603,
+                format!("a 2026-07-28 request cannot send {method} to its client"),
+            ));
+        }
+        let (id, answer) = match name {
+            Some(name) => state.expect_named_answer(name),
+            None => state.expect_answer(),
+        };
         self.sink.send(rpc::request(&id, method, params));
-        let reply = answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
-        state.forget_answer(&id);
+        Ok(Asked {
+            id,
+            method: method.to_owned(),
+            answer,
+        })
+    }
+}
+
+/// A request sent to the client, waiting for its answer.
+pub struct Asked {
+    id: Value,
+    method: String,
+    answer: Receiver<Answer>,
+}
+
+impl Asked {
+    /// Waits (bounded) for the answer: the `result` as the exact JSON text the client sent,
+    /// or its `error`. Blocks, so only call threads may use it.
+    pub fn wait(self, state: &State) -> Result<Box<RawValue>, RpcError> {
+        let reply = self.answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
+        state.forget_answer(&self.id);
+        let method = &self.method;
         match reply {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(error)) => Err(client_error(&error)),
@@ -186,6 +264,18 @@ impl Call {
             )),
         }
     }
+
+    /// [`Asked::wait`], the result parsed.
+    pub fn wait_value(self, state: &State) -> Result<Value, RpcError> {
+        let method = self.method.clone();
+        parse_answer(&method, &self.wait(state)?)
+    }
+}
+
+fn parse_answer(method: &str, raw: &RawValue) -> Result<Value, RpcError> {
+    // The text was parsed once already, so this only fails on a fixture bug.
+    serde_json::from_str(raw.get())
+        .map_err(|e| RpcError::new(-32603, format!("unreadable answer to {method}: {e}")))
 }
 
 /// Key of request `id` of `client` in the in-flight tables (the id's JSON text over stdio).

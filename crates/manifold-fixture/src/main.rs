@@ -13,15 +13,23 @@
 //! `client_tools`), `--tasks` (task-augmented tools/call, see `tasks`),
 //! `--subscriptions` (resource subscriptions per client, see `subscriptions`) and `--hints`
 //! (tool annotations, which decide what a result cache may keep, see `tools::hints`).
+//!
+//! `--era` chooses the protocol era: the session era of 2024-11-05 .. 2025-11-25 (the
+//! default), the stateless era of 2026-07-28, or both (see `era`; stateless-era routing in
+//! `modern`, multi round-trip requests in `mrtr`, `subscriptions/listen` in `listen`).
 #![forbid(unsafe_code)]
 
 mod calls;
 mod catalog;
 mod client_tools;
 mod conformance;
+mod era;
 mod exchange;
 mod http;
+mod listen;
 mod methods;
+mod modern;
+mod mrtr;
 mod paging;
 mod rpc;
 mod state;
@@ -35,8 +43,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
+use manifold_protocol::version::Era;
 use serde_json::Value;
 
+use crate::era::{CacheScope, EraFlag};
 use crate::exchange::{Sink, Transport};
 use crate::rpc::{Incoming, Output};
 use crate::state::State;
@@ -118,6 +128,19 @@ pub struct Args {
     /// the description from FILE at start.
     #[arg(long = "dynamic-tool")]
     pub dynamic_tools: Vec<String>,
+    /// Protocol era: `session` (2024-11-05 .. 2025-11-25: initialize, then a session; what
+    /// the fixture always spoke), `stateless` (2026-07-28 only: no handshake, `_meta` on every
+    /// request) or `dual` (both: a stdio connection's first request chooses, and each HTTP
+    /// POST does).
+    #[arg(long, value_enum, default_value_t = EraFlag::Session)]
+    pub era: EraFlag,
+    /// Stateless era: the `ttlMs` caching hint of server/discover, tools/list, prompts/list,
+    /// resources/list, resources/templates/list and resources/read results (0: stale at once).
+    #[arg(long, default_value_t = 0)]
+    pub ttl_ms: u64,
+    /// Stateless era: the `cacheScope` of those results.
+    #[arg(long, value_enum, default_value_t = CacheScope::Private)]
+    pub cache_scope: CacheScope,
 }
 
 fn main() {
@@ -173,7 +196,8 @@ fn append_pid(path: &std::path::Path, pid: u32) {
 }
 
 /// Reads until EOF, then exits 0 at once (in-flight slow calls are abandoned: a closed
-/// stdin is how an MCP client shuts a stdio server down).
+/// stdin is how an MCP client shuts a stdio server down; open listen streams are ended first,
+/// as the stateless era asks).
 fn read_loop(state: &Arc<State>, out: &Arc<Output>) {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
@@ -181,7 +205,10 @@ fn read_loop(state: &Arc<State>, out: &Arc<Output>) {
     loop {
         line.clear();
         match input.read_until(b'\n', &mut line) {
-            Ok(0) => out.exit(0),
+            Ok(0) => {
+                state.listens.tear_down();
+                out.exit(0)
+            }
             Ok(_) => {}
             Err(e) => {
                 eprintln!("manifold-fixture: stdin read failed: {e}");
@@ -192,7 +219,13 @@ fn read_loop(state: &Arc<State>, out: &Arc<Output>) {
             continue;
         }
         match Incoming::parse(&line) {
-            Ok(msg) => methods::dispatch(state, msg, Arc::clone(out) as Arc<dyn Sink>),
+            Ok(msg) => {
+                let sink = Arc::clone(out) as Arc<dyn Sink>;
+                match era::of_stdio_message(state, &msg) {
+                    Era::Session => methods::dispatch(state, msg, sink),
+                    Era::Stateless => modern::dispatch(state, msg, sink),
+                }
+            }
             Err(err) => out.raw(&rpc::response(&Value::Null, &Err(err))),
         }
     }

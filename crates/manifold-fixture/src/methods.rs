@@ -30,33 +30,16 @@ fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
     if method == "tools/call" {
         return calls::call(state, call, params);
     }
-    let page_size = state.args.page_size;
     let reply = match method {
         "ping" => Ok(json!({})),
-        "initialize" => Ok(initialize(state, &params)),
-        "tools/list" => tools::list(state, &params),
-        "prompts/list" if state.prompts_enabled() => paged(
-            state.prompts.iter(),
-            state.prompts.len(),
-            "prompts",
-            &params,
-            page_size,
-        ),
-        "prompts/get" if state.prompts_enabled() => catalog::get_prompt(state, &params),
-        "resources/list" if state.resources_enabled() => paged(
-            state.resources.iter(),
-            state.resources.len(),
-            "resources",
-            &params,
-            page_size,
-        ),
-        "resources/templates/list" if state.resources_enabled() => paged(
-            state.templates.iter(),
-            state.templates.len(),
-            "resourceTemplates",
-            &params,
-            page_size,
-        ),
+        "initialize" => {
+            let capabilities = params.get("capabilities").unwrap_or(&Value::Null);
+            state.remember_capabilities(call.client(), capabilities);
+            Ok(initialize(state, &params))
+        }
+        "prompts/get" if state.prompts_enabled() => {
+            return catalog::prompt_request(state, call, params)
+        }
         "resources/read" if state.resources_enabled() => catalog::read(state, &params),
         "resources/subscribe" | "resources/unsubscribe" if state.subscriptions_enabled() => {
             return subscription(state, &call, method, &params)
@@ -64,11 +47,37 @@ fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
         _ if state.args.tasks && tasks::is_method(method) => {
             return tasks::request(state, call, method, &params)
         }
-        "completion/complete" => catalog::complete(state, &params),
         "logging/setLevel" => return set_level(state, &call, &params),
-        other => Err(RpcError::method_not_found(other)),
+        other => {
+            listing(state, other, &params).unwrap_or_else(|| Err(RpcError::method_not_found(other)))
+        }
     };
     call.reply(reply);
+}
+
+/// The lists and completion, the same in both eras; None for any other method.
+pub fn listing(state: &State, method: &str, params: &Value) -> Option<Result<Value, RpcError>> {
+    let page_size = state.args.page_size;
+    Some(match method {
+        "tools/list" => tools::list(state, params),
+        "prompts/list" if state.prompts_enabled() => catalog::list_prompts(state, params),
+        "resources/list" if state.resources_enabled() => paged(
+            state.resources.iter(),
+            state.resources.len(),
+            "resources",
+            params,
+            page_size,
+        ),
+        "resources/templates/list" if state.resources_enabled() => paged(
+            state.templates.iter(),
+            state.templates.len(),
+            "resourceTemplates",
+            params,
+            page_size,
+        ),
+        "completion/complete" => catalog::complete(state, params),
+        _ => return None,
+    })
 }
 
 fn notification(state: &State, client: &str, method: &str, params: &Value) {
@@ -83,7 +92,7 @@ fn notification(state: &State, client: &str, method: &str, params: &Value) {
 /// A client's answer to one of the fixture's requests (roots, sampling, elicitation):
 /// handed to the call waiting for it. An answer nobody waits for is dropped, as for any late
 /// answer.
-fn response(state: &State, msg: Incoming) {
+pub fn response(state: &State, msg: Incoming) {
     let Some(id) = msg.id else { return };
     let answer = match (msg.result, msg.error) {
         (Some(result), _) => Ok(result),

@@ -2,19 +2,24 @@
 //! the fixture's own requests waiting for their client's answer. All of it is process-wide,
 //! shared by every client (there is only one over stdio).
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
+use manifold_protocol::version::Era;
 use serde_json::value::RawValue;
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use crate::era::EraFlag;
 use crate::exchange::Transport;
+use crate::listen::{Change, Listens};
 use crate::subscriptions::Subscriptions;
 use crate::tasks::Tasks;
-use crate::{catalog, tools, Args};
+use crate::{catalog, rpc, tools, Args};
 
 /// A client's answer to one of the fixture's requests: its `result` (as sent), or its
 /// `error`.
@@ -45,6 +50,16 @@ pub struct State {
     /// How many times each tool was called and each resource read, by `tool:NAME` or
     /// `read:URI` (what `call_count` reports).
     served: Mutex<HashMap<String, u64>>,
+    /// `--era dual` over stdio: the era the connection's first request chose.
+    pub stdio_era: OnceLock<Era>,
+    /// Session era: the capabilities each client declared in `initialize`, by client name.
+    declared: Mutex<HashMap<String, Value>>,
+    /// Stateless era: the open `subscriptions/listen` streams.
+    pub listens: Listens,
+    /// --conformance: whether `test_trigger_prompt_change` added its prompt.
+    dynamic_prompt: AtomicBool,
+    /// The keys that seal request states (multi round-trip requests), new in each process.
+    seal_keys: (RandomState, RandomState),
 }
 
 impl State {
@@ -66,7 +81,60 @@ impl State {
             tasks: Tasks::default(),
             subscriptions: Subscriptions::default(),
             served: Mutex::new(HashMap::new()),
+            stdio_era: OnceLock::new(),
+            declared: Mutex::new(HashMap::new()),
+            listens: Listens::default(),
+            dynamic_prompt: AtomicBool::new(false),
+            seal_keys: (RandomState::new(), RandomState::new()),
         }
+    }
+
+    /// Session era: remembers the capabilities `client` declared in `initialize`.
+    pub fn remember_capabilities(&self, client: &str, capabilities: &Value) {
+        let mut declared = self.declared.lock().unwrap_or_else(PoisonError::into_inner);
+        declared.insert(client.to_owned(), capabilities.clone());
+    }
+
+    /// Session era: whether `client` declared `capability` in `initialize` (true for a client
+    /// that never initialized: the fixture serves those too, and asks them anyway).
+    pub fn declared(&self, client: &str, capability: &str) -> bool {
+        let declared = self.declared.lock().unwrap_or_else(PoisonError::into_inner);
+        declared
+            .get(client)
+            .is_none_or(|caps| caps.get(capability).is_some_and(Value::is_object))
+    }
+
+    /// A 128-bit keyed digest of `bytes` (SipHash under two random keys of this process), as
+    /// hex: what seals a request state.
+    pub fn seal(&self, bytes: &[u8]) -> String {
+        let (a, b) = &self.seal_keys;
+        format!("{:016x}{:016x}", a.hash_one(bytes), b.hash_one(bytes))
+    }
+
+    /// Something the clients may want to hear about changed: the session era's clients get
+    /// a list change on their own stream as always (not with --era stateless, nor over a
+    /// stdio connection that chose the stateless era), and every listen stream that opted in
+    /// gets it. Resource updates reach session-era subscribers through `subscriptions`
+    /// instead. Returns how many listen streams were told.
+    pub fn changed(&self, change: &Change) -> usize {
+        if let Some(method) = change.list_changed() {
+            let stateless = self.args.era == EraFlag::Stateless
+                || self.stdio_era.get() == Some(&Era::Stateless);
+            if !stateless {
+                self.transport
+                    .broadcast(&rpc::notification(method, &json!({})));
+            }
+        }
+        self.listens.deliver(change)
+    }
+
+    /// --conformance: adds `test_dynamic_prompt`, or removes it; true if it is there now.
+    pub fn toggle_dynamic_prompt(&self) -> bool {
+        !self.dynamic_prompt.fetch_xor(true, Ordering::Relaxed)
+    }
+
+    pub fn has_dynamic_prompt(&self) -> bool {
+        self.dynamic_prompt.load(Ordering::Relaxed)
     }
 
     /// Counts one call of tool `name` or read of a resource (`what` = `tool:NAME`, `read:URI`).
@@ -131,6 +199,14 @@ impl State {
         }
     }
 
+    /// Removes the dynamic tool `name`; false if there was none.
+    pub fn remove_dynamic(&self, name: &str) -> bool {
+        let mut dynamic = self.dynamic.write().unwrap_or_else(PoisonError::into_inner);
+        let before = dynamic.len();
+        dynamic.retain(|(n, _)| n != name);
+        dynamic.len() != before
+    }
+
     /// Registers an in-flight call under its key (`exchange::request_key`).
     pub fn register(&self, key: &str) -> Arc<CancelToken> {
         let token = Arc::new(CancelToken::default());
@@ -164,6 +240,21 @@ impl State {
         let id = Value::from(self.next_ask.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = mpsc::channel();
         self.lock_asking().insert(id.to_string(), tx);
+        (id, rx)
+    }
+
+    /// [`State::expect_answer`] with the id `name` (a string), or `name-N` while a request
+    /// of that id is still waiting: the multi round-trip tools name their session-era
+    /// requests after their input keys.
+    pub fn expect_named_answer(&self, name: &str) -> (Value, Receiver<Answer>) {
+        let (tx, rx) = mpsc::channel();
+        let mut asking = self.lock_asking();
+        let mut id = Value::from(name);
+        while asking.contains_key(&id.to_string()) {
+            let n = self.next_ask.fetch_add(1, Ordering::Relaxed);
+            id = Value::from(format!("{name}-{n}"));
+        }
+        asking.insert(id.to_string(), tx);
         (id, rx)
     }
 

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use crate::calls::{arg_str, text_result, tool_error};
 use crate::exchange::Call;
+use crate::listen::Change;
 use crate::rpc::{self, RpcError};
 use crate::state::State;
 use crate::tools::descriptor;
@@ -119,15 +120,17 @@ pub fn call_tool(state: &State, call: &Call, name: &str, args: &Value) -> Value 
     }
 }
 
-/// Notifies every client subscribed to `uri` on its own stream; how many were reached.
+/// Notifies every session-era client subscribed to `uri` on its own stream, and every listen
+/// stream subscribed to it (stateless era); how many were reached.
 fn touch(state: &State, uri: &str) -> usize {
     let line = rpc::notification("notifications/resources/updated", &json!({ "uri": uri }));
-    state
+    let sessions = state
         .subscriptions
         .subscribers(uri)
         .iter()
         .filter(|client| state.transport.send_to(client, &line))
-        .count()
+        .count();
+    sessions + state.changed(&Change::Updated(uri))
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The opt-in features for Manifold's own tests, driven through the fixture binary:
 //! `--client-tools` (the test answers the fixture's requests as a client would), `--tasks`
-//! and `--subscriptions`, over stdio and over HTTP. Every wait is bounded.
+//! and `--subscriptions`, over stdio and over HTTP; and the stateless era of 2026-07-28
+//! over stdio (`--era`): multi round-trip requests in both eras, listen streams, log levels.
+//! Every wait is bounded.
 
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,7 +12,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{bounded, call, reply, reply_error, rpc, text, Events, HttpFixture, StdioFixture};
+use support::{
+    bounded, call, modern, modern_call, modern_meta, reply, reply_error, rpc, text, Events,
+    HttpFixture, StdioFixture,
+};
 
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -453,4 +458,243 @@ async fn http_touch_reaches_only_subscribed_sessions_on_their_own_streams() {
         .request(&a, &call(6, "touch", json!({ "uri": data })))
         .await;
     assert_eq!(text(&touched), "touched 0");
+}
+
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// Answers `request` (one of the fixture's own) over stdio.
+fn answer(fixture: &mut StdioFixture, request: &Value, result: Value) {
+    fixture.send(&reply(request, result));
+}
+
+fn accepted(content: Value) -> Value {
+    json!({ "action": "accept", "content": content })
+}
+
+#[test]
+fn a_multi_round_tool_asks_in_rounds_statelessly_and_by_request_in_the_session_era() {
+    let tool = "test_input_required_result_multi_round";
+    // Stateless: input_required twice, each with a new request state, then the result.
+    let mut fixture = StdioFixture::start(&["--conformance", "--era", "stateless"]);
+    let (_, first) = fixture.request(&modern_call(1, tool, json!({})));
+    let round1 = &first["result"];
+    assert_eq!(round1["resultType"], "input_required", "{first}");
+    assert_eq!(
+        round1["inputRequests"]["step1"]["method"],
+        "elicitation/create"
+    );
+    assert!(
+        round1.get("ttlMs").is_none(),
+        "interim results carry no caching hints"
+    );
+    let mut retry = modern_call(2, tool, json!({}));
+    retry["params"]["inputResponses"] = json!({ "step1": accepted(json!({ "name": "Alice" })) });
+    retry["params"]["requestState"] = round1["requestState"].clone();
+    let (_, second) = fixture.request(&retry);
+    let round2 = &second["result"];
+    assert_eq!(
+        round2["inputRequests"]["step2"]["params"]["message"],
+        "Step 2: What is your favorite color?"
+    );
+    assert_ne!(round2["requestState"], round1["requestState"]);
+    let mut last = modern_call(3, tool, json!({}));
+    last["params"]["inputResponses"] = json!({ "step2": accepted(json!({ "color": "blue" })) });
+    last["params"]["requestState"] = round2["requestState"].clone();
+    let (_, done) = fixture.request(&last);
+    assert_eq!(done["result"]["resultType"], "complete");
+    assert_eq!(text(&done), "Alice's favourite colour is blue");
+    // The state is bound to its request, and sealed.
+    let mut elsewhere = modern_call(4, tool, json!({ "other": 1 }));
+    elsewhere["params"]["requestState"] = round2["requestState"].clone();
+    assert_eq!(fixture.request(&elsewhere).1["error"]["code"], -32602);
+    // Session era: the same tool sends elicitation/create twice and answers the same.
+    let mut fixture = StdioFixture::start(&["--conformance"]);
+    fixture.initialize();
+    fixture.send(&call(1, tool, json!({})));
+    let step1 = fixture.receive();
+    assert_eq!(step1["params"]["message"], "Step 1: What is your name?");
+    assert_eq!(step1["id"], "step1", "the key names the request");
+    answer(&mut fixture, &step1, accepted(json!({ "name": "Alice" })));
+    let step2 = fixture.receive();
+    assert_eq!(step2["method"], "elicitation/create");
+    answer(&mut fixture, &step2, accepted(json!({ "color": "blue" })));
+    let (_, done) = fixture.until_answer(&json!(1));
+    assert_eq!(text(&done), "Alice's favourite colour is blue");
+    assert!(done["result"].get("resultType").is_none(), "{done}");
+}
+
+#[test]
+fn a_round_of_needs_is_asked_at_once_in_the_session_era_too() {
+    let mut fixture = StdioFixture::start(&["--conformance"]);
+    fixture.initialize();
+    fixture.send(&call(
+        1,
+        "test_input_required_result_multiple_inputs",
+        json!({}),
+    ));
+    let asked: Vec<Value> = (0..3).map(|_| fixture.receive()).collect();
+    let ids: Vec<&Value> = asked.iter().map(|r| &r["id"]).collect();
+    assert_eq!(
+        ids,
+        [
+            &json!("user_name"),
+            &json!("greeting"),
+            &json!("client_roots")
+        ]
+    );
+    // Answered in any order.
+    answer(
+        &mut fixture,
+        &asked[2],
+        json!({ "roots": [{ "uri": "file:///r" }] }),
+    );
+    let sampled =
+        json!({ "role": "assistant", "content": { "type": "text", "text": "Hi!" }, "model": "m" });
+    answer(&mut fixture, &asked[1], sampled);
+    answer(
+        &mut fixture,
+        &asked[0],
+        accepted(json!({ "name": "Alice" })),
+    );
+    let (_, done) = fixture.until_answer(&json!(1));
+    assert_eq!(
+        text(&done),
+        "Hello, Alice! The LLM answered: Hi!; Roots: file:///r"
+    );
+}
+
+#[test]
+fn asking_respects_the_capabilities_of_each_era() {
+    let tool = "test_input_required_result_capabilities";
+    let mut fixture = StdioFixture::start(&["--conformance", "--era", "stateless"]);
+    let mut sampling_only = modern_call(1, tool, json!({}));
+    sampling_only["params"]["_meta"] = modern_meta(json!({ "sampling": {} }));
+    let (_, answer1) = fixture.request(&sampling_only);
+    let asked: Vec<&String> = answer1["result"]["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(asked, ["suggestion"]);
+    let mut none = modern_call(2, "test_missing_capability", json!({}));
+    none["params"]["_meta"] = modern_meta(json!({}));
+    let (_, refused) = fixture.request(&none);
+    assert_eq!(refused["error"]["code"], -32021);
+    assert_eq!(
+        refused["error"]["data"]["requiredCapabilities"],
+        json!({ "sampling": {} })
+    );
+    // Session era: what initialize did not declare is skipped, a refusal too.
+    let mut fixture = StdioFixture::start(&["--conformance"]);
+    fixture.initialize(); // declares sampling only
+    fixture.send(&call(1, tool, json!({})));
+    let ask = fixture.receive();
+    assert_eq!(ask["method"], "sampling/createMessage");
+    fixture.send(&reply_error(&ask, -32603, "no"));
+    let (_, done) = fixture.until_answer(&json!(1));
+    assert_eq!(
+        text(&done),
+        "The client can give neither an elicitation nor a sampling: nothing was asked."
+    );
+}
+
+#[test]
+fn a_dual_stdio_connection_speaks_the_era_of_its_first_request() {
+    let mut fixture = StdioFixture::start(&["--conformance", "--era", "dual"]);
+    let (_, discovered) = fixture.request(&modern(1, "server/discover", json!({})));
+    let result = &discovered["result"];
+    assert_eq!(result["supportedVersions"].as_array().unwrap().len(), 5);
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "fixture"
+    );
+    assert_eq!(
+        (result["ttlMs"].clone(), result["cacheScope"].clone()),
+        (json!(0), json!("private"))
+    );
+    let (_, init) = fixture.request(&super_initialize(2));
+    assert_eq!(init["error"]["code"], -32601, "{init}");
+    let mut session = StdioFixture::start(&["--conformance", "--era", "dual"]);
+    session.initialize();
+    let (_, discover) = session.request(&modern(3, "server/discover", json!({})));
+    assert_eq!(
+        discover["error"]["code"], -32601,
+        "the session era has no server/discover"
+    );
+}
+
+fn super_initialize(id: u64) -> Value {
+    let mut init = support::initialize();
+    init["id"] = json!(id);
+    init
+}
+
+#[test]
+fn stateless_logs_follow_the_level_each_request_asks_for() {
+    let mut fixture = StdioFixture::start(&["--era", "stateless"]);
+    let log = |id, level: Option<&str>| {
+        let mut request = modern_call(id, "log", json!({ "level": "warning", "message": "m" }));
+        if let Some(level) = level {
+            request["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!(level);
+        }
+        request
+    };
+    let (before, _) = fixture.request(&log(1, None));
+    assert!(before.is_empty(), "no level, no log: {before:?}");
+    let (before, _) = fixture.request(&log(2, Some("error")));
+    assert!(before.is_empty(), "warning is below error: {before:?}");
+    let (before, _) = fixture.request(&log(3, Some("info")));
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0]["params"]["level"], "warning");
+    let (_, bad) = fixture.request(&log(4, Some("loud")));
+    assert_eq!(bad["error"]["code"], -32602);
+}
+
+#[test]
+fn a_stdio_listen_stream_gets_what_it_asked_for_until_it_ends() {
+    let mut fixture =
+        StdioFixture::start(&["--conformance", "--subscriptions", "--era", "stateless"]);
+    let filter =
+        json!({ "toolsListChanged": true, "resourceSubscriptions": ["test://static-text"] });
+    fixture.send(&modern(
+        1,
+        "subscriptions/listen",
+        json!({ "notifications": filter }),
+    ));
+    let ack = fixture.receive();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"], filter);
+    assert_eq!(ack["params"]["_meta"][SUBSCRIPTION_ID], 1);
+    let (before, _) = fixture.request(&modern_call(2, "test_trigger_prompt_change", json!({})));
+    assert!(before.is_empty(), "prompts were not asked for: {before:?}");
+    let (before, _) = fixture.request(&modern_call(
+        3,
+        "touch",
+        json!({ "uri": "test://static-text" }),
+    ));
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0]["method"], "notifications/resources/updated");
+    assert_eq!(before[0]["params"]["_meta"][SUBSCRIPTION_ID], 1);
+    fixture.send(&modern(
+        4,
+        "subscriptions/listen",
+        json!({ "notifications": { "toolsListChanged": true } }),
+    ));
+    assert_eq!(fixture.receive()["params"]["_meta"][SUBSCRIPTION_ID], 4);
+    // The client ends the first; the second gets the next change, then the shutdown.
+    fixture.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 1 } }));
+    let (before, _) = fixture.request(&modern_call(5, "test_trigger_tool_change", json!({})));
+    let ids: Vec<&Value> = before
+        .iter()
+        .map(|n| &n["params"]["_meta"][SUBSCRIPTION_ID])
+        .collect();
+    assert_eq!(ids, [&json!(4)], "{before:?}");
+    assert_eq!(before[0]["method"], "notifications/tools/list_changed");
+    let (before, removed) = fixture.request(&modern_call(6, "test_trigger_tool_change", json!({})));
+    assert_eq!(text(&removed), "removed test_dynamic_tool");
+    assert_eq!(before.len(), 1, "{before:?}");
+    fixture.close_input();
+    let end = fixture.receive();
+    assert_eq!(end["method"], "notifications/cancelled");
+    assert_eq!(end["params"]["requestId"], 4);
 }

@@ -1,5 +1,6 @@
 //! The fixture binary driven over its transports: Streamable HTTP and HTTP+SSE (`--http`),
-//! and stdio for the conformance tools that ask the client something. Every wait is bounded.
+//! and stdio for the conformance tools that ask the client something; and Streamable HTTP
+//! of the stateless era (`--era`). Every wait is bounded.
 
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,7 +9,9 @@ mod support;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use support::{bounded, call, initialize, text, Events, HttpFixture, StdioFixture};
+use support::{
+    bounded, call, initialize, modern, modern_call, text, Events, HttpFixture, StdioFixture,
+};
 
 #[tokio::test]
 async fn streamable_sessions_are_required_and_end_on_delete() {
@@ -252,4 +255,124 @@ async fn trace_context_reports_meta_and_the_traceparent_header() {
     let seen: Value = serde_json::from_str(text(&answer)).unwrap();
     assert_eq!(seen["header"], Value::Null);
     assert_eq!(seen["meta"]["traceparent"], parent);
+}
+
+#[tokio::test]
+async fn stateless_http_checks_its_headers_and_has_no_session() {
+    let server = HttpFixture::start(&[
+        "--era",
+        "stateless",
+        "--ttl-ms",
+        "60000",
+        "--cache-scope",
+        "public",
+    ]);
+    for verb in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let response = bounded(server.client.request(verb, server.url("/mcp")).send()).await;
+        assert_eq!(response.unwrap().status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let (status, listed) = server
+        .modern_json(&modern(1, "tools/list", json!({})))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let result = &listed["result"];
+    assert_eq!(
+        (result["ttlMs"].clone(), result["cacheScope"].clone()),
+        (json!(60000), json!("public"))
+    );
+    assert_eq!(result["resultType"], "complete");
+    let (status, init) = server
+        .modern_json(&modern(2, "initialize", json!({})))
+        .await;
+    assert_eq!(
+        (status, init["error"]["code"].clone()),
+        (StatusCode::NOT_FOUND, json!(-32601))
+    );
+    assert_eq!(init["id"], 2);
+    let echo = modern_call(3, "echo", json!({ "text": "hi" }));
+    for headers in [
+        &[("mcp-method", "tools/list")][..],
+        &[("mcp-name", "other")],
+        &[("mcp-protocol-version", "2025-11-25")],
+    ] {
+        let response = server.post_modern_with(&echo, headers).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{headers:?}");
+        let answer: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        assert_eq!(
+            (answer["error"]["code"].clone(), answer["id"].clone()),
+            (json!(-32020), json!(3))
+        );
+    }
+    let padded = server
+        .post_modern_with(&echo, &[("mcp-name", "  echo ")])
+        .await;
+    assert_eq!(padded.status(), StatusCode::OK);
+    let mut old = modern(4, "tools/list", json!({}));
+    old["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25");
+    let (status, refused) = server.modern_json(&old).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        refused["error"]["data"],
+        json!({ "supported": ["2026-07-28"], "requested": "2025-11-25" })
+    );
+    let read = modern(
+        5,
+        "resources/read",
+        json!({ "uri": "fixture://web/nothing" }),
+    );
+    let (_, missing) = server.modern_json(&read).await;
+    assert_eq!(missing["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn stateless_http_streams_end_with_their_request_and_closing_one_cancels_it() {
+    let server = HttpFixture::start(&["--conformance", "--era", "dual"]);
+    let listen = modern(
+        1,
+        "subscriptions/listen",
+        json!({ "notifications": { "toolsListChanged": true } }),
+    );
+    let mut stream = Events::new(server.post_modern(&listen).await);
+    let ack = stream.next().await.unwrap();
+    assert_eq!(ack.id, None, "stateless streams cannot be resumed");
+    let ack: Value = serde_json::from_str(&ack.data).unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    let (_, added) = server
+        .modern_json(&modern_call(2, "test_trigger_tool_change", json!({})))
+        .await;
+    assert_eq!(text(&added), "added test_dynamic_tool");
+    let changed = stream.next_message().await.unwrap();
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        1
+    );
+    drop(stream);
+    // A request whose response is dropped is cancelled.
+    let sleep = modern_call(3, "sleep", json!({ "ms": 5000 }));
+    let sleep = server.post_modern(&sleep);
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), sleep)
+            .await
+            .is_err()
+    );
+    let mut cancelled = String::new();
+    for _ in 0..50 {
+        let (_, count) = server
+            .modern_json(&modern_call(4, "cancelled_count", json!({})))
+            .await;
+        cancelled = text(&count).to_owned();
+        if cancelled == "1" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(cancelled, "1");
+    // The session era is served at the same endpoint.
+    let session = server.initialize().await;
+    let answer = server
+        .request(&session, &call(5, "echo", json!({ "text": "old" })))
+        .await;
+    assert_eq!(text(&answer), "old");
+    assert!(answer["result"].get("resultType").is_none());
 }

@@ -4,14 +4,18 @@
 //! resources/subscribe. Names, texts and schemas follow the suite's own reference server,
 //! so that a scenario that passes against it passes here.
 //!
-//! Tool behaviour lives in `tools.rs`; this file holds the catalog.
+//! Tool behaviour lives in `tools.rs`, and for the tools and the prompt of the stateless era
+//! (2026-07-28: multi round-trip requests and the like) in `asking.rs`; this file holds the
+//! catalog.
 
+mod asking;
 mod tools;
 
 use serde_json::{json, Value};
 
 use crate::rpc::RpcError;
 
+pub use asking::{asking_prompt, dynamic_prompt, DYNAMIC_PROMPT, PROMPT as ASKING_PROMPT};
 pub use tools::{call_tool, is_slow_tool, is_tool, tools};
 
 /// A 1x1 red PNG.
@@ -59,8 +63,9 @@ const ARGUMENT_VALUES: [&str; 2] = ["testValue1", "testValue2"];
 /// Suggestions for `{id}` of the template.
 const TEMPLATE_IDS: [&str; 1] = ["123"];
 
+/// The suite's prompts, then the one that asks the client for context.
 pub fn prompts() -> Vec<Value> {
-    PROMPTS
+    let mut prompts: Vec<Value> = PROMPTS
         .iter()
         .map(|(name, description, arguments)| {
             let arguments: Vec<Value> = arguments
@@ -71,9 +76,17 @@ pub fn prompts() -> Vec<Value> {
                 .collect();
             json!({ "name": name, "description": description, "arguments": arguments })
         })
-        .collect()
+        .collect();
+    prompts.push(asking::prompt_descriptor(asking::PROMPT));
+    prompts
 }
 
+/// The descriptor of the prompt `test_trigger_prompt_change` adds.
+pub fn dynamic_prompt_descriptor() -> Value {
+    asking::prompt_descriptor(DYNAMIC_PROMPT)
+}
+
+/// A prompt `get_prompt` renders (not the one that asks: see `asking_prompt`).
 pub fn is_prompt(name: &str) -> bool {
     PROMPTS.iter().any(|(n, ..)| *n == name)
 }
@@ -204,7 +217,8 @@ mod tests {
         for (name, ..) in PROMPTS {
             assert!(is_prompt(name));
         }
-        assert_eq!(prompts().len(), PROMPTS.len());
+        assert_eq!(prompts().len(), PROMPTS.len() + 1);
+        assert!(!is_prompt(ASKING_PROMPT));
     }
 
     #[test]

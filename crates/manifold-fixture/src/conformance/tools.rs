@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{AUDIO_WAV_BASE64, IMAGE_PNG_BASE64};
+use super::{asking, AUDIO_WAV_BASE64, IMAGE_PNG_BASE64};
 use crate::calls::{arg_str, text_result, tool_error};
 use crate::exchange::{log_params, Call};
+use crate::mrtr::{self, Asker, Got, Need, Stop};
+use crate::rpc::RpcError;
 use crate::state::{CancelToken, State};
 use crate::tools::descriptor;
 
@@ -74,15 +76,16 @@ pub fn tools() -> Vec<Value> {
         },
         "x-fixture": { "kept": true },
     }));
+    tools.extend(asking::tools());
     tools
 }
 
 pub fn is_tool(name: &str) -> bool {
-    name == SCHEMA_TOOL || SPECS.iter().any(|(n, ..)| *n == name)
+    name == SCHEMA_TOOL || SPECS.iter().any(|(n, ..)| *n == name) || asking::is_tool(name)
 }
 
 pub fn is_slow_tool(name: &str) -> bool {
-    SPECS.iter().any(|(n, .., slow)| *n == name && *slow)
+    SPECS.iter().any(|(n, .., slow)| *n == name && *slow) || asking::is_slow_tool(name)
 }
 
 /// Runs conformance tool `name` (`is_tool` said it is one).
@@ -92,36 +95,41 @@ pub fn call_tool(
     name: &str,
     params: &Value,
     token: Option<&CancelToken>,
-) -> Value {
+) -> Result<Value, RpcError> {
     let args = params.get("arguments").unwrap_or(&Value::Null);
     if let Some(result) = fixed_result(name) {
-        return result;
+        return Ok(result);
     }
-    match name {
-        "test_tool_with_logging" => with_logging(state, call, token),
-        "test_tool_with_progress" => with_progress(call, params, token),
-        "test_reconnection" => reconnection(call, token),
-        "test_sampling" => sampling(state, call, args),
+    if asking::is_tool(name) {
+        return asking::call_tool(state, call, name, params, token);
+    }
+    let mut asker = Asker::new(state, call, params);
+    let run = match name {
+        "test_tool_with_logging" => Ok(with_logging(state, call, token)),
+        "test_tool_with_progress" => Ok(with_progress(call, params, token)),
+        "test_reconnection" => Ok(reconnection(call, token)),
+        "test_sampling" => sampling(&mut asker, args),
         "test_elicitation" => match arg_str(args, "message") {
-            Ok(message) => elicit(state, call, message, contact_schema(), "User response"),
-            Err(e) => tool_error(e),
+            Ok(message) => elicit(&mut asker, message, contact_schema(), "User response"),
+            Err(e) => Ok(tool_error(e)),
         },
         "test_elicitation_sep1034_defaults" => elicit(
-            state,
-            call,
+            &mut asker,
             "Please review and update the form fields with defaults",
             defaults_schema(),
             "Elicitation completed",
         ),
         "test_elicitation_sep1330_enums" => elicit(
-            state,
-            call,
+            &mut asker,
             "Please select options from the enum fields",
             enums_schema(),
             "Elicitation completed",
         ),
-        _ => text_result(format!("JSON Schema 2020-12 tool called with: {args}")),
-    }
+        _ => Ok(text_result(format!(
+            "JSON Schema 2020-12 tool called with: {args}"
+        ))),
+    };
+    mrtr::outcome(run)
 }
 
 /// The result of a tool that always answers the same.
@@ -174,7 +182,7 @@ fn pause(token: Option<&CancelToken>, duration: Duration) {
     }
 }
 
-fn with_logging(state: &State, call: &Call, token: Option<&CancelToken>) -> Value {
+pub(super) fn with_logging(state: &State, call: &Call, token: Option<&CancelToken>) -> Value {
     let steps = [
         "Tool execution started",
         "Tool processing data",
@@ -208,9 +216,12 @@ fn with_progress(call: &Call, params: &Value, token: Option<&CancelToken>) -> Va
 }
 
 /// Ends the POST's SSE stream (after its priming event) and answers a little later, on the
-/// stream the client resumes with `Last-Event-ID`.
+/// stream the client resumes with `Last-Event-ID`. The stateless era has no resumable
+/// streams: there it just answers, a little later.
 fn reconnection(call: &Call, token: Option<&CancelToken>) -> Value {
-    call.close_stream();
+    if call.modern().is_none() {
+        call.close_stream();
+    }
     pause(token, Duration::from_millis(100));
     text_result(
         "Reconnection test completed successfully. If you received this, the client properly \
@@ -218,38 +229,45 @@ fn reconnection(call: &Call, token: Option<&CancelToken>) -> Value {
     )
 }
 
-fn sampling(state: &State, call: &Call, args: &Value) -> Value {
+/// Asks for a sampling of `prompt` (stateless era: input `sampling`).
+fn sampling(asker: &mut Asker<'_>, args: &Value) -> Result<Value, Stop> {
     let prompt = match arg_str(args, "prompt") {
         Ok(prompt) => prompt,
-        Err(e) => return tool_error(e),
+        Err(e) => return Ok(tool_error(e)),
     };
-    let params = json!({
-        "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }],
-        "maxTokens": 100,
-    });
-    match call.ask(state, "sampling/createMessage", &params) {
-        Ok(result) => {
-            let text = result
-                .pointer("/content/text")
-                .and_then(Value::as_str)
-                .unwrap_or("No response");
-            text_result(format!("LLM response: {text}"))
-        }
-        // A client without sampling answers with an error; the suite wants a tool error then.
-        Err(e) => tool_error(format!("Sampling not supported or error: {}", e.message)),
-    }
+    Ok(
+        match asker.ask_one(Need::sample("sampling", prompt, 100))? {
+            Got::Answer(result) => {
+                let text = result
+                    .pointer("/content/text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("No response");
+                text_result(format!("LLM response: {text}"))
+            }
+            // A client without sampling answers with an error; the suite wants a tool error then.
+            Got::Refused(e) => {
+                tool_error(format!("Sampling not supported or error: {}", e.message))
+            }
+            Got::Skipped => tool_error("Sampling not supported or error: not asked"),
+        },
+    )
 }
 
-fn elicit(state: &State, call: &Call, message: &str, schema: Value, label: &str) -> Value {
-    let params = json!({ "message": message, "requestedSchema": schema });
-    match call.ask(state, "elicitation/create", &params) {
-        Ok(result) => {
-            let action = result.get("action").and_then(Value::as_str).unwrap_or("");
-            let content = result.get("content").cloned().unwrap_or_else(|| json!({}));
-            text_result(format!("{label}: action={action}, content={content}"))
-        }
-        Err(e) => tool_error(format!("Elicitation not supported or error: {}", e.message)),
-    }
+/// Asks for an elicitation (stateless era: input `elicitation`).
+fn elicit(asker: &mut Asker<'_>, message: &str, schema: Value, label: &str) -> Result<Value, Stop> {
+    Ok(
+        match asker.ask_one(Need::elicit_schema("elicitation", message, schema))? {
+            Got::Answer(result) => {
+                let action = result.get("action").and_then(Value::as_str).unwrap_or("");
+                let content = result.get("content").cloned().unwrap_or_else(|| json!({}));
+                text_result(format!("{label}: action={action}, content={content}"))
+            }
+            Got::Refused(e) => {
+                tool_error(format!("Elicitation not supported or error: {}", e.message))
+            }
+            Got::Skipped => tool_error("Elicitation not supported or error: not asked"),
+        },
+    )
 }
 
 fn contact_schema() -> Value {
@@ -331,7 +349,7 @@ mod tests {
     #[test]
     fn every_tool_is_listed_once_with_an_object_schema() {
         let tools = tools();
-        assert_eq!(tools.len(), SPECS.len() + 1);
+        assert_eq!(tools.len(), SPECS.len() + 1 + asking::tools().len());
         for tool in &tools {
             let name = tool["name"].as_str().unwrap();
             assert!(is_tool(name), "{name}");

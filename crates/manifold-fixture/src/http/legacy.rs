@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::session::{Kind, Sessions};
 use super::sink::SessionSink;
 use super::{authorization, check, refuse, sse, traceparent, Shared};
+use crate::era::EraFlag;
 use crate::exchange::traced;
 use crate::methods;
 use crate::rpc::{self, Incoming};
@@ -31,8 +32,21 @@ impl Drop for EndOnDrop {
     }
 }
 
+/// Not with `--era stateless`: this transport belongs to the session era.
+fn gone(shared: &Shared) -> Option<HttpResponse> {
+    (shared.state.args.era == EraFlag::Stateless).then(|| {
+        refuse(
+            StatusCode::NOT_FOUND,
+            "the HTTP+SSE transport belongs to the session era; this server speaks 2026-07-28",
+        )
+    })
+}
+
 pub(super) async fn open(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
     if let Err(refusal) = check(&req) {
+        return refusal;
+    }
+    if let Some(refusal) = gone(&shared) {
         return refusal;
     }
     let session = shared.sessions.create(Kind::Legacy, false);
@@ -53,6 +67,9 @@ pub(super) async fn post(
     shared: web::Data<Shared>,
 ) -> HttpResponse {
     if let Err(refusal) = check(&req) {
+        return refusal;
+    }
+    if let Some(refusal) = gone(&shared) {
         return refusal;
     }
     let query = web::Query::<HashMap<String, String>>::from_query(req.query_string());

@@ -1,5 +1,8 @@
 //! `--http ADDR`: the fixture over HTTP, with actix-web. Streamable HTTP at `/mcp` (POST,
-//! GET, DELETE) and the 2024-11-05 HTTP+SSE transport at `/sse` and `/messages`.
+//! GET, DELETE) and the 2024-11-05 HTTP+SSE transport at `/sse` and `/messages`. With
+//! `--era stateless` or `dual`, POSTs of the stateless era (2026-07-28) are served by
+//! `stateless.rs`, and a GET or DELETE without a session is 405 (with `stateless`, every
+//! GET and DELETE is, and the HTTP+SSE transport is gone: 404).
 //!
 //! Requests are handled by the same code as over stdio; only the way back differs (see
 //! `sink.rs`): a reply goes to the POST that carried the request. Fast requests are
@@ -13,11 +16,13 @@
 mod legacy;
 mod session;
 mod sink;
+mod stateless;
 mod streamable;
 
 use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use actix_web::http::header::{self, HeaderMap};
@@ -27,6 +32,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::era::EraFlag;
 use crate::exchange::Transport;
 use crate::methods::SUPPORTED_VERSIONS;
 use crate::rpc::{self, RpcError};
@@ -43,6 +49,8 @@ const WORKERS: usize = 2;
 struct Shared {
     state: Arc<State>,
     sessions: Arc<Sessions>,
+    /// Numbers the stateless-era requests (each is a client of its own).
+    stateless_requests: AtomicU64,
 }
 
 /// Serves until the process is killed (signals keep their default effect: a test's kill
@@ -51,13 +59,21 @@ pub fn serve(args: Args, pid: u32, addr: SocketAddr) -> io::Result<()> {
     let name = args.name.clone();
     let sessions = Arc::new(Sessions::new(args.garbage_on_start));
     let transport = Arc::clone(&sessions) as Arc<dyn Transport>;
+    // In the stateless era a client cancels a request by closing its connection: the server
+    // must notice at once, not only when it next writes.
+    let half_closed = args.era == EraFlag::Session;
     let state = Arc::new(State::new(args, pid, transport));
-    let shared = web::Data::new(Shared { state, sessions });
+    let shared = web::Data::new(Shared {
+        state,
+        sessions,
+        stateless_requests: AtomicU64::new(0),
+    });
     actix_web::rt::System::new().block_on(async move {
         let server = HttpServer::new(move || app(shared.clone()))
             .workers(WORKERS)
             .disable_signals()
             .shutdown_timeout(0)
+            .h1_allow_half_closed(half_closed)
             .bind(addr)?;
         let bound = server.addrs().first().copied().unwrap_or(addr);
         eprintln!("manifold-fixture {name} listening on {bound}");
@@ -93,6 +109,12 @@ fn app(
 /// must not reach a local server through DNS rebinding), and a protocol version the
 /// fixture speaks in `MCP-Protocol-Version`.
 fn check(req: &HttpRequest) -> Result<(), HttpResponse> {
+    check_origin(req)?;
+    check_version(req.headers())
+}
+
+/// Loopback `Host` and `Origin` only (every era).
+fn check_origin(req: &HttpRequest) -> Result<(), HttpResponse> {
     let headers = req.headers();
     if let Some(host) = headers.get(header::HOST) {
         let host = host.to_str().unwrap_or_default();
@@ -115,9 +137,10 @@ fn check(req: &HttpRequest) -> Result<(), HttpResponse> {
             ));
         }
     }
-    check_version(headers)
+    Ok(())
 }
 
+/// A session-era protocol version in `MCP-Protocol-Version`, if there is the header.
 fn check_version(headers: &HeaderMap) -> Result<(), HttpResponse> {
     let Some(version) = headers.get("mcp-protocol-version") else {
         return Ok(());
@@ -165,6 +188,26 @@ fn authorization(req: &HttpRequest) -> Option<&str> {
     req.headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
+}
+
+/// 405 for a GET or DELETE the stateless era has no use for: with `--era stateless` every
+/// one, with `dual` one without `Mcp-Session-Id`.
+fn without_session(req: &HttpRequest, era: EraFlag) -> Option<HttpResponse> {
+    let refused = match era {
+        EraFlag::Session => false,
+        EraFlag::Stateless => true,
+        EraFlag::Dual => !req.headers().contains_key("mcp-session-id"),
+    };
+    refused.then(|| {
+        let mut response = refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "2026-07-28 has no session: only POST is served here",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+        response
+    })
 }
 
 /// An HTTP error whose body is a JSON-RPC error without id.

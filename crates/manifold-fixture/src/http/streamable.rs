@@ -14,7 +14,11 @@ use serde_json::Value;
 
 use super::session::{parse_event_id, Kind, Session};
 use super::sink::{First, PostSink, SessionSink};
-use super::{authorization, check, refuse, rpc_error, sse, traceparent, Shared};
+use super::{
+    authorization, check, check_origin, check_version, refuse, rpc_error, sse, stateless,
+    traceparent, without_session, Shared,
+};
+use crate::era::EraFlag;
 use crate::exchange::traced;
 use crate::methods::{self, LATEST_VERSION};
 use crate::rpc::Incoming;
@@ -26,7 +30,14 @@ pub(super) async fn post(
     body: web::Bytes,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
-    if let Err(refusal) = check(&req) {
+    let era = shared.state.args.era;
+    // The session era checks the version header first, as it always did; the others only
+    // once they know the era of the POST.
+    let checked = match era {
+        EraFlag::Session => check(&req),
+        _ => check_origin(&req),
+    };
+    if let Err(refusal) = checked {
         return refusal;
     }
     if shared.sessions.take_garbage() {
@@ -38,6 +49,14 @@ pub(super) async fn post(
         Ok(msg) => msg,
         Err(error) => return rpc_error(StatusCode::BAD_REQUEST, error),
     };
+    if stateless::applies(era, &req, &msg) {
+        return stateless::post(req, msg, shared).await;
+    }
+    if era != EraFlag::Session {
+        if let Err(refusal) = check_version(req.headers()) {
+            return refusal;
+        }
+    }
     let (session, created) = match session_for(&req, &shared, &msg) {
         Ok(found) => found,
         Err(refusal) => return refusal,
@@ -109,7 +128,13 @@ fn session_from_header(req: &HttpRequest, shared: &Shared) -> Result<Arc<Session
 }
 
 pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
-    if let Err(refusal) = check(&req) {
+    if let Err(refusal) = check_origin(&req) {
+        return refusal;
+    }
+    if let Some(refusal) = without_session(&req, shared.state.args.era) {
+        return refusal;
+    }
+    if let Err(refusal) = check_version(req.headers()) {
         return refusal;
     }
     let session = match session_from_header(&req, &shared) {
@@ -128,7 +153,13 @@ pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResp
 }
 
 pub(super) async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
-    if let Err(refusal) = check(&req) {
+    if let Err(refusal) = check_origin(&req) {
+        return refusal;
+    }
+    if let Some(refusal) = without_session(&req, shared.state.args.era) {
+        return refusal;
+    }
+    if let Err(refusal) = check_version(req.headers()) {
         return refusal;
     }
     match session_from_header(&req, &shared) {

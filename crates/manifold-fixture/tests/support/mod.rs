@@ -93,6 +93,53 @@ impl HttpFixture {
 }
 
 impl HttpFixture {
+    /// POSTs a 2026-07-28 request with the headers that mirror its body.
+    pub async fn post_modern(&self, body: &Value) -> Response {
+        self.post_modern_with(body, &[]).await
+    }
+
+    /// [`HttpFixture::post_modern`] with `headers` added or replacing the mirrored ones.
+    pub async fn post_modern_with(&self, body: &Value, headers: &[(&str, &str)]) -> Response {
+        let method = body["method"].as_str().unwrap_or_default();
+        let version = body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"]
+            .as_str()
+            .unwrap_or("2026-07-28");
+        let mut mirrored = vec![("mcp-protocol-version", version), ("mcp-method", method)];
+        let name = body["params"]["name"]
+            .as_str()
+            .or(body["params"]["uri"].as_str());
+        if let Some(name) = name {
+            mirrored.push(("mcp-name", name));
+        }
+        let mut request = self
+            .client
+            .post(self.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        for (key, value) in mirrored {
+            if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(key)) {
+                request = request.header(key, value);
+            }
+        }
+        for (key, value) in headers {
+            request = request.header(*key, *value);
+        }
+        bounded(request.send()).await.expect("POST")
+    }
+
+    /// A 2026-07-28 request answered with plain JSON: its status and answer.
+    pub async fn modern_json(&self, body: &Value) -> (StatusCode, Value) {
+        let response = self.post_modern(body).await;
+        let status = response.status();
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let bytes = bounded(response.bytes()).await.expect("body");
+        (
+            status,
+            serde_json::from_slice(&bytes).expect("a JSON answer"),
+        )
+    }
+
     /// Opens the session's own stream (GET), where messages that belong to no request go.
     pub async fn own_stream(&self, session: &str) -> Events {
         let get = self.client.get(self.url("/mcp"));
@@ -123,6 +170,29 @@ pub fn initialize() -> Value {
     json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": { "sampling": {} },
         "clientInfo": { "name": "test", "version": "1" } } })
+}
+
+/// The `_meta` of a 2026-07-28 request from a client with `capabilities`.
+pub fn modern_meta(capabilities: Value) -> Value {
+    json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": { "name": "test", "version": "1" },
+            "io.modelcontextprotocol/clientCapabilities": capabilities })
+}
+
+/// A 2026-07-28 request from a client that declares elicitation, sampling and roots.
+pub fn modern(id: u64, method: &str, mut params: Value) -> Value {
+    let everything = json!({ "elicitation": {}, "sampling": {}, "roots": {} });
+    params["_meta"] = modern_meta(everything);
+    rpc(id, method, params)
+}
+
+/// A 2026-07-28 tools/call.
+pub fn modern_call(id: u64, name: &str, arguments: Value) -> Value {
+    modern(
+        id,
+        "tools/call",
+        json!({ "name": name, "arguments": arguments }),
+    )
 }
 
 pub fn call(id: u64, name: &str, arguments: Value) -> Value {
@@ -201,7 +271,7 @@ impl Events {
 /// The fixture over stdio; killed when dropped.
 pub struct StdioFixture {
     child: Child,
-    input: ChildStdin,
+    input: Option<ChildStdin>,
     output: std::sync::mpsc::Receiver<Value>,
 }
 
@@ -224,7 +294,7 @@ impl StdioFixture {
         });
         Self {
             child,
-            input,
+            input: Some(input),
             output,
         }
     }
@@ -235,7 +305,13 @@ impl StdioFixture {
 
     /// Sends one line as it is written (for answers whose key order matters).
     pub fn send_line(&mut self, line: &str) {
-        writeln!(self.input, "{line}").expect("write");
+        let input = self.input.as_mut().expect("stdin is open");
+        writeln!(input, "{line}").expect("write");
+    }
+
+    /// Closes the fixture's stdin, as a client shutting it down does.
+    pub fn close_input(&mut self) {
+        self.input = None;
     }
 
     pub fn receive(&self) -> Value {
