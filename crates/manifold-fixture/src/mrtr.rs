@@ -434,6 +434,9 @@ pub fn refused(method: &str, e: &RpcError) -> String {
 pub fn take(got: Got, method: &str) -> Result<Value, Stop> {
     match got {
         Got::Answer(answer) => Ok(answer),
+        // A client that says it lacks the capability the request needs makes the request
+        // fail with that error, as the stateless era has it.
+        Got::Refused(e) if e.code == -32021 => Err(Stop::Error(e)),
         Got::Refused(e) => Err(Stop::Answer(crate::calls::tool_error(refused(method, &e)))),
         Got::Skipped => Err(Stop::Answer(crate::calls::tool_error(format!(
             "{method} was not asked: the client cannot answer it"

@@ -59,10 +59,8 @@ pub static REQUEST_STATE: LazyLock<Finder<'static>> =
 pub static PROTOCOL_META_PREFIX: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"io.modelcontextprotocol/"));
 
-/// `"code":-3202`: the start of the stateless era's header-level error codes (-32020..-32029)
-/// in an error Manifold wrote.
-pub static HEADER_LEVEL_CODE: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new(b"\"code\":-3202"));
+/// `"error":`: an answer that is an error.
+pub static ERROR_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\":"));
 
 #[cfg(test)]
 mod tests {

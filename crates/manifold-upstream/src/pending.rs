@@ -67,6 +67,11 @@ impl ServerReply {
         &self.upstream
     }
 
+    /// The upstream's id of its request, as JSON text.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// Answers with a result (JSON text).
     pub fn result(self, result: &str) {
         let mut line = Vec::with_capacity(result.len() + 48);

@@ -338,15 +338,38 @@ fn is_loopback_origin(origin: &str) -> bool {
 /// `MCP-Protocol-Version`, when present, must be a revision Manifold speaks; without it the
 /// host is taken to speak 2025-03-26 (the spec's rule for older clients).
 fn check_version(headers: &HeaderMap) -> Result<&'static str, HttpResponse> {
+    version_of(headers).map_err(|requested| refuse(&RouteError::UnsupportedVersion { requested }))
+}
+
+/// The revision `MCP-Protocol-Version` names (2025-03-26 without it), or the text of one
+/// Manifold does not speak.
+fn version_of(headers: &HeaderMap) -> Result<&'static str, String> {
     let Some(value) = headers.get(VERSION_HEADER) else {
         return Ok("2025-03-26");
     };
     let text = value.to_str().unwrap_or_default();
-    version::known(text).ok_or_else(|| {
-        refuse(&RouteError::UnsupportedVersion {
-            requested: text.to_owned(),
-        })
-    })
+    version::known(text).ok_or_else(|| text.to_owned())
+}
+
+/// [`refuse`], naming the request the refusal answers when its id could be read.
+fn refuse_request(e: &RouteError, body: &[u8]) -> HttpResponse {
+    let env = manifold_protocol::Envelope::decode_host(body).ok();
+    let id = env
+        .as_ref()
+        .and_then(|env| env.id)
+        .filter(|id| manifold_protocol::envelope::is_valid_id(id));
+    let mut out = Vec::new();
+    write::error_response(&mut out, id, &e.to_error_object());
+    if out.last() == Some(&b'\n') {
+        out.pop();
+    }
+    let status = e
+        .http_status()
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::BAD_REQUEST);
+    HttpResponse::build(status)
+        .content_type("application/json")
+        .body(out)
 }
 
 /// What a session's streams may hold unread before the session is ended: twice

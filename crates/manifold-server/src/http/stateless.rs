@@ -102,12 +102,11 @@ pub(super) async fn post(
     match first.await {
         Some(First::Answer(answer)) => {
             guard.disarm();
-            let status = if is_header_level_error(&answer) {
-                HttpResponse::BadRequest()
-            } else {
-                HttpResponse::Ok()
+            let mut status = match status_of(&answer) {
+                400 => HttpResponse::BadRequest(),
+                404 => HttpResponse::NotFound(),
+                _ => HttpResponse::Ok(),
             };
-            let mut status = status;
             status.content_type("application/json").body(answer)
         }
         Some(First::Stream(events, queued)) => {
@@ -185,13 +184,13 @@ fn agrees(
                 "MCP-Protocol-Version is {version:?} but the body's _meta names {requested:?}"
             ))
         }
-        // Otherwise malformed `_meta`: the router says how.
-        Some(Err(_)) => None,
-        Some(Ok(None)) | None => {
-            return mismatch(format!(
-                "MCP-Protocol-Version is {version:?} but the body's _meta names no protocol version"
-            ))
-        }
+        // Malformed `_meta` (capabilities missing, a log level that is none): invalid params,
+        // refused with 400 like the header checks.
+        Some(Err(e)) => return Err(e),
+        Some(Ok(None)) | None => return Err(RouteError::InvalidParams(format!(
+            "the body's params._meta must name the protocol version ({:?}) in revision {version}",
+            manifold_protocol::version::meta::PROTOCOL_VERSION
+        ))),
     };
     let method = env.method.as_deref().unwrap_or_default();
     match header(METHOD_HEADER) {
@@ -222,33 +221,35 @@ fn agrees(
     }
 }
 
-/// Whether an answer is one of the errors the stateless era answers with 400 (header
-/// mismatch, missing client capability, unsupported version).
-fn is_header_level_error(answer: &[u8]) -> bool {
+/// The HTTP status of a stateless answer: 400 for the errors the revision answers so (header
+/// mismatch, missing client capability, unsupported version), 404 for an unknown method, 200
+/// for the rest.
+fn status_of(answer: &[u8]) -> u16 {
     // Manifold writes its errors as `"error":{"code":N,...`: most answers are not errors, and
     // are not decoded to find out.
-    if manifold_protocol::needle::HEADER_LEVEL_CODE
+    if manifold_protocol::needle::ERROR_MEMBER
         .find(answer)
         .is_none()
     {
-        return false;
+        return 200;
     }
     let Ok(env) = Envelope::decode(answer) else {
-        return false;
+        return 200;
     };
     let code = env
         .error
         .and_then(|e| manifold_protocol::RawObject::parse(e).ok())
         .and_then(|e| e.get("code").and_then(|c| c.parse::<i64>().ok()));
     use manifold_protocol::codes;
-    matches!(
-        code,
+    match code {
         Some(
             codes::HEADER_MISMATCH
-                | codes::MISSING_REQUIRED_CLIENT_CAPABILITY
-                | codes::UNSUPPORTED_PROTOCOL_VERSION
-        )
-    )
+            | codes::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | codes::UNSUPPORTED_PROTOCOL_VERSION,
+        ) => 400,
+        Some(codes::METHOD_NOT_FOUND) => 404,
+        _ => 200,
+    }
 }
 
 /// Cancels, when dropped armed, whatever the request standing under `owner` has in flight.

@@ -26,7 +26,7 @@ use crate::session::{Session, Transport};
 
 pub(super) async fn post(
     req: HttpRequest,
-    admitted: Versioned,
+    admitted: Unversioned,
     payload: web::Payload,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
@@ -42,6 +42,10 @@ async fn handle_post(
     body: &Bytes,
     caller: Arc<Caller>,
 ) -> HttpResponse {
+    // The version is checked once the body is read, so that the refusal names the request.
+    if let Err(requested) = super::version_of(req.headers()) {
+        return super::refuse_request(&RouteError::UnsupportedVersion { requested }, body);
+    }
     if req.headers().get(SESSION_HEADER).is_none() {
         if let Some(version) = stateless_version(req) {
             return super::stateless::post(req, shared, body, caller, version).await;

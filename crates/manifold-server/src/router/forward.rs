@@ -186,8 +186,22 @@ impl Router {
             Some(carrier) => resolve::with_trace_context(&params, &carrier).unwrap_or(params),
             None => params,
         };
-        // A stateless upstream hears Manifold's own revision, capabilities and name.
+        // A stateless upstream hears Manifold's own revision and name, and the capabilities of
+        // the host the request is for (what it may be asked for through input_required).
         let params = conn.with_request_meta(&params);
+        let params = match (&params, ctx.client()) {
+            (std::borrow::Cow::Owned(p), Some(client)) => {
+                std::borrow::Cow::Owned(manifold_protocol::object::with_meta(
+                    Some(p),
+                    &format!(
+                        "\"{}\":{}",
+                        manifold_protocol::version::meta::CLIENT_CAPABILITIES,
+                        client.capabilities
+                    ),
+                ))
+            }
+            _ => params,
+        };
         let mut line = Vec::with_capacity(params.len() + 64);
         write::request(&mut line, upstream_id, target.method, Some(&params));
         let (upstream, tool) = match ctx.route() {

@@ -133,6 +133,7 @@ impl Router {
         let parked = Arc::new(mrtr::Parked::new(
             parts.settings.request_state_key.as_ref(),
             parts.settings.request_timeout,
+            parts.runtime.clone(),
         ));
         let router = Arc::new_cyclic(|this| Self {
             hub: parts.hub,

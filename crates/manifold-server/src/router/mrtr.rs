@@ -36,7 +36,13 @@ pub struct Parked {
     table: Mutex<HashMap<u64, Arc<Park>>>,
     /// How long a parked request waits for the host's retry.
     ttl: Duration,
+    /// Where the wait for the rest of a round runs.
+    runtime: tokio::runtime::Handle,
 }
+
+/// How long the questions of one round are gathered before the host is asked them: an
+/// upstream asks them back to back, all before it waits for any answer.
+const ROUND_GATHER: Duration = Duration::from_millis(5);
 
 /// One request of a stateless host parked while a session-era upstream waits for answers.
 pub struct Park {
@@ -57,6 +63,8 @@ struct ParkState {
     next_key: u32,
     /// The upstream's requests the host was asked and has not answered, by key.
     asked: Vec<Asked>,
+    /// Whether the host is about to be asked (the rest of the round is being gathered).
+    gathering: bool,
     /// The host request that stands for the original now (the latest retry), while it is
     /// waiting for the upstream.
     ctx: Option<Context>,
@@ -97,7 +105,7 @@ fn capability_for(method: &str) -> Option<&'static str> {
 }
 
 impl Parked {
-    pub fn new(key: Option<&StateKey>, ttl: Duration) -> Self {
+    pub fn new(key: Option<&StateKey>, ttl: Duration, runtime: tokio::runtime::Handle) -> Self {
         let mut replica = [0u8; 8];
         let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut replica);
         Self {
@@ -106,6 +114,7 @@ impl Parked {
             next: AtomicU64::new(1),
             table: Mutex::new(HashMap::new()),
             ttl,
+            runtime,
         }
     }
 
@@ -166,7 +175,7 @@ impl Parked {
     /// original host request when this is the first one. The host is asked through an
     /// `input_required` answer to whichever host request stands for the original now, or,
     /// when none does, with the next `input_required`.
-    pub fn ask(&self, park: &Arc<Park>, first: Option<Context>, request: ServerRequest) {
+    pub fn ask(self: &Arc<Self>, park: &Arc<Park>, first: Option<Context>, request: ServerRequest) {
         if capability_for(&request.method).is_none() {
             let method = request.method.clone();
             return request.reply.error(
@@ -183,23 +192,42 @@ impl Parked {
             stateless::may_ask(caps, &request.method, request.params.as_deref()).err()
         });
         if let Some(needs) = refused {
-            let method = request.method.clone();
             drop(st);
-            return request.reply.error(
-                codes::METHOD_NOT_FOUND,
-                &format!("{method}: the host did not declare the {needs} capability"),
-            );
+            // The stateless era's own refusal: the host did not declare what this needs.
+            let needs = needs.split('.').next().unwrap_or(needs);
+            let error = serde_json::json!({
+                "code": codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "message": format!("{}: the host did not declare the {needs} capability", request.method),
+                "data": { "requiredCapabilities": { needs: {} } },
+            });
+            return request.reply.raw_error(&error.to_string());
         }
-        st.next_key += 1;
-        let key = format!("manifold-{}", st.next_key);
+        // The upstream's own id names the question: unique while it waits.
+        let id = request.reply.id();
+        let mut key = manifold_protocol::scan::string_value(id)
+            .map_or_else(|| id.to_owned(), |k| k.into_owned());
+        if st.asked.iter().any(|a| a.key == key) {
+            st.next_key += 1;
+            key = format!("{key}-{}", st.next_key);
+        }
         st.asked.push(Asked {
             key,
             method: request.method.clone(),
             params: request.params.clone(),
             request,
         });
-        if let Some(ctx) = st.ctx.take() {
-            self.input_required(park, &mut st, ctx);
+        if st.ctx.is_some() && !st.gathering {
+            // The host is asked once the rest of the round is in.
+            st.gathering = true;
+            let (parked, park) = (Arc::clone(self), Arc::clone(park));
+            self.runtime.spawn(async move {
+                tokio::time::sleep(ROUND_GATHER).await;
+                let mut st = lock(&park.state);
+                st.gathering = false;
+                if let Some(ctx) = st.ctx.take() {
+                    parked.input_required(&park, &mut st, ctx);
+                }
+            });
         }
         // Otherwise the next retry is asked it.
     }
