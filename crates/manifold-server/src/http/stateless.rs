@@ -150,6 +150,14 @@ fn answer_alone(shared: &Shared, body: &Bytes, caller: Arc<Caller>) -> HttpRespo
     }
 }
 
+/// The refusal of a stateless request whose `_meta` names no revision.
+fn no_revision(version: &str) -> RouteError {
+    let key = manifold_protocol::version::meta::PROTOCOL_VERSION;
+    RouteError::InvalidParams(format!(
+        "params._meta must name the protocol version ({key:?}) in revision {version}"
+    ))
+}
+
 /// Whether the headers agree with the body; what the request declared in `_meta` when they
 /// do (read once, here, for the router too).
 fn agrees(
@@ -187,10 +195,7 @@ fn agrees(
         // Malformed `_meta` (capabilities missing, a log level that is none): invalid params,
         // refused with 400 like the header checks.
         Some(Err(e)) => return Err(e),
-        Some(Ok(None)) | None => return Err(RouteError::InvalidParams(format!(
-            "the body's params._meta must name the protocol version ({:?}) in revision {version}",
-            manifold_protocol::version::meta::PROTOCOL_VERSION
-        ))),
+        Some(Ok(None)) | None => return Err(no_revision(version)),
     };
     let method = env.method.as_deref().unwrap_or_default();
     match header(METHOD_HEADER) {
