@@ -442,3 +442,86 @@ async fn rmcp_streamable_http_client_through_manifold() {
     })
     .await;
 }
+
+/// rmcp's client in the stateless era (2026-07-28: `server/discover`, then self-contained
+/// requests), over stdio and over Streamable HTTP: what it discovers, a merged list, a routed
+/// call and a resource read, each answered as that revision has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_stateless_client_through_manifold() {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    use rmcp::transport::StreamableHttpClientTransport;
+    let stateless = || ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    async fn exercise<S: rmcp::ClientHandler>(client: &RunningService<RoleClient, S>, how: &str) {
+        let info = client.peer_info().expect("what the server said of itself");
+        assert_eq!(
+            info.protocol_version,
+            ProtocolVersion::V_2026_07_28,
+            "{how}"
+        );
+        let tools = client.list_all_tools().await.expect("tools/list");
+        assert!(
+            tools.iter().any(|t| t.name == "alpha__echo"),
+            "{how}: {tools:?}"
+        );
+        assert!(
+            tools.iter().any(|t| t.name == "beta__echo"),
+            "{how}: {tools:?}"
+        );
+        let result = client
+            .call_tool(
+                CallToolRequestParams::new("beta__echo")
+                    .with_arguments(args(json!({"text": "stateless rmcp"}))),
+            )
+            .await
+            .expect("tools/call");
+        assert_eq!(text_of(&result), "stateless rmcp", "{how}");
+        let read = client
+            .read_resource(ReadResourceRequestParams::new(
+                "alpha+fixture://alpha/readme",
+            ))
+            .await
+            .expect("resources/read");
+        assert!(!read.contents.is_empty(), "{how}: {read:?}");
+        let err = expect_mcp_error(
+            how,
+            client
+                .read_resource(ReadResourceRequestParams::new("alpha+fixture://alpha/none"))
+                .await,
+        );
+        assert_eq!(
+            err.code,
+            ErrorCode::INVALID_PARAMS,
+            "{how}: not found is -32602"
+        );
+    }
+    let scratch = Scratch::new("stateless");
+    within("rmcp in the stateless era", async {
+        // Over stdio.
+        let config = write_config(&scratch.0);
+        let mut cmd = tokio::process::Command::new(manifold_testkit::process::manifold_bin());
+        cmd.arg("serve").arg("--config").arg(&config);
+        let stderr = File::create(scratch.stderr_path()).expect("create stderr file");
+        let (transport, _) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .expect("spawn manifold");
+        let client = ClientConfig::default()
+            .serve_with_lifecycle(transport, stateless())
+            .await
+            .unwrap_or_else(|e| panic!("rmcp could not discover Manifold over stdio: {e}"));
+        exercise(&client, "stdio").await;
+        client.cancel().await.expect("close stdio");
+        // Over Streamable HTTP.
+        let (_manifold, url) = serve_http(&scratch).await;
+        let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+        let client = ClientConfig::default()
+            .serve_with_lifecycle(transport, stateless())
+            .await
+            .unwrap_or_else(|e| panic!("rmcp could not discover Manifold over HTTP: {e}"));
+        exercise(&client, "Streamable HTTP").await;
+        client.cancel().await.expect("close HTTP");
+    })
+    .await;
+}

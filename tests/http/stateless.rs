@@ -99,6 +99,13 @@ impl Stateless {
         let body = self.body(method, params);
         answer_of(self.post(&body).send().unwrap())
     }
+
+    /// A request's HTTP status and JSON answer.
+    fn request_status(&mut self, method: &str, params: Value) -> (StatusCode, Value) {
+        let body = self.body(method, params);
+        let r = self.post(&body).send().unwrap();
+        (r.status(), r.json().unwrap())
+    }
 }
 
 fn answer_of(r: Response) -> Value {
@@ -177,11 +184,13 @@ fn the_methods_the_revision_removed_and_an_unknown_resource_are_answered_its_way
         "resources/subscribe",
         "initialize",
     ] {
-        let r = host.request(
+        let (status, r) = host.request_status(
             method,
             json!({"uri": "alpha+fixture://alpha/readme", "level": "info"}),
         );
         assert_eq!(code(&r), -32601, "{method}: {r}");
+        // An unknown method is 404 in this revision's transport.
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method}");
     }
     let missing = json!({"uri": "alpha+fixture://alpha/nothing-here"});
     let r = host.request("resources/read", missing.clone());
@@ -253,7 +262,8 @@ fn headers_must_agree_with_the_body() {
         .as_object_mut()
         .unwrap()
         .remove("io.modelcontextprotocol/protocolVersion");
-    refused(host.post(&unversioned).send().unwrap(), -32020);
+    // (No revision in the body at all is invalid params, still with 400.)
+    refused(host.post(&unversioned).send().unwrap(), -32602);
     // An unknown revision, in the header and the body alike.
     let mut future = call.clone();
     future["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
@@ -429,13 +439,19 @@ fn a_question_the_host_did_not_declare_it_can_answer_is_refused_for_it() {
     let server = Server::start(&asking());
     // Declares elicitation, not sampling.
     let mut host = Stateless::new(&server).with_capabilities(json!({"elicitation": {}}));
-    let r = host.request(
+    // The upstream's sampling request is refused for it with the stateless era's own error,
+    // which this upstream passes on: the call fails with -32021 (and 400) naming sampling.
+    let (status, r) = host.request_status(
         "tools/call",
         json!({"name": "ask__ask_sampling", "arguments": {"prompt": "hi"}}),
     );
-    assert_stateless_result(&r);
-    assert_eq!(r["result"]["isError"], true, "{r}");
-    assert!(text_of(&r).contains("sampling"), "{r}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{r}");
+    assert_eq!(code(&r), -32021, "{r}");
+    assert_eq!(
+        r["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}}),
+        "{r}"
+    );
 }
 
 #[test]

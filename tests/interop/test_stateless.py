@@ -151,7 +151,9 @@ async def test_the_sdk_client_speaks_the_stateless_era(manifold: Served, tmp_pat
 
         tools = await c.list_tools()
         assert (tools.meta or {})[META_SERVER_INFO]["name"] == "manifold", tools.meta
-        assert (tools.ttl_ms, tools.cache_scope) == (60000, "public")
+        # mcp-server-time (a stateless upstream) says its tools list is fresh for 0 ms and
+        # private; the merged list carries the smallest ttl, and private if any part is.
+        assert (tools.ttl_ms, tools.cache_scope) == (0, "private")
         names = {t.name for t in tools.tools}
         assert {ECHO, SUM, LONG, "time__get_current_time", "time__convert_time"} <= names, sorted(names)
         assert all(n.startswith(("everything__", "time__")) for n in names), sorted(names)
@@ -348,10 +350,10 @@ async def test_a_host_that_did_not_declare_a_capability_is_not_asked(raw: Statel
     result = await raw.result(
         "tools/call", {"name": SAMPLING, "arguments": {"prompt": "x", "maxTokens": 5}}, capabilities={"elicitation": {}}
     )
-    # Manifold refused the upstream's sampling request on the host's behalf; server-everything
-    # reports that refusal as the tool's error.
+    # Manifold refused the upstream's sampling request on the host's behalf, with the stateless
+    # era's missing-capability error; server-everything reports that refusal as the tool's error.
     assert result["resultType"] == "complete" and result.get("isError") is True, result
-    assert "-32601" in raw_text(result) and "sampling" in raw_text(result), result
+    assert "-32021" in raw_text(result) and "sampling" in raw_text(result), result
 
 
 # --- caching hints ----------------------------------------------------------------------------
@@ -373,7 +375,12 @@ async def test_caching_hints_on_every_cacheable_result(raw: StatelessHttp):
     ):
         listed = await raw.result(method)
         hints = (listed["resultType"], listed["ttlMs"], listed["cacheScope"])
-        assert hints == ("complete", 60000, "public"), (method, listed)
+        # mcp-server-time gives hints (0 ms, private) for the lists it serves: the merged list
+        # carries the smallest ttl and is private if any part is; a list no upstream gave hints
+        # for carries Manifold's own choice (60 s, public).
+        assert hints in (("complete", 0, "private"), ("complete", 60000, "public")), (method, listed)
+        if method == "tools/list":
+            assert hints == ("complete", 0, "private"), listed
         assert listed[field], (method, listed)
         assert listed["_meta"][META_SERVER_INFO]["name"] == "manifold"
     read = await raw.result("resources/read", {"uri": DOC})
@@ -453,7 +460,6 @@ _ECHO_CALL = {"name": ECHO, "arguments": {"message": "header-mismatch-probe"}}
         pytest.param(
             "tools/list", {"_meta": {**envelope(), META_VERSION: "2025-11-25"}}, {}, id="meta-names-another-revision"
         ),
-        pytest.param("tools/list", {"_meta": {}}, {}, id="meta-names-no-revision"),
     ],
 )
 async def test_headers_that_disagree_with_the_body_are_refused(
@@ -464,6 +470,14 @@ async def test_headers_that_disagree_with_the_body_are_refused(
     answer = response.json()
     assert answer["id"] == 41 and answer["error"]["code"] == -32020, answer
     assert "header-mismatch-probe" not in manifold.upstream_stdin.read_text(), "a refused call reached the upstream"
+
+
+async def test_a_body_that_names_no_revision_is_invalid_params(raw: StatelessHttp):
+    response = await raw.post("tools/list", {"_meta": {}}, id=42)
+    assert response.status_code == 400, (response.status_code, response.text)
+    answer = response.json()
+    assert answer["id"] == 42 and answer["error"]["code"] == -32602, answer
+
 
 
 async def test_an_unsupported_revision_is_refused_with_the_supported_ones(raw: StatelessHttp):
@@ -499,7 +513,10 @@ async def test_get_is_not_allowed_in_the_stateless_era(raw: StatelessHttp):
 async def test_methods_the_revision_removed_are_not_found(raw: StatelessHttp, method: str, params: dict):
     # resources/(un)subscribe name a URI, but not one Mcp-Name carries: send it anyway, so that
     # the refusal is about the method.
-    error = await raw.error(method, params, headers={"Mcp-Name": params.get("uri")})
+    response = await raw.post(method, params, headers={"Mcp-Name": params.get("uri")})
+    # An unknown method is 404 in this revision's transport.
+    assert response.status_code == 404, (response.status_code, response.text)
+    error = response.json()["error"]
     assert error["code"] == -32601, error
 
 
