@@ -744,3 +744,44 @@ fn hits_and_misses_are_counted_per_cache() {
         assert!(bytes > 0.0, "no bytes held by the {cache} cache:\n{text}");
     }
 }
+
+#[test]
+fn a_stateless_upstreams_own_hints_bound_what_is_kept() {
+    // It says its resources are stale at once: nothing is kept, whatever the config says.
+    let mut m = serve(
+        "",
+        &["--era", "dual", "--ttl-ms", "0", "--cache-scope", "public"],
+        RESOURCES_CACHED,
+    );
+    read(&mut m, README);
+    read(&mut m, README);
+    assert_eq!(
+        reads_of(&mut m, README_UPSTREAM),
+        2,
+        "a ttlMs of 0 was kept"
+    );
+    // It says 500 ms: kept that long, not the configured minute.
+    let mut m = serve(
+        "",
+        &[
+            "--era",
+            "dual",
+            "--ttl-ms",
+            "500",
+            "--cache-scope",
+            "public",
+        ],
+        RESOURCES_CACHED,
+    );
+    read(&mut m, README);
+    read(&mut m, README);
+    assert_eq!(
+        reads_of(&mut m, README_UPSTREAM),
+        1,
+        "the answer was not kept"
+    );
+    eventually("the entry expires with the upstream's ttl", || {
+        read(&mut m, README);
+        reads_of(&mut m, README_UPSTREAM) == 2
+    });
+}

@@ -187,6 +187,9 @@ pub struct Lookup {
     /// Whether the caller belongs to a team while the entry is shared (an answer an upstream
     /// says is private is then not kept).
     shared_across_teams: bool,
+    /// Whether the upstream speaks the stateless era, whose answers may say how long they
+    /// may be kept (a session-era answer is not searched for what it cannot say).
+    hinted: bool,
     changes: u64,
     pub counters: Arc<CacheCounters>,
 }
@@ -381,6 +384,10 @@ impl Cache {
             ttl: rule.ttl,
             refresh,
             shared_across_teams: team.is_none() && ctx.caller.team.is_some(),
+            hinted: catalog
+                .slice(target.upstream)
+                .and_then(|s| s.era())
+                .is_some_and(|e| e == manifold_protocol::version::Era::Stateless),
             changes: up.changes.load(Ordering::Acquire),
             counters: Arc::clone(&up.counters[family as usize]),
         })))
@@ -401,7 +408,10 @@ impl Cache {
         // What the upstream says of its answer (the stateless era's hints): a ttl can only
         // shorten the configured one, 0 keeps nothing, and a private answer is never shared
         // between authorization contexts, whatever the configuration says.
-        let hint = Hint::of(&result);
+        let hint = match lookup.hinted {
+            true => Hint::of(&result),
+            false => Hint::default(),
+        };
         if hint.ttl == Some(Duration::ZERO) || (hint.private && lookup.shared_across_teams) {
             return Err(subscription);
         }
