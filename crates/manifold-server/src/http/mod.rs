@@ -56,6 +56,8 @@ struct Shared {
     /// The streams of each Streamable HTTP session, kept here rather than on the session so
     /// that the session core knows no transport's state.
     streams: Arc<streams::Registry>,
+    /// The clock stateless requests waiting for their answer look for their host on.
+    peer_clock: tokio::sync::watch::Receiver<()>,
 }
 
 /// Where the protected resource metadata (RFC 9728) is served.
@@ -94,6 +96,7 @@ pub fn serve(
         auth,
         resource,
         streams: Arc::clone(&streams),
+        peer_clock: peer::clock(router.runtime(), stateless::PEER_CHECK),
     });
     let admin = admin::data(Arc::clone(&router), required, false, metrics);
     let server = HttpServer::new(move || {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use actix_web::dev::Extensions;
 use actix_web::rt::net::TcpStream;
 use rustix::net::RecvFlags;
+use tokio::sync::watch;
 
 /// A connection's socket, as a request on it sees it.
 #[derive(Clone)]
@@ -30,14 +31,15 @@ pub(super) fn on_connect(conn: &dyn Any, data: &mut Extensions) {
 }
 
 impl Peer {
-    /// Resolves once the host closed the connection, looking every `every`. Bytes it sent
-    /// meanwhile (a next request) say nothing either way: it is then taken as still there.
-    pub(super) async fn closed(&self, every: Duration) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
+    /// Resolves once the host closed the connection, looking at each of `ticks` (one clock
+    /// shared by every waiting request, so that a request sets no timer of its own). Bytes it
+    /// sent meanwhile (a next request) say nothing either way: it is then taken as still there.
+    pub(super) async fn closed(&self, mut ticks: watch::Receiver<()>) {
         loop {
-            tick.tick().await;
+            if ticks.changed().await.is_err() {
+                // The clock stopped (shutdown): nothing more to look for.
+                return std::future::pending().await;
+            }
             let mut byte = [0u8; 1];
             match rustix::net::recv(&*self.0, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
                 Ok((0, _)) => return,
@@ -47,4 +49,21 @@ impl Peer {
             }
         }
     }
+}
+
+/// The clock requests waiting for their answer look for their host on: a tick every `every`,
+/// from one task on `runtime`, for as long as a receiver is left.
+pub(super) fn clock(runtime: &tokio::runtime::Handle, every: Duration) -> watch::Receiver<()> {
+    let (tx, rx) = watch::channel(());
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }

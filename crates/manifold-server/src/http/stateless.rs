@@ -28,7 +28,7 @@ use crate::session::Session;
 use crate::stateless::{self, Asked};
 
 /// How often a request waiting for its answer looks whether its host is still connected.
-const PEER_CHECK: Duration = Duration::from_millis(100);
+pub(super) const PEER_CHECK: Duration = Duration::from_millis(100);
 
 /// The headers a stateless POST must carry besides `MCP-Protocol-Version`.
 const METHOD_HEADER: &str = "mcp-method";
@@ -96,7 +96,7 @@ pub(super) async fn post(
         };
         tokio::select! {
             first = first => first.ok(),
-            () = peer.closed(PEER_CHECK) => None,
+            () = peer.closed(shared.peer_clock.clone()) => None,
         }
     };
     match first.await {
