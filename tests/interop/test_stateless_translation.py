@@ -174,3 +174,18 @@ async def test_a_session_era_task_is_followed_with_the_tasks_extension(raw: Stat
         "tasks/update", {"taskId": created["taskId"], "inputResponses": {}}, capabilities=TASKS
     )
     assert update["code"] == -32602, update
+
+
+async def test_notifications_the_revision_removed_are_not_passed_on(
+    raw: StatelessHttp, served: tuple[str, Path]
+):
+    """A stateless host's `notifications/roots/list_changed` (removed in 2026-07-28: roots come
+    with each request now) is accepted and goes to no upstream."""
+    body, headers = raw.request("notifications/roots/list_changed", {})
+    del body["id"]
+    response = await raw.client.post(raw.url, json=body, headers=headers, timeout=REQUEST_TIMEOUT_S)
+    assert response.status_code == 202, (response.status_code, response.text)
+    # A call after it, so that anything it caused has reached the upstream first.
+    await raw.result("tools/call", {"name": "everything__echo", "arguments": {"message": "after"}})
+    seen = [m.get("method") for m in upstream_received(served[1])]
+    assert "notifications/roots/list_changed" not in seen, seen

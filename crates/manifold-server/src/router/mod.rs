@@ -466,6 +466,15 @@ impl Router {
                     "host cancelled a request"
                 );
             }
+            // The stateless era removed these; a stateless host's are ignored.
+            "notifications/roots/list_changed" | "notifications/elicitation/complete"
+                if is_stateless_origin(origin) =>
+            {
+                tracing::debug!(
+                    method = env.method.as_deref(),
+                    "a stateless host's notification of a removed kind ignored"
+                );
+            }
             // Upstreams that asked for roots ask again, of whichever host they then serve.
             "notifications/roots/list_changed" => {
                 let session = origin.session.as_ref().map_or(0, |s| s.id());
@@ -476,6 +485,15 @@ impl Router {
             "notifications/initialized" => {}
             other => tracing::debug!(method = other, "host notification ignored"),
         }
+    }
+}
+
+/// Whether a message comes from a stateless host: a stdio session settled in that era, or a
+/// sessionless request (a stateless POST stands under a number of its own).
+fn is_stateless_origin(origin: &Origin) -> bool {
+    match &origin.session {
+        Some(session) => session.is_stateless(),
+        None => origin.owner != 0,
     }
 }
 
