@@ -291,6 +291,17 @@ fn headers_must_agree_with_the_body() {
         .send()
         .unwrap();
     assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    // Params that are not an object are refused as such, with 400.
+    let mut listed = host.body("tools/list", json!({}));
+    listed["params"] = json!([1]);
+    let body = refused(host.post(&listed).send().unwrap(), -32602);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("object"),
+        "{body}"
+    );
     // And the headers that agree are served.
     assert_eq!(text_of(&answer_of(host.post(&call).send().unwrap())), "x");
 }

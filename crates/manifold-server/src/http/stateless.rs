@@ -178,7 +178,11 @@ fn agrees(
     if env.kind() != Ok(Kind::Request) {
         return Ok(None);
     }
-    let params = env.params.and_then(|p| RawObject::parse(p).ok());
+    let params = match env.params.map(RawObject::parse) {
+        Some(Ok(obj)) => Some(obj),
+        Some(Err(_)) => return Err(RouteError::InvalidParams("params must be an object".into())),
+        None => None,
+    };
     let asked = match params.as_ref().map(stateless::read_object) {
         Some(Ok(Some(asked))) if asked.version == version => Some(asked),
         Some(Ok(Some(asked))) => {
