@@ -1,5 +1,6 @@
 //! Building a catalog from the upstreams' slices, and routing lookups in it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -380,10 +381,11 @@ impl Catalog {
 
     /// The upstream and original URI behind an exposed URI (or URI template): by its
     /// prefix, or, without a known one, the upstream whose URIs are exposed unchanged.
-    pub fn resolve_uri<'u>(&self, exposed: &'u str) -> Option<(usize, &'u str)> {
+    /// A `ui://` URI keeps its scheme: its original is made anew, hence the `Cow`.
+    pub fn resolve_uri<'u>(&self, exposed: &'u str) -> Option<(usize, Cow<'u, str>)> {
         let prefixed = uri::split(exposed)
             .and_then(|(prefix, original)| self.uri_prefixes.get(prefix).map(|&i| (i, original)));
-        prefixed.or_else(|| self.unprefixed.map(|i| (i, exposed)))
+        prefixed.or_else(|| self.unprefixed.map(|i| (i, Cow::Borrowed(exposed))))
     }
 }
 
