@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use crate::listing::{Item, Kind, Listing, NameOrigin};
 use crate::pins::{Drift, Pinning};
-use crate::{naming, uri};
+use crate::{naming, rewrite, uri};
 
 /// What the configuration says about an upstream's place in the catalog.
 #[derive(Debug, Clone)]
@@ -495,6 +495,14 @@ fn expose_item(
         ),
     };
     obj.set_str(key, &exposed);
+    // A tool bound to an app names the app's resource by the URI the host will read.
+    let meta = (kind == Kind::Tools)
+        .then(|| obj.get("_meta"))
+        .flatten()
+        .and_then(|meta| rewrite::ui_meta(meta, &def.uri_prefix));
+    if let Some(meta) = meta {
+        obj.set_raw("_meta", meta);
+    }
     Ok(Some((exposed, original, origin, obj.to_text().into())))
 }
 

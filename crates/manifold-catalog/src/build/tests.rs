@@ -330,3 +330,25 @@ fn ui_resources_keep_their_scheme_and_route_back() {
     let c = build(vec![def("a"), plain], vec![None, tricky]);
     assert!(exposed(&c, Kind::Resources).is_empty());
 }
+
+#[test]
+fn app_tools_name_their_exposed_resource() {
+    let tool = r#"{"name":"show_time","_meta":{"ui":{"resourceUri":"ui://clock/app.html","visibility":["app"],"prefersBorder":true},"openai/outputTemplate":"ui://clock/app.html"}}"#;
+    let apps = || {
+        Some(Arc::new(UpstreamSlice {
+            tools: vec![raw(tool)],
+            ..UpstreamSlice::default()
+        }))
+    };
+    let mut plain = def("plain");
+    plain.uri_prefix = String::new();
+    let c = build(vec![def("a"), plain], vec![apps(), apps()]);
+    let a = c.listing(Kind::Tools).get("a__show_time").unwrap();
+    assert_eq!(
+        &*a.raw,
+        r#"{"name":"a__show_time","_meta":{"ui":{"resourceUri":"ui://a/clock/app.html","visibility":["app"],"prefersBorder":true},"openai/outputTemplate":"ui://a/clock/app.html"}}"#
+    );
+    // App-only tools stay listed; without a URI prefix the URI is unchanged.
+    let plain = c.listing(Kind::Tools).get("plain__show_time").unwrap();
+    assert!(plain.raw.contains(r#""resourceUri":"ui://clock/app.html""#));
+}
