@@ -1,5 +1,6 @@
 //! Building a catalog from the upstreams' slices, and routing lookups in it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use serde_json::value::RawValue;
 
 use crate::listing::{Item, Kind, Listing, NameOrigin};
 use crate::pins::{Drift, Pinning};
-use crate::{naming, uri};
+use crate::{naming, rewrite, uri};
 
 /// What the configuration says about an upstream's place in the catalog.
 #[derive(Debug, Clone)]
@@ -380,10 +381,11 @@ impl Catalog {
 
     /// The upstream and original URI behind an exposed URI (or URI template): by its
     /// prefix, or, without a known one, the upstream whose URIs are exposed unchanged.
-    pub fn resolve_uri<'u>(&self, exposed: &'u str) -> Option<(usize, &'u str)> {
+    /// A `ui://` URI keeps its scheme: its original is made anew, hence the `Cow`.
+    pub fn resolve_uri<'u>(&self, exposed: &'u str) -> Option<(usize, Cow<'u, str>)> {
         let prefixed = uri::split(exposed)
             .and_then(|(prefix, original)| self.uri_prefixes.get(prefix).map(|&i| (i, original)));
-        prefixed.or_else(|| self.unprefixed.map(|i| (i, exposed)))
+        prefixed.or_else(|| self.unprefixed.map(|i| (i, Cow::Borrowed(exposed))))
     }
 }
 
@@ -493,6 +495,14 @@ fn expose_item(
         ),
     };
     obj.set_str(key, &exposed);
+    // A tool bound to an app names the app's resource by the URI the host will read.
+    let meta = (kind == Kind::Tools)
+        .then(|| obj.get("_meta"))
+        .flatten()
+        .and_then(|meta| rewrite::ui_meta(meta, &def.uri_prefix));
+    if let Some(meta) = meta {
+        obj.set_raw("_meta", meta);
+    }
     Ok(Some((exposed, original, origin, obj.to_text().into())))
 }
 

@@ -18,12 +18,68 @@ pub fn set_ref_member(params: &str, key: &'static str, value: &str) -> Option<St
     map_member(params, "ref", |r| set_param(r, key, value))
 }
 
+/// Whether a result may name a URI [`result_uris`] maps: a cheap scan before parsing.
+pub fn may_name_uris(result: &str) -> bool {
+    manifold_protocol::needle::URI_MEMBER
+        .find(result.as_bytes())
+        .is_some()
+        || result.contains(uri::UI_SCHEME)
+}
+
 /// Rewrites the URIs an upstream put in a result of `method` to exposed URIs. `None` when
 /// nothing needed rewriting, so the caller forwards the original bytes.
+/// A tool result's `_meta` naming an app resource (see [`ui_meta`]) is mapped too.
 pub fn result_uris(method: &str, result: &str, uri_prefix: &str) -> Option<String> {
     if uri_prefix.is_empty() {
         return None;
     }
+    let linked = linked_uris(method, result, uri_prefix);
+    if method != "tools/call" {
+        return linked;
+    }
+    let text = linked.as_deref().unwrap_or(result);
+    map_member(text, "_meta", |meta| ui_meta(meta, uri_prefix)).or(linked)
+}
+
+/// `_meta` members that name one of the upstream's `ui://` resources (MCP Apps): `ui.resourceUri`,
+/// the older flat `ui/resourceUri`, and `openai/outputTemplate` (ChatGPT Apps SDK), exposed
+/// with `uri_prefix`. The rest of `_meta.ui` (visibility, csp, ...) is copied unchanged; so
+/// is a value that is not a `ui://` URI. `None` when nothing changed.
+pub fn ui_meta(meta: &str, uri_prefix: &str) -> Option<String> {
+    if uri_prefix.is_empty() || !meta.contains(uri::UI_SCHEME) {
+        return None;
+    }
+    let mut m = RawObject::parse(meta).ok()?;
+    let mut changed = false;
+    for key in ["openai/outputTemplate", "ui/resourceUri"] {
+        if let Some(exposed) = ui_uri(&m, key, uri_prefix) {
+            m.set_str(key, &exposed);
+            changed = true;
+        }
+    }
+    let ui = m.get("ui").and_then(|ui| {
+        let mut o = RawObject::parse(ui).ok()?;
+        let exposed = ui_uri(&o, "resourceUri", uri_prefix)?;
+        o.set_str("resourceUri", &exposed);
+        Some(o.to_text())
+    });
+    if let Some(ui) = ui {
+        m.set_raw("ui", ui);
+        changed = true;
+    }
+    changed.then(|| m.to_text())
+}
+
+/// Member `key` exposed, if it is a `ui://` URI.
+fn ui_uri(o: &RawObject<'_>, key: &str, uri_prefix: &str) -> Option<String> {
+    let original = o.get_str(key)?;
+    original
+        .starts_with(uri::UI_SCHEME)
+        .then(|| uri::expose(uri_prefix, &original))
+}
+
+/// The URIs of resources a result links, embeds or holds, exposed.
+fn linked_uris(method: &str, result: &str, uri_prefix: &str) -> Option<String> {
     // Most results hold no URI at all: skip parsing them.
     manifold_protocol::needle::URI_MEMBER.find(result.as_bytes())?;
     match method {
@@ -147,6 +203,30 @@ mod tests {
         let out = result_uris("prompts/get", r, "p").unwrap();
         assert!(out.contains(r#""uri":"p+x://r""#));
         assert!(out.contains(r#"{"role":"user","content":{"type":"text","text":"hi"}}"#));
+    }
+
+    #[test]
+    fn app_meta_names_the_exposed_ui_resource() {
+        let r = r#"{"content":[{"type":"text","text":"12:00"}],"_meta":{"ui":{"resourceUri":"ui://clock/app.html","visibility":["app"],"csp":{"connectDomains":[]}},"openai/outputTemplate":"ui://clock/app.html","x":1}}"#;
+        assert_eq!(
+            result_uris("tools/call", r, "a").unwrap(),
+            r#"{"content":[{"type":"text","text":"12:00"}],"_meta":{"ui":{"resourceUri":"ui://a/clock/app.html","visibility":["app"],"csp":{"connectDomains":[]}},"openai/outputTemplate":"ui://a/clock/app.html","x":1}}"#
+        );
+        // Links and _meta in one result; a ui:// link keeps its scheme.
+        let r = r#"{"content":[{"type":"resource_link","uri":"ui://clock/app.html"}],"_meta":{"ui/resourceUri":"ui://clock/app.html"}}"#;
+        assert_eq!(
+            result_uris("tools/call", r, "a").unwrap(),
+            r#"{"content":[{"type":"resource_link","uri":"ui://a/clock/app.html"}],"_meta":{"ui/resourceUri":"ui://a/clock/app.html"}}"#
+        );
+        // Not ui:// or no prefix: unchanged.
+        assert!(ui_meta(r#"{"ui":{"resourceUri":"https://x/y"}}"#, "a").is_none());
+        assert!(ui_meta(r#"{"ui":{"resourceUri":"ui://x/y"}}"#, "").is_none());
+        assert!(result_uris(
+            "resources/read",
+            r#"{"contents":[],"_meta":{"ui":{"resourceUri":"ui://x"}}}"#,
+            "a"
+        )
+        .is_none());
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! Reversible resource URI namespacing: `{uri prefix}+{original}`.
+//! Reversible resource URI namespacing: `{uri prefix}+{original}`, except for `ui://` URIs
+//! (MCP Apps), which keep their scheme: `ui://{rest}` is exposed as `ui://{uri prefix}/{rest}`,
+//! because hosts render only `ui://` resources. This module is the one place either form is
+//! made or undone.
 //!
 //! The URI prefix is the upstream's prefix made into a valid URI scheme start (lowercase
 //! letters, digits, `-`, `.`; first character a letter), and never contains `+`, so the first
@@ -6,6 +9,8 @@
 //! URI that matches an exposed template routes by its prefix alone. One upstream may have an
 //! empty URI prefix: its URIs are exposed unchanged, and every URI without a known prefix is
 //! routed to it.
+
+use std::borrow::Cow;
 
 /// Makes a URI prefix from an upstream's prefix (or key, when the prefix is empty).
 pub fn uri_prefix(prefix_or_key: &str) -> String {
@@ -23,10 +28,17 @@ pub fn uri_prefix(prefix_or_key: &str) -> String {
     out
 }
 
-/// `{prefix}+{original}`; the original itself when the prefix is empty.
+/// The scheme of MCP Apps resources, kept when namespaced.
+pub const UI_SCHEME: &str = "ui://";
+
+/// `{prefix}+{original}` (`ui://{prefix}/{rest}` for `ui://{rest}`); the original itself when
+/// the prefix is empty.
 pub fn expose(uri_prefix: &str, original: &str) -> String {
     if uri_prefix.is_empty() {
         return original.to_owned();
+    }
+    if let Some(rest) = original.strip_prefix(UI_SCHEME) {
+        return format!("{UI_SCHEME}{uri_prefix}/{rest}");
     }
     let mut s = String::with_capacity(uri_prefix.len() + 1 + original.len());
     s.push_str(uri_prefix);
@@ -36,13 +48,20 @@ pub fn expose(uri_prefix: &str, original: &str) -> String {
 }
 
 /// Splits an exposed URI into its prefix and the original URI.
-pub fn split(exposed: &str) -> Option<(&str, &str)> {
+pub fn split(exposed: &str) -> Option<(&str, Cow<'_, str>)> {
+    if let Some(rest) = exposed.strip_prefix(UI_SCHEME) {
+        let (prefix, rest) = rest.split_once('/')?;
+        return scheme_safe(prefix).then(|| (prefix, Cow::Owned(format!("{UI_SCHEME}{rest}"))));
+    }
     let (prefix, original) = exposed.split_once('+')?;
-    let scheme_safe = prefix.starts_with(|c: char| c.is_ascii_lowercase())
+    scheme_safe(prefix).then_some((prefix, Cow::Borrowed(original)))
+}
+
+fn scheme_safe(prefix: &str) -> bool {
+    prefix.starts_with(|c: char| c.is_ascii_lowercase())
         && prefix
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    scheme_safe.then_some((prefix, original))
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
 #[cfg(test)]
@@ -56,10 +75,31 @@ mod tests {
         assert_eq!(exposed, "everything+test://static/resource/1");
         assert_eq!(
             split(&exposed),
-            Some(("everything", "test://static/resource/1"))
+            Some(("everything", "test://static/resource/1".into()))
         );
         // An original that itself contains '+' survives: only the first '+' splits.
-        assert_eq!(split("a+x+y://z"), Some(("a", "x+y://z")));
+        assert_eq!(split("a+x+y://z"), Some(("a", "x+y://z".into())));
+    }
+
+    #[test]
+    fn ui_uris_keep_their_scheme() {
+        let exposed = expose("clock-a", "ui://clock/app.html");
+        assert_eq!(exposed, "ui://clock-a/clock/app.html");
+        assert_eq!(
+            split(&exposed),
+            Some(("clock-a", "ui://clock/app.html".into()))
+        );
+        // Two upstreams naming the same ui:// path get distinct URIs.
+        assert_ne!(exposed, expose("clock-b", "ui://clock/app.html"));
+        // Templates, a '+' in the path, and an empty rest round-trip too.
+        let t = expose("p", "ui://widgets/{id}+x");
+        assert_eq!(t, "ui://p/widgets/{id}+x");
+        assert_eq!(split(&t), Some(("p", "ui://widgets/{id}+x".into())));
+        assert_eq!(split(&expose("p", "ui://")), Some(("p", "ui://".into())));
+        // Unchanged without a prefix; not a prefix when the host is not scheme-safe.
+        assert_eq!(expose("", "ui://clock/app.html"), "ui://clock/app.html");
+        assert_eq!(split("ui://Clock/app.html"), None);
+        assert_eq!(split("ui://clock"), None);
     }
 
     #[test]

@@ -27,9 +27,13 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a shared connection declares to its upstream: Manifold forwards these requests to the
 /// host that owns the request in flight, which answers them if it can (a host that cannot gets
-/// the request refused on its behalf).
-const MANIFOLD_CAPABILITIES: &str =
-    r#"{"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{},"url":{}}}"#;
+/// the request refused on its behalf). Extensions are those whose payloads Manifold carries
+/// through to hosts intact: MCP Apps (`ui://` resources and the `_meta` naming them are mapped
+/// like any other URI).
+const MANIFOLD_CAPABILITIES: &str = concat!(
+    r#"{"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{},"url":{}},"#,
+    r#""extensions":{"io.modelcontextprotocol/ui":{"mimeTypes":["text/html;profile=mcp-app"]}}}"#
+);
 
 /// How to open a connection.
 pub(crate) struct Plan {

@@ -74,7 +74,10 @@ fn merges_and_namespaces_every_kind() {
     let item = c.listing(Kind::Tools).get("b__echo").unwrap();
     assert_eq!((item.upstream, item.original.as_str()), (1, "echo"));
     assert_eq!(&*item.raw, r#"{"name":"b__echo","x-keep":[1]}"#);
-    assert_eq!(c.resolve_uri("b+file:///x/y"), Some((1, "file:///x/y")));
+    assert_eq!(
+        c.resolve_uri("b+file:///x/y"),
+        Some((1, "file:///x/y".into()))
+    );
     assert_eq!(c.resolve_uri("zz+file:///x"), None);
     assert_eq!(c.resolve_uri("file:///x"), None);
 }
@@ -185,9 +188,15 @@ fn one_upstream_may_expose_its_uris_unchanged() {
         ["a+file:///{path}", "file:///{path}"]
     );
     // A known prefix routes to its upstream; anything else to the one without a prefix.
-    assert_eq!(c.resolve_uri("a+file:///a.txt"), Some((0, "file:///a.txt")));
-    assert_eq!(c.resolve_uri("file:///a.txt"), Some((1, "file:///a.txt")));
-    assert_eq!(c.resolve_uri("zz+x://y"), Some((1, "zz+x://y")));
+    assert_eq!(
+        c.resolve_uri("a+file:///a.txt"),
+        Some((0, "file:///a.txt".into()))
+    );
+    assert_eq!(
+        c.resolve_uri("file:///a.txt"),
+        Some((1, "file:///a.txt".into()))
+    );
+    assert_eq!(c.resolve_uri("zz+x://y"), Some((1, "zz+x://y".into())));
     // Without such an upstream, an unknown prefix is unknown.
     let c = build(vec![def("a")], vec![slice(&["t"])]);
     assert_eq!(c.resolve_uri("file:///a.txt"), None);
@@ -263,4 +272,83 @@ fn same_lists_compares_items_and_hints() {
         private: false,
     });
     assert!(!a.same_lists(&c));
+}
+
+#[test]
+fn ui_resources_keep_their_scheme_and_route_back() {
+    let apps = || {
+        Some(Arc::new(UpstreamSlice {
+            resources: vec![raw(
+                r#"{"uri":"ui://clock/app.html","name":"clock","mimeType":"text/html;profile=mcp-app"}"#,
+            )],
+            templates: vec![raw(r#"{"uriTemplate":"ui://clock/{view}","name":"v"}"#)],
+            ..UpstreamSlice::default()
+        }))
+    };
+    let mut plain = def("plain");
+    plain.uri_prefix = String::new();
+    let c = build(
+        vec![def("a"), def("b"), plain],
+        vec![apps(), apps(), apps()],
+    );
+    assert_eq!(
+        exposed(&c, Kind::Resources),
+        [
+            "ui://a/clock/app.html",
+            "ui://b/clock/app.html",
+            "ui://clock/app.html"
+        ]
+    );
+    assert_eq!(
+        exposed(&c, Kind::ResourceTemplates),
+        [
+            "ui://a/clock/{view}",
+            "ui://b/clock/{view}",
+            "ui://clock/{view}"
+        ]
+    );
+    assert_eq!(
+        c.resolve_uri("ui://a/clock/app.html"),
+        Some((0, "ui://clock/app.html".into()))
+    );
+    assert_eq!(
+        c.resolve_uri("ui://b/clock/day"),
+        Some((1, "ui://clock/day".into()))
+    );
+    // Unknown hosts go to the upstream whose URIs are unchanged.
+    assert_eq!(
+        c.resolve_uri("ui://clock/app.html"),
+        Some((2, "ui://clock/app.html".into()))
+    );
+    // An unchanged ui:// URI whose host is another upstream's prefix is withheld.
+    let mut plain = def("plain");
+    plain.uri_prefix = String::new();
+    let tricky = Some(Arc::new(UpstreamSlice {
+        resources: vec![raw(r#"{"uri":"ui://a/x.html","name":"x"}"#)],
+        ..UpstreamSlice::default()
+    }));
+    let c = build(vec![def("a"), plain], vec![None, tricky]);
+    assert!(exposed(&c, Kind::Resources).is_empty());
+}
+
+#[test]
+fn app_tools_name_their_exposed_resource() {
+    let tool = r#"{"name":"show_time","_meta":{"ui":{"resourceUri":"ui://clock/app.html","visibility":["app"],"prefersBorder":true},"openai/outputTemplate":"ui://clock/app.html"}}"#;
+    let apps = || {
+        Some(Arc::new(UpstreamSlice {
+            tools: vec![raw(tool)],
+            ..UpstreamSlice::default()
+        }))
+    };
+    let mut plain = def("plain");
+    plain.uri_prefix = String::new();
+    let c = build(vec![def("a"), plain], vec![apps(), apps()]);
+    let a = c.listing(Kind::Tools).get("a__show_time").unwrap();
+    assert_eq!(
+        &*a.raw,
+        r#"{"name":"a__show_time","_meta":{"ui":{"resourceUri":"ui://a/clock/app.html","visibility":["app"],"prefersBorder":true},"openai/outputTemplate":"ui://a/clock/app.html"}}"#
+    );
+    // App-only tools stay listed; without a URI prefix the URI is unchanged.
+    let plain = c.listing(Kind::Tools).get("plain__show_time").unwrap();
+    assert!(plain.raw.contains(r#""resourceUri":"ui://clock/app.html""#));
 }

@@ -169,9 +169,9 @@ impl Exchange for Inflight {
                     "tasks/result" => "tools/call",
                     m => m,
                 };
-                let mapped = manifold_protocol::needle::URI_MEMBER
-                    .find(result.as_bytes())
-                    .and_then(|_| self.map(|p| rewrite::result_uris(method, result, p)));
+                let mapped = rewrite::may_name_uris(result)
+                    .then(|| self.map(|p| rewrite::result_uris(method, result, p)))
+                    .flatten();
                 let result = mapped.as_deref().unwrap_or(result);
                 // A stateless upstream's own requestState goes to a stateless host sealed,
                 // bound to the caller and the request like Manifold's own.

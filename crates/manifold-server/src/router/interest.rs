@@ -78,8 +78,8 @@ impl Router {
         let catalog = self.hub.catalog();
         for exposed in session.take_subscriptions() {
             if let Some((upstream, original)) = catalog.resolve_uri(&exposed) {
-                if self.interest.unsubscribe(upstream, original) {
-                    self.tell_subscription(upstream, original, false);
+                if self.interest.unsubscribe(upstream, &original) {
+                    self.tell_subscription(upstream, &original, false);
                 }
             }
         }

@@ -28,7 +28,7 @@ impl Listener for Router {
             let catalog = self.hub.catalog();
             if let Some((owner, original)) = uri.as_deref().and_then(|u| catalog.resolve_uri(u)) {
                 if owner == upstream {
-                    cache.resource_updated(upstream, original);
+                    cache.resource_updated(upstream, &original);
                 }
             }
         }

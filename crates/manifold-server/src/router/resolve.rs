@@ -65,7 +65,7 @@ pub(super) fn read(
     let (upstream, exposed, original) = {
         let uri = string_member(&params, "uri")?;
         let (upstream, original) = resolve_uri(catalog, &uri, sight)?;
-        (upstream, Arc::from(&*uri), original.to_owned())
+        (upstream, Arc::from(&*uri), original.into_owned())
     };
     params.set_str("uri", &original);
     Ok(Target {
@@ -103,7 +103,7 @@ pub(super) fn complete(
         Ok("ref/resource") => {
             let uri = string_member(&reference, "uri").map_err(in_ref)?;
             let (upstream, original) = resolve_uri(catalog, &uri, sight)?;
-            (upstream, rewrite::set_ref_member(all, "uri", original))
+            (upstream, rewrite::set_ref_member(all, "uri", &original))
         }
         _ => {
             return Err(bad(
@@ -199,7 +199,7 @@ pub(super) fn resolve_uri<'u>(
     catalog: &Catalog,
     uri: &'u str,
     sight: Option<&Team>,
-) -> Result<(usize, &'u str), RouteError> {
+) -> Result<(usize, Cow<'u, str>), RouteError> {
     let unknown = || RouteError::UnknownResource(uri.to_owned());
     let (upstream, original) = catalog.resolve_uri(uri).ok_or_else(unknown)?;
     match sight {

@@ -11,7 +11,7 @@ use crate::context::Context;
 use crate::error::RouteError;
 use crate::router::Router;
 use crate::session::Client;
-use manifold_catalog::{Catalog, UpstreamState};
+use manifold_catalog::{Catalog, UpstreamSlice, UpstreamState};
 use serde_json::{json, Map, Value};
 
 impl Router {
@@ -138,9 +138,13 @@ fn capabilities(catalog: &Catalog, known: &impl Fn(usize) -> bool, stateless: bo
     if offers("logging") {
         caps.insert("logging".into(), json!({}));
     }
+    let mut extensions = upstream_extensions(&slices);
     if offers("tasks") && stateless {
         // The session era's tasks, offered to stateless hosts as the tasks extension.
-        caps.insert("extensions".into(), json!({ crate::tasks::EXTENSION: {} }));
+        extensions.insert(crate::tasks::EXTENSION.into(), json!({}));
+    }
+    if !extensions.is_empty() {
+        caps.insert("extensions".into(), Value::Object(extensions));
     }
     if offers("tasks") && !stateless {
         // What any upstream supports; a request its upstream cannot serve is refused there.
@@ -160,11 +164,35 @@ fn capabilities(catalog: &Catalog, known: &impl Fn(usize) -> bool, stateless: bo
     Value::Object(caps)
 }
 
+/// The extensions (`capabilities.extensions`) the given upstreams declare, merged: each under
+/// its name with the settings of the first upstream that declares it, passed on untouched.
+/// The tasks extension is Manifold's own to offer (see [`capabilities`]).
+fn upstream_extensions(slices: &[&Arc<UpstreamSlice>]) -> Map<String, Value> {
+    let mut merged = Map::new();
+    for slice in slices {
+        let declared = slice
+            .capabilities
+            .as_deref()
+            .and_then(|c| serde_json::from_str::<Value>(c.get()).ok())
+            .and_then(|mut c| c.get_mut("extensions").map(Value::take));
+        let Some(Value::Object(declared)) = declared else {
+            continue;
+        };
+        for (name, settings) in declared {
+            if name != crate::tasks::EXTENSION {
+                merged.entry(name).or_insert(settings);
+            }
+        }
+    }
+    merged
+}
+
 /// Tells the model what it is talking to, and passes on each upstream's own instructions.
 fn instructions(catalog: &Catalog, known: &impl Fn(usize) -> bool) -> Value {
     let mut text = String::from(
         "Manifold presents several MCP servers as one. Tool and prompt names start with the \
-         server's prefix; resource URIs start with the server's prefix and '+'. Servers:",
+         server's prefix; resource URIs start with the server's prefix and '+' (app resources: \
+         'ui://' and the prefix). Servers:",
     );
     for (i, def) in catalog.defs().iter().enumerate().filter(|(i, _)| known(*i)) {
         let state = match catalog.state(i) {
@@ -181,4 +209,37 @@ fn instructions(catalog: &Catalog, known: &impl Fn(usize) -> bool) -> Value {
         }
     }
     Value::String(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::value::RawValue;
+
+    fn slice(capabilities: &str) -> Arc<UpstreamSlice> {
+        Arc::new(UpstreamSlice {
+            capabilities: Some(RawValue::from_string(capabilities.to_owned()).unwrap()),
+            ..UpstreamSlice::default()
+        })
+    }
+
+    #[test]
+    fn upstream_extensions_are_merged_and_passed_on() {
+        let a = slice(
+            r#"{"tools":{},"extensions":{"io.modelcontextprotocol/ui":{"x":1},"com.example/other":{"deep":[1,{"k":null}]}}}"#,
+        );
+        let b = slice(
+            r#"{"extensions":{"io.modelcontextprotocol/ui":{"x":2},"io.modelcontextprotocol/tasks":{}}}"#,
+        );
+        let plain = slice(r#"{"tools":{}}"#);
+        let merged = upstream_extensions(&[&plain, &a, &b]);
+        assert_eq!(
+            Value::Object(merged),
+            json!({
+                "io.modelcontextprotocol/ui": {"x": 1},
+                "com.example/other": {"deep": [1, {"k": null}]},
+            })
+        );
+        assert!(upstream_extensions(&[&plain]).is_empty());
+    }
 }

@@ -37,7 +37,7 @@ impl Router {
         for uri in &wants.uris {
             if let Ok((upstream, original)) = resolve::resolve_uri(&catalog, uri, sight) {
                 agreed.uris.push(uri.clone());
-                upstream_uris.push((upstream, original.to_owned()));
+                upstream_uris.push((upstream, original.into_owned()));
             }
         }
         drop(catalog);

@@ -33,9 +33,9 @@ impl Router {
             Err(e) => return ctx.fail(&e),
         };
         let first = if on {
-            session.subscribe(exposed) && self.interest.subscribe(upstream, original)
+            session.subscribe(exposed) && self.interest.subscribe(upstream, &original)
         } else {
-            session.unsubscribe(exposed) && self.interest.unsubscribe(upstream, original)
+            session.unsubscribe(exposed) && self.interest.unsubscribe(upstream, &original)
         };
         if !first {
             // Another session keeps the upstream subscribed, or nothing changes.
@@ -53,10 +53,10 @@ impl Router {
         };
         let upstream_params = format!(
             "{{\"uri\":{}}}",
-            manifold_protocol::object::json_string(original)
+            manifold_protocol::object::json_string(&original)
         );
         let (router, exposed, original) =
-            (Arc::clone(self), exposed.to_owned(), original.to_owned());
+            (Arc::clone(self), exposed.to_owned(), original.into_owned());
         self.runtime.spawn(async move {
             match conn.request(method, Some(&upstream_params)).await {
                 Ok(manifold_upstream::Answer::Result(_)) => ctx.reply("{}"),

@@ -142,7 +142,7 @@ impl Router {
             return Err(unknown());
         }
         let (upstream, original) = catalog.resolve_uri(&exposed).ok_or_else(unknown)?;
-        obj.set_str("taskId", original);
+        obj.set_str("taskId", &original);
         Ok(Target {
             upstream,
             method,
