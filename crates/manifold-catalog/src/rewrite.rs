@@ -23,7 +23,9 @@ pub fn may_name_uris(result: &str) -> bool {
     manifold_protocol::needle::URI_MEMBER
         .find(result.as_bytes())
         .is_some()
-        || result.contains(uri::UI_SCHEME)
+        || manifold_protocol::needle::UI_SCHEME
+            .find(result.as_bytes())
+            .is_some()
 }
 
 /// Rewrites the URIs an upstream put in a result of `method` to exposed URIs. `None` when
