@@ -83,6 +83,8 @@ pub struct Listen {
     upstream_uris: Vec<(usize, String)>,
     /// The listen request, answered (with the closing result) only if Manifold ends it.
     ctx: Mutex<Option<Context>>,
+    /// Whether its acknowledgement was sent: nothing is sent on it before.
+    acked: std::sync::atomic::AtomicBool,
 }
 
 impl Listen {
@@ -95,7 +97,17 @@ impl Listen {
             wants,
             upstream_uris,
             ctx: Mutex::new(Some(ctx)),
+            acked: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Its acknowledgement was sent: it hears what it asked for from now on.
+    pub fn acknowledged(&self) {
+        self.acked.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn is_acknowledged(&self) -> bool {
+        self.acked.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn upstream_uris(&self) -> &[(usize, String)] {
@@ -210,7 +222,12 @@ impl Fanout {
     /// Tells each listen stream that asked of the lists among `kinds` that changed in its
     /// caller's view.
     fn lists_changed_to_listens(&self, catalog: &Catalog, kinds: &[Kind]) {
-        let listens: Vec<Arc<Listen>> = self.listens().clone();
+        let listens: Vec<Arc<Listen>> = self
+            .listens()
+            .iter()
+            .filter(|l| l.is_acknowledged())
+            .cloned()
+            .collect();
         let mut by_team: HashMap<Arc<str>, Vec<Kind>> = HashMap::new();
         for listen in listens {
             let changed = match listen.caller.restricted() {
@@ -239,7 +256,12 @@ impl Fanout {
     /// `notifications/resources/updated` for the exposed `uri`, to the listen streams that
     /// asked for it and whose team may use `upstream`.
     fn resource_updated_to_listens(&self, key: &str, uri: &str, params: &str) {
-        let listens: Vec<Arc<Listen>> = self.listens().clone();
+        let listens: Vec<Arc<Listen>> = self
+            .listens()
+            .iter()
+            .filter(|l| l.is_acknowledged())
+            .cloned()
+            .collect();
         let members = RawObject::parse(params).ok().map(|mut o| {
             o.remove("_meta");
             let text = o.to_text();

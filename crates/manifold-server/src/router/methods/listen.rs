@@ -44,14 +44,27 @@ impl Router {
         let ack = ack(&ctx.id, &agreed);
         let outlet = Arc::clone(&ctx.outlet);
         let listen = Arc::new(Listen::new(ctx, agreed, upstream_uris.clone()));
-        // Acknowledged before anything else is sent on it.
-        outlet.notify(&[&ack]);
-        for (upstream, original) in &upstream_uris {
-            if self.interest.subscribe(*upstream, original) {
-                self.tell_subscription(*upstream, original, true);
-            }
+        // The upstream subscriptions this stream is the first to need are in place before it
+        // is acknowledged, so that what the acknowledgement agreed to is what the host gets.
+        let asked: Vec<_> = upstream_uris
+            .iter()
+            .filter(|(upstream, original)| self.interest.subscribe(*upstream, original))
+            .map(|(upstream, original)| self.ask_subscription(*upstream, original, true))
+            .collect();
+        // Registered at once (so that a host gone meanwhile releases what it asked for), heard
+        // from once acknowledged; acknowledged before anything else is sent on it.
+        self.fanout.listen(Arc::clone(&listen));
+        let go = move || {
+            outlet.notify(&[&ack]);
+            listen.acknowledged();
+        };
+        if asked.is_empty() {
+            return go();
         }
-        self.fanout.listen(listen);
+        self.runtime.spawn(async move {
+            futures::future::join_all(asked).await;
+            go();
+        });
     }
 
     /// Ends every listen stream with its closing result (Manifold is shutting down).

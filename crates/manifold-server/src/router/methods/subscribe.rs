@@ -77,14 +77,24 @@ impl Router {
 
     /// Asks an upstream to (un)subscribe, without waiting for its answer.
     pub(in crate::router) fn tell_subscription(&self, upstream: usize, uri: &str, subscribe: bool) {
-        let Some(conn) = self
+        let asked = self.ask_subscription(upstream, uri, subscribe);
+        self.runtime.spawn(asked);
+    }
+
+    /// Asks an upstream to (un)subscribe; the future ends with its answer (a failure is
+    /// logged). Nothing is asked of an upstream that is not connected: it is asked when it is
+    /// back (`Listener::upstream_ready`).
+    pub(in crate::router) fn ask_subscription(
+        &self,
+        upstream: usize,
+        uri: &str,
+        subscribe: bool,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let conn = self
             .pool
             .upstreams()
             .get(upstream)
-            .and_then(UpstreamHandle::connection)
-        else {
-            return;
-        };
+            .and_then(UpstreamHandle::connection);
         let method = if subscribe {
             "resources/subscribe"
         } else {
@@ -94,11 +104,17 @@ impl Router {
             "{{\"uri\":{}}}",
             manifold_protocol::object::json_string(uri)
         );
-        let key = self.pool.upstreams()[upstream].key().to_owned();
-        self.runtime.spawn(async move {
+        let key = self
+            .pool
+            .upstreams()
+            .get(upstream)
+            .map(|h| h.key().to_owned())
+            .unwrap_or_default();
+        async move {
+            let Some(conn) = conn else { return };
             if let Err(e) = conn.request(method, Some(&params)).await {
                 tracing::warn!(upstream = key, "{method} failed: {e}");
             }
-        });
+        }
     }
 }
