@@ -77,17 +77,6 @@ impl Asked {
     }
 }
 
-/// The revision a request's `_meta` names, without reading the rest (`None`: it names none).
-pub fn version_of(params: Option<&str>) -> Option<Cow<'_, str>> {
-    let params = params?;
-    needle::PROTOCOL_VERSION_META.find(params.as_bytes())?;
-    let obj = RawObject::parse(params).ok()?;
-    let m = obj.get("_meta")?;
-    let m = RawObject::parse(m).ok()?;
-    m.get_str(meta::PROTOCOL_VERSION)
-        .map(|v| Cow::Owned(v.into_owned()))
-}
-
 /// Reads what a request declares in `params._meta`. `Ok(None)`: it names no revision there
 /// (a session-era request). A revision Manifold does not speak, or one of the session era
 /// named per request, is refused as unsupported.

@@ -8,7 +8,7 @@ use crate::context::Context;
 use crate::router::Router;
 use crate::stateless;
 
-use super::initialize::discovery;
+use super::initialize::{discovery, for_caller};
 
 impl Router {
     pub(in crate::router) fn discover(self: &Arc<Self>, ctx: Context) {
@@ -20,13 +20,9 @@ impl Router {
                 .await;
             let catalog = router.hub.catalog();
             let ttl = stateless::LIST_TTL_MS;
-            let result = match ctx.caller.restricted() {
-                Some(team) => {
-                    let view = team.view(&catalog);
-                    discovery(&catalog, |i| view.knows_upstream(i), ttl)
-                }
-                None => discovery(&catalog, |_| true, ttl),
-            };
+            let result = for_caller(&catalog, &ctx.caller, |known| {
+                discovery(&catalog, known, ttl)
+            });
             let scope = [("cacheScope", stateless::scope(ctx.caller.team.is_some()))];
             // A stateless result whatever era the host speaks: it is that era's method.
             let result = stateless::complete(&result, &scope);

@@ -9,6 +9,7 @@ use manifold_protocol::{version, Envelope, RawObject};
 
 use crate::context::Context;
 use crate::error::RouteError;
+use crate::policy::Caller;
 use crate::router::Router;
 use crate::session::Client;
 use manifold_catalog::{Catalog, UpstreamSlice, UpstreamState};
@@ -44,16 +45,28 @@ impl Router {
                 .wait_settled(router.settings.startup_timeout)
                 .await;
             let catalog = router.hub.catalog();
-            let result = match session.caller().restricted() {
-                Some(team) => {
-                    let view = team.view(&catalog);
-                    result(&catalog, negotiated, |i| view.knows_upstream(i))
-                }
-                None => result(&catalog, negotiated, |_| true),
-            };
+            let result = for_caller(&catalog, session.caller(), |known| {
+                result(&catalog, negotiated, known)
+            });
             session.finish_initialize(negotiated, client);
             ctx.reply(&result);
         });
+    }
+}
+
+/// Runs `make` with which upstreams (by index) `caller` may know of: those its team's view
+/// admits, or all of them.
+pub(in crate::router) fn for_caller<R>(
+    catalog: &Catalog,
+    caller: &Caller,
+    make: impl FnOnce(&dyn Fn(usize) -> bool) -> R,
+) -> R {
+    match caller.restricted() {
+        Some(team) => {
+            let view = team.view(catalog);
+            make(&|i| view.knows_upstream(i))
+        }
+        None => make(&|_| true),
     }
 }
 
