@@ -56,6 +56,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         teams: Vec::new(),
         limits: Default::default(),
         cache: Default::default(),
+        sessions: Default::default(),
         pinning: None,
         upstreams,
         skipped,

@@ -21,6 +21,7 @@ mod pinning;
 mod policy;
 mod redact;
 mod schema;
+mod sessions;
 mod toml_format;
 mod validate;
 
@@ -38,6 +39,7 @@ pub use policy::{
     LimitConfig, LimitsConfig, QuotaConfig, RateConfig, RedisConfig, TeamConfig, Visibility,
     ANONYMOUS,
 };
+pub use sessions::SessionStore;
 
 /// A validated configuration.
 #[derive(Clone, Debug)]
@@ -55,6 +57,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[cache]`; each upstream's caches are on the upstream.
     pub cache: CacheSettings,
+    /// `[sessions]`: where session-era HTTP sessions are kept.
+    pub sessions: SessionStore,
     /// `[pinning]`: checking tool and prompt definitions against a lock file; none when the
     /// section is absent.
     pub pinning: Option<PinningSettings>,

@@ -546,6 +546,50 @@ fn api_key(ctx: &Ctx<'_>, key: &str, text: &str) -> Result<KeyHash, ConfigError>
     Ok(KeyHash::of(&plain))
 }
 
+/// The Redis settings of a section (`limits`, `sessions`, `cache`) as written.
+pub(crate) struct RawRedis<'a> {
+    pub(crate) url: Option<&'a str>,
+    pub(crate) pool_size: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) key_prefix: Option<String>,
+}
+
+/// Checks the Redis settings of `section`, whose backend is Redis: the URL is required (with
+/// `${ENV}` interpolation) and never shown with its password.
+pub(crate) fn redis_config(
+    ctx: &Ctx<'_>,
+    section: &str,
+    raw: RawRedis<'_>,
+) -> Result<RedisConfig, ConfigError> {
+    let key = |name: &str| format!("{section}.{name}");
+    let url = raw
+        .url
+        .ok_or_else(|| ctx.err(key("redis_url"), "is required with Redis as the backend"))?;
+    let url = ctx.interpolate(&key("redis_url"), url)?;
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err(ctx.err(
+            key("redis_url"),
+            format!("{:?} is not a redis:// URL", redact_url(&url)),
+        ));
+    }
+    let pool = raw.pool_size.unwrap_or(DEFAULT_REDIS_POOL);
+    if !(1..=256).contains(&pool) {
+        return Err(ctx.err(key("redis_pool_size"), "must be between 1 and 256"));
+    }
+    let timeout = raw.timeout_ms.unwrap_or(DEFAULT_REDIS_TIMEOUT_MS);
+    if timeout == 0 {
+        return Err(ctx.err(key("redis_timeout_ms"), "must be greater than 0"));
+    }
+    Ok(RedisConfig {
+        url,
+        pool_size: usize::try_from(pool).unwrap_or(4),
+        timeout: Duration::from_millis(timeout),
+        key_prefix: raw
+            .key_prefix
+            .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned()),
+    })
+}
+
 pub(crate) fn limits(ctx: &Ctx<'_>, raw: RawLimits) -> Result<LimitsConfig, ConfigError> {
     let backend = match raw.backend.as_deref() {
         None | Some("memory") => {
@@ -557,34 +601,16 @@ pub(crate) fn limits(ctx: &Ctx<'_>, raw: RawLimits) -> Result<LimitsConfig, Conf
             }
             LimitBackend::Memory
         }
-        Some("redis") => {
-            let url = raw.redis_url.as_deref().ok_or_else(|| {
-                ctx.err("limits.redis_url", "is required with backend = \"redis\"")
-            })?;
-            let url = ctx.interpolate("limits.redis_url", url)?;
-            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return Err(ctx.err(
-                    "limits.redis_url",
-                    format!("{:?} is not a redis:// URL", redact_url(&url)),
-                ));
-            }
-            let pool = raw.redis_pool_size.unwrap_or(DEFAULT_REDIS_POOL);
-            if !(1..=256).contains(&pool) {
-                return Err(ctx.err("limits.redis_pool_size", "must be between 1 and 256"));
-            }
-            let timeout = raw.redis_timeout_ms.unwrap_or(DEFAULT_REDIS_TIMEOUT_MS);
-            if timeout == 0 {
-                return Err(ctx.err("limits.redis_timeout_ms", "must be greater than 0"));
-            }
-            LimitBackend::Redis(RedisConfig {
-                url,
-                pool_size: usize::try_from(pool).unwrap_or(4),
-                timeout: Duration::from_millis(timeout),
-                key_prefix: raw
-                    .key_prefix
-                    .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned()),
-            })
-        }
+        Some("redis") => LimitBackend::Redis(redis_config(
+            ctx,
+            "limits",
+            RawRedis {
+                url: raw.redis_url.as_deref(),
+                pool_size: raw.redis_pool_size,
+                timeout_ms: raw.redis_timeout_ms,
+                key_prefix: raw.key_prefix,
+            },
+        )?),
         Some(other) => {
             return Err(ctx.err(
                 "limits.backend",

@@ -11,6 +11,7 @@ use crate::error::{self, child};
 use crate::pinning::{self, RawPinning};
 use crate::policy::{self, RawAuth, RawLimits};
 use crate::schema::{RawNames, RawServer, RawTelemetry, RawUpstream};
+use crate::sessions::{self, RawSessions};
 use crate::validate::{self, Ctx};
 use crate::{Config, ConfigError};
 
@@ -32,6 +33,8 @@ struct RawFile {
     limits: RawLimits,
     #[serde(default)]
     cache: RawCacheSettings,
+    #[serde(default)]
+    sessions: RawSessions,
     pinning: Option<RawPinning>,
     /// Kept generic here; see the module comment.
     #[serde(default)]
@@ -67,6 +70,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
     let cache = cache::settings(ctx, raw.cache)?;
     cache::check(ctx, &cache, &upstreams)?;
     let pinning = pinning::settings(ctx, raw.pinning)?;
+    let sessions = sessions::store(ctx, raw.sessions)?;
     Ok(Config {
         source: ctx.file.to_path_buf(),
         server,
@@ -76,6 +80,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         teams,
         limits,
         cache,
+        sessions,
         pinning,
         upstreams,
         skipped,

@@ -2,7 +2,7 @@
 //! session as a whole go. The transport that carries it is only a label here.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -94,6 +94,23 @@ pub struct Session {
     /// a request `Context` is alive for each): what a host that closed its input is
     /// still owed.
     unanswered: AtomicUsize,
+    /// Where a session shared between replicas reports what changed, once it is shared.
+    relay: OnceLock<Arc<dyn Relay>>,
+    /// Another replica is this shared session's home: what concerns the session as a whole
+    /// (notifications, upstream subscriptions) is that replica's to send or hold.
+    away: AtomicBool,
+}
+
+/// What a session kept in a store shared by replicas reports to it.
+pub trait Relay: Send + Sync {
+    /// The session's log level or subscriptions changed on this replica.
+    fn changed(&self, session: &Session);
+    /// The host answered, here, a request another replica sent it: passes `message` (the
+    /// whole answer) on to that replica; false if `id` names no other replica.
+    fn answer_elsewhere(&self, session: &Session, id: &str, message: Vec<u8>) -> bool;
+    /// The text Manifold's own request ids to this session start with (`mf-{it}-N`): names
+    /// the replica that sent them.
+    fn replica(&self) -> &str;
 }
 
 /// No `logging/setLevel` yet.
@@ -188,7 +205,37 @@ impl Session {
             log_level: AtomicU8::new(UNSET),
             subscriptions: Mutex::new(HashSet::new()),
             unanswered: AtomicUsize::new(0),
+            relay: OnceLock::new(),
+            away: AtomicBool::new(false),
         })
+    }
+
+    /// Makes the session one kept in a shared store; `away` if another replica is its home.
+    pub fn share(&self, relay: Arc<dyn Relay>, away: bool) {
+        self.away.store(away, Ordering::Release);
+        let _ = self.relay.set(relay);
+    }
+
+    /// The shared store's relay, if the session is kept in one.
+    pub fn relay(&self) -> Option<&Arc<dyn Relay>> {
+        self.relay.get()
+    }
+
+    /// Whether another replica is this shared session's home.
+    pub fn is_away(&self) -> bool {
+        self.away.load(Ordering::Acquire)
+    }
+
+    /// Makes this replica the shared session's home (`false`), or another one (`true`).
+    pub fn set_away(&self, away: bool) {
+        self.away.store(away, Ordering::Release);
+    }
+
+    /// The exposed URIs the host is subscribed to.
+    pub fn subscriptions(&self) -> Vec<String> {
+        let mut subs: Vec<String> = self.subs().iter().cloned().collect();
+        subs.sort();
+        subs
     }
 
     /// A request of the host's was read (its context made).
@@ -269,7 +316,10 @@ impl Session {
         let reply = reply.into();
         let mut out = self.outbound();
         out.next += 1;
-        let id = format!("\"mf-{}\"", out.next);
+        let id = match self.relay() {
+            Some(relay) => format!("\"mf-{}-{}\"", relay.replica(), out.next),
+            None => format!("\"mf-{}\"", out.next),
+        };
         if out.waiting.len() >= OUTBOUND_LIMIT {
             let oldest = out
                 .waiting

@@ -106,12 +106,13 @@ impl Sessions {
         self.read().by_id.values().cloned().collect()
     }
 
-    /// A snapshot of every initialized session: those that may hear notifications.
+    /// A snapshot of every initialized session that hears notifications from this process
+    /// (not those whose home is another replica).
     pub fn ready(&self) -> Vec<Arc<Session>> {
         self.read()
             .by_id
             .values()
-            .filter(|s| s.is_ready())
+            .filter(|s| s.is_ready() && !s.is_away())
             .cloned()
             .collect()
     }

@@ -286,8 +286,15 @@ async fn serve_http(
         resource: config.auth.resource.clone(),
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let (server, bound) = http::serve(Arc::clone(router), addr, required, Some(auth), tls)
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let (server, bound) = http::serve(
+        Arc::clone(router),
+        addr,
+        required,
+        Some(auth),
+        tls,
+        &config.sessions,
+    )
+    .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(
         "listening on {bound}: Streamable HTTP at {scheme}://{bound}/mcp, HTTP+SSE at {scheme}://{bound}/sse"
     );

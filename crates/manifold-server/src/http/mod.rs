@@ -14,6 +14,7 @@ mod admin;
 mod admission;
 mod legacy;
 mod peer;
+pub mod shared;
 mod stateless;
 mod streamable;
 pub mod streams;
@@ -30,7 +31,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use bytes::Bytes;
 use futures::StreamExt;
-use manifold_config::HttpSettings;
+use manifold_config::{HttpSettings, SessionStore};
 use manifold_protocol::{version, write};
 
 use manifold_policy::{AuthError, Authenticator, Principal};
@@ -58,6 +59,8 @@ struct Shared {
     streams: Arc<streams::Registry>,
     /// The clock stateless requests waiting for their answer look for their host on.
     peer_clock: tokio::sync::watch::Receiver<()>,
+    /// Where sessions are shared with other replicas (`[sessions] store = "redis"`).
+    store: Option<Arc<shared::Store>>,
 }
 
 /// Where the protected resource metadata (RFC 9728) is served.
@@ -80,6 +83,7 @@ pub fn serve(
     required: Vec<bool>,
     auth: Option<HttpAuth>,
     tls: Option<tls::ServerConfig>,
+    sessions: &SessionStore,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
     let workers = settings.workers;
@@ -90,6 +94,13 @@ pub fn serve(
     let metrics = admin::MetricsAccess::on_listener(router.settings(), auth.is_some());
     let origins = admission::Origins::new(&settings.allowed_origins);
     let streams = Arc::new(streams::Registry::default());
+    let store = match sessions {
+        SessionStore::Memory => None,
+        SessionStore::Redis(config) => Some(
+            shared::Store::start(config, &router, Arc::clone(&streams))
+                .map_err(io::Error::other)?,
+        ),
+    };
     let shared = web::Data::new(Shared {
         router: Arc::clone(&router),
         settings,
@@ -97,7 +108,9 @@ pub fn serve(
         resource,
         streams: Arc::clone(&streams),
         peer_clock: peer::clock(router.runtime(), stateless::PEER_CHECK),
+        store: store.clone(),
     });
+    let store_for_sweeper = store;
     let admin = admin::data(Arc::clone(&router), required, false, metrics);
     let server = HttpServer::new(move || {
         // Every method an MCP endpoint serves is wrapped, preflight included; what no route
@@ -148,7 +161,7 @@ pub fn serve(
         None => server.bind(addr)?,
     };
     let bound = server.addrs().first().copied().unwrap_or(addr);
-    spawn_sweeper(&router, streams);
+    spawn_sweeper(&router, streams, store_for_sweeper);
     Ok((server.run(), bound))
 }
 
@@ -223,7 +236,11 @@ async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
 
 /// Ends HTTP sessions that went idle: no request for `session_idle_timeout`, no request in
 /// progress, and no stream being read. Also forgets the streams of sessions that are gone.
-fn spawn_sweeper(router: &Arc<Router>, streams: Arc<streams::Registry>) {
+fn spawn_sweeper(
+    router: &Arc<Router>,
+    streams: Arc<streams::Registry>,
+    store: Option<Arc<shared::Store>>,
+) {
     let idle = router.settings().http.session_idle_timeout;
     let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
     let weak = Arc::downgrade(router);
@@ -239,10 +256,18 @@ fn spawn_sweeper(router: &Arc<Router>, streams: Arc<streams::Registry>) {
                 let busy = streams.get(session.id()).is_some_and(|s| {
                     s.listening() || s.in_progress.load(std::sync::atomic::Ordering::Relaxed) > 0
                 });
-                if !busy {
-                    let why = format!("idle for more than {}s", idle.as_secs_f64());
-                    router.end_session(session.id(), &why);
+                if busy {
+                    continue;
                 }
+                let why = format!("idle for more than {}s", idle.as_secs_f64());
+                if let (Some(store), Some(token)) = (&store, session.token()) {
+                    // A shared session idle here may be busy elsewhere: this copy goes, but
+                    // its home keeps it while the store does.
+                    if !session.is_away() && store.exists(token).await {
+                        continue;
+                    }
+                }
+                router.end_session(session.id(), &why);
             }
             streams.prune();
         }

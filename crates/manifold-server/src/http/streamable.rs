@@ -51,11 +51,14 @@ async fn handle_post(
             return super::stateless::post(req, shared, body, caller, version).await;
         }
     }
-    let (session, created) = match session_for_post(req, shared, body, caller) {
+    let (session, created) = match session_for_post(req, shared, body, caller).await {
         Ok(found) => found,
         Err(refusal) => return refusal,
     };
     session.touch();
+    if let (Some(store), Some(token)) = (&shared.store, session.token()) {
+        store.touch(token);
+    }
     let Some(streams) = shared.streams.get(session.id()) else {
         return not_found();
     };
@@ -102,6 +105,9 @@ async fn handle_post(
                         .content_type("application/json")
                         .body(answer);
                 }
+                if created {
+                    share(shared, &session).await;
+                }
                 HttpResponse::Ok()
                     .content_type("application/json")
                     .body(answer)
@@ -119,9 +125,21 @@ async fn handle_post(
     with_session_header(response, created.then_some(&session))
 }
 
+/// Records a new session in the store shared by replicas, if there is one, once its
+/// `initialize` was answered. Should Redis fail, the session stays this replica's alone.
+async fn share(shared: &Shared, session: &Arc<Session>) {
+    let Some(store) = &shared.store else { return };
+    if let Err(e) = store.create(session).await {
+        tracing::warn!(
+            session = session.id(),
+            "the session could not be recorded in Redis; only this replica serves it: {e}"
+        );
+    }
+}
+
 /// The session a POST belongs to: the one its `Mcp-Session-Id` names, or a new one for an
 /// `initialize` without it. Returns whether the session is new.
-fn session_for_post(
+async fn session_for_post(
     req: &HttpRequest,
     shared: &Shared,
     body: &[u8],
@@ -130,6 +148,7 @@ fn session_for_post(
     if let Some(token) = req.headers().get(SESSION_HEADER) {
         let token = token.to_str().unwrap_or_default();
         return find(shared, token, &caller)
+            .await
             .map(|s| (s, false))
             .ok_or_else(not_found);
     }
@@ -147,7 +166,14 @@ fn session_for_post(
         hard_limit(shared),
         shared.settings.replay_events,
     ));
-    let session = Session::with_id(id, Transport::StreamableHttp, Arc::clone(&streams) as _);
+    let session = match &shared.store {
+        Some(store) => {
+            let session = Session::with_id(id, Transport::StreamableHttp, store.outlet(&token));
+            session.share(store.relay(&token), false);
+            session
+        }
+        None => Session::with_id(id, Transport::StreamableHttp, Arc::clone(&streams) as _),
+    };
     session.set_caller(caller);
     // Findable before the session is, so that no request ever finds the one without the other.
     shared.streams.insert(id, &streams);
@@ -191,7 +217,7 @@ pub(super) async fn get(
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return r;
     }
-    let session = match session_from_header(&req, &shared, &admitted.caller) {
+    let session = match session_from_header(&req, &shared, &admitted.caller).await {
         Ok(s) => s,
         Err(refusal) => return refusal,
     };
@@ -199,12 +225,26 @@ pub(super) async fn get(
     let Some(streams) = shared.streams.get(session.id()) else {
         return not_found();
     };
-    let resume = req
+    let last = req
         .headers()
         .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(Streams::parse_event_id);
+        .and_then(|v| v.to_str().ok());
     let keepalive = shared.settings.keepalive;
+    if let (Some(store), Some(token)) = (&shared.store, session.token()) {
+        if session.relay().is_some() {
+            // The session's own stream is in Redis: this replica becomes its home.
+            store.touch(token);
+            store.claim(&session).await;
+            let after = last.and_then(|l| l.trim().strip_prefix('r'));
+            if after.is_some() || last.and_then(Streams::parse_event_id).is_none() {
+                return match store.events(&session, after, keepalive, &streams) {
+                    Some(events) => sse_response(events),
+                    None => not_found(),
+                };
+            }
+        }
+    }
+    let resume = last.and_then(Streams::parse_event_id);
     let events = match resume {
         Some((stream, seq)) => streams
             .attach(stream, Replay::After(seq), keepalive)
@@ -223,18 +263,21 @@ pub(super) async fn delete(
     admitted: Unversioned,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
-    match session_from_header(&req, &shared, &admitted.caller) {
+    match session_from_header(&req, &shared, &admitted.caller).await {
         Ok(session) => {
             shared
                 .router
                 .end_session(session.id(), "the host ended the session (DELETE)");
+            if let (Some(store), Some(token)) = (&shared.store, session.token()) {
+                store.end(token).await;
+            }
             HttpResponse::Ok().finish()
         }
         Err(refusal) => refusal,
     }
 }
 
-fn session_from_header(
+async fn session_from_header(
     req: &HttpRequest,
     shared: &Shared,
     caller: &Caller,
@@ -244,17 +287,22 @@ fn session_from_header(
             "the Mcp-Session-Id header is required".into(),
         )));
     };
-    find(shared, token.to_str().unwrap_or_default(), caller).ok_or_else(not_found)
+    find(shared, token.to_str().unwrap_or_default(), caller)
+        .await
+        .ok_or_else(not_found)
 }
 
 /// A live Streamable HTTP session by token, if `caller` created it (presented by anyone else,
-/// it is as unknown as a token that never existed).
-fn find(shared: &Shared, token: &str, caller: &Caller) -> Option<Arc<Session>> {
-    shared
-        .router
-        .sessions()
-        .by_token(token)
-        .filter(|s| s.transport() == Transport::StreamableHttp && s.caller().same_as(caller))
+/// it is as unknown as a token that never existed). With sessions shared by replicas, one
+/// this replica does not hold is looked up in the store.
+async fn find(shared: &Shared, token: &str, caller: &Caller) -> Option<Arc<Session>> {
+    let sessions = shared.router.sessions();
+    let found = match (sessions.by_token(token), &shared.store) {
+        (Some(s), _) => Some(s),
+        (None, Some(store)) if !token.is_empty() => store.adopt(token).await,
+        (None, _) => None,
+    };
+    found.filter(|s| s.transport() == Transport::StreamableHttp && s.caller().same_as(caller))
 }
 
 fn not_found() -> HttpResponse {

@@ -37,6 +37,8 @@ pub struct Streams {
     replay: usize,
     /// Requests of this session whose answer has not been delivered.
     pub(super) in_progress: AtomicUsize,
+    /// GET streams reading the session's events from a shared store.
+    pub(super) readers: Arc<AtomicUsize>,
     /// Locked to push or attach; never across an await or a write to a socket.
     inner: Mutex<Inner>,
 }
@@ -120,6 +122,7 @@ impl Streams {
             limit,
             replay: replay.max(1),
             in_progress: AtomicUsize::new(0),
+            readers: Arc::new(AtomicUsize::new(0)),
             inner: Mutex::new(inner),
         }
     }
@@ -141,10 +144,12 @@ impl Streams {
 
     /// Whether a connection is reading the session's own stream.
     pub fn listening(&self) -> bool {
-        self.lock()
-            .streams
-            .get(&0)
-            .is_some_and(|s| s.live.is_some())
+        self.readers.load(Ordering::Relaxed) > 0
+            || self
+                .lock()
+                .streams
+                .get(&0)
+                .is_some_and(|s| s.live.is_some())
     }
 
     /// Adds a message (JSON text) to a stream; `last` ends the stream after it.

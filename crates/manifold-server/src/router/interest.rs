@@ -76,7 +76,9 @@ impl Router {
     /// Undoes what a session asked of upstreams (it is ending).
     pub(in crate::router) fn forget_session(self: &Arc<Self>, session: &Session) {
         let catalog = self.hub.catalog();
-        for exposed in session.take_subscriptions() {
+        // A session whose home is another replica holds no upstream subscription here.
+        let held = !session.is_away();
+        for exposed in session.take_subscriptions().into_iter().filter(|_| held) {
             if let Some((upstream, original)) = catalog.resolve_uri(&exposed) {
                 if self.interest.unsubscribe(upstream, &original) {
                     self.tell_subscription(upstream, &original, false);

@@ -24,7 +24,7 @@ use std::sync::{Arc, Weak};
 
 use manifold_config::ServerSettings;
 use manifold_protocol::envelope::{canonical_id, is_valid_id};
-use manifold_protocol::{version, Envelope, Kind, MessageError, Params, Place, RawObject};
+use manifold_protocol::{version, write, Envelope, Kind, MessageError, Params, Place, RawObject};
 use manifold_telemetry::trace;
 use manifold_upstream::{Hub, Isolation, Pool, UpstreamHandle};
 use tokio::sync::mpsc;
@@ -336,13 +336,29 @@ impl Router {
     /// The host answered one of the requests Manifold sent it for an upstream: the answer
     /// goes back to that upstream, under the upstream's own id.
     fn host_answer(&self, origin: &Origin, env: &Envelope<'_>) {
-        let reply = origin
-            .session
-            .as_ref()
-            .zip(env.id)
-            .and_then(|(s, id)| s.answered(&canonical_id(id)));
-        let Some(reply) = reply else {
-            tracing::debug!(id = env.id, "answer from the host matches no request");
+        let (Some(session), Some(id)) = (origin.session.as_ref(), env.id) else {
+            return;
+        };
+        let id = canonical_id(id);
+        let Some(reply) = session.answered(&id) else {
+            // A session shared by replicas: the request may be another replica's.
+            let elsewhere = session.relay().is_some_and(|relay| {
+                let mut message = Vec::new();
+                match (env.result, env.error) {
+                    (_, Some(error)) => {
+                        write::raw_error_response(&mut message, env.id.unwrap_or("null"), error)
+                    }
+                    (result, None) => write::response(
+                        &mut message,
+                        env.id.unwrap_or("null"),
+                        result.unwrap_or("null"),
+                    ),
+                }
+                relay.answer_elsewhere(session, &id, message)
+            });
+            if !elsewhere {
+                tracing::debug!(id = env.id, "answer from the host matches no request");
+            }
             return;
         };
         match (env.result, env.error) {

@@ -25,6 +25,9 @@ impl Router {
         };
         if let Some(session) = &ctx.session {
             session.set_log_level(u8::try_from(index).unwrap_or_default());
+            if let Some(relay) = session.relay() {
+                relay.changed(session);
+            }
         }
         let router = Arc::clone(self);
         self.runtime.spawn(async move {
@@ -63,7 +66,7 @@ impl Router {
     /// Asks each upstream that logs (or only `only`) for the most verbose level any session
     /// wants, when that differs from what it was last asked. Nothing is asked while no
     /// session has set a level: upstreams keep their own default.
-    pub(in crate::router) async fn apply_log_levels(self: &Arc<Self>, only: Option<usize>) {
+    pub(crate) async fn apply_log_levels(self: &Arc<Self>, only: Option<usize>) {
         let requests = self
             .pool
             .upstreams()

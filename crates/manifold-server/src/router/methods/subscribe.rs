@@ -10,6 +10,7 @@ use manifold_upstream::UpstreamHandle;
 use crate::context::Context;
 use crate::error::RouteError;
 use crate::router::{resolve, Router};
+use crate::session::Session;
 
 impl Router {
     pub(in crate::router) fn subscribe(
@@ -32,11 +33,22 @@ impl Router {
             Ok(found) => found,
             Err(e) => return ctx.fail(&e),
         };
-        let first = if on {
-            session.subscribe(exposed) && self.interest.subscribe(upstream, &original)
+        let changed = if on {
+            session.subscribe(exposed)
         } else {
-            session.unsubscribe(exposed) && self.interest.unsubscribe(upstream, &original)
+            session.unsubscribe(exposed)
         };
+        if let Some(relay) = session.relay().filter(|_| changed) {
+            relay.changed(&session);
+        }
+        // A shared session's upstream subscriptions are held by its home replica.
+        let first = changed
+            && !session.is_away()
+            && if on {
+                self.interest.subscribe(upstream, &original)
+            } else {
+                self.interest.unsubscribe(upstream, &original)
+            };
         if !first {
             // Another session keeps the upstream subscribed, or nothing changes.
             return ctx.reply("{}");
@@ -65,6 +77,9 @@ impl Router {
                         // Refused: the session is not subscribed after all.
                         session.unsubscribe(&exposed);
                         router.interest.unsubscribe(upstream, &original);
+                        if let Some(relay) = session.relay() {
+                            relay.changed(&session);
+                        }
                     }
                     let mut out = Vec::new();
                     write::raw_error_response(&mut out, &ctx.id, &e);
@@ -115,6 +130,56 @@ impl Router {
             if let Err(e) = conn.request(method, Some(&params)).await {
                 tracing::warn!(upstream = key, "{method} failed: {e}");
             }
+        }
+    }
+}
+
+/// A session kept in a store shared by replicas holds its upstream subscriptions on its home
+/// replica only; these move them when the home changes, and follow what another replica
+/// recorded.
+impl Router {
+    /// Subscribes upstream for each of the session's URIs (this replica became its home).
+    pub(crate) fn take_subscriptions(&self, session: &Session) {
+        for uri in session.subscriptions() {
+            self.move_subscription(&uri, true);
+        }
+    }
+
+    /// Releases upstream each of the session's URIs (another replica became its home).
+    pub(crate) fn release_subscriptions(&self, session: &Session) {
+        for uri in session.subscriptions() {
+            self.move_subscription(&uri, false);
+        }
+    }
+
+    /// Makes the session's subscriptions `wanted` (as another replica recorded them),
+    /// subscribing or releasing upstream if this replica is its home.
+    pub(crate) fn set_subscriptions(&self, session: &Session, wanted: &[String]) {
+        let current = session.subscriptions();
+        for uri in current.iter().filter(|u| !wanted.contains(u)) {
+            if session.unsubscribe(uri) && !session.is_away() {
+                self.move_subscription(uri, false);
+            }
+        }
+        for uri in wanted.iter().filter(|u| !current.contains(u)) {
+            if session.subscribe(uri) && !session.is_away() {
+                self.move_subscription(uri, true);
+            }
+        }
+    }
+
+    fn move_subscription(&self, exposed: &str, on: bool) {
+        let catalog = self.hub.catalog();
+        let Some((upstream, original)) = catalog.resolve_uri(exposed) else {
+            return;
+        };
+        let first = if on {
+            self.interest.subscribe(upstream, &original)
+        } else {
+            self.interest.unsubscribe(upstream, &original)
+        };
+        if first {
+            self.tell_subscription(upstream, &original, on);
         }
     }
 }
