@@ -205,10 +205,12 @@ impl Store {
     }
 
     /// The session's outlet: messages for the session as a whole go to its Redis stream.
-    pub fn outlet(self: &Arc<Self>, token: &str) -> Arc<dyn Outlet> {
+    /// It holds the session's local streams (its POSTs' own), which live as long as it does.
+    pub fn outlet(self: &Arc<Self>, token: &str, streams: Arc<Streams>) -> Arc<dyn Outlet> {
         Arc::new(SharedOutlet {
             store: Arc::clone(self),
             token: token.into(),
+            streams,
         })
     }
 
@@ -297,7 +299,8 @@ impl Store {
             router.settings().session_queue_bytes.saturating_mul(2),
             self.replay,
         ));
-        let session = Session::with_id(id, Transport::StreamableHttp, self.outlet(token));
+        let outlet = self.outlet(token, Arc::clone(&streams));
+        let session = Session::with_id(id, Transport::StreamableHttp, outlet);
         session.set_caller(caller);
         session.begin_initialize();
         session.finish_initialize(record.version, record.client);
@@ -913,6 +916,7 @@ fn replica_id() -> String {
 struct SharedOutlet {
     store: Arc<Store>,
     token: Box<str>,
+    streams: Arc<Streams>,
 }
 
 impl Outlet for SharedOutlet {
@@ -922,6 +926,10 @@ impl Outlet for SharedOutlet {
             token: self.token.clone(),
             message,
         });
+    }
+
+    fn backlog(&self) -> usize {
+        self.streams.backlog()
     }
 }
 

@@ -168,7 +168,8 @@ async fn session_for_post(
     ));
     let session = match &shared.store {
         Some(store) => {
-            let session = Session::with_id(id, Transport::StreamableHttp, store.outlet(&token));
+            let outlet = store.outlet(&token, Arc::clone(&streams));
+            let session = Session::with_id(id, Transport::StreamableHttp, outlet);
             session.share(store.relay(&token), false);
             session
         }
