@@ -240,6 +240,12 @@ class Cluster:
             total += int(m.group(1))
         return total
 
+    def replica_id(self, i: int) -> str:
+        """The id replica `i` shares sessions under (from its log)."""
+        m = re.search(r"sessions kept in Redis replica=\"?([0-9a-f]{16})", self.logs[i].read_text())
+        assert m, "the replica logs its id"
+        return m.group(1)
+
     def stop(self) -> None:
         _stop(self.haproxy)
         for proc in self.procs:

@@ -20,6 +20,7 @@ Figures (failed requests, events lost, notifications missed) are printed: pytest
 from __future__ import annotations
 
 import signal
+import time
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -285,5 +286,210 @@ async def test_a_replica_killed_under_load_loses_no_session_and_no_event(tmp: Pa
             assert len(inboxes[n].of(types.ToolListChangedNotification)) >= 2, n
         # A call in flight on the replica that died fails; the others are not affected.
         assert len(failed) <= hosts, failed
+    finally:
+        c.stop()
+
+
+def sse_events(lines: Iterator[str], want: int) -> list[tuple[str, str]]:
+    """Reads `want` events (id, data) from the lines of an SSE response."""
+    events: list[tuple[str, str]] = []
+    event_id, data = "", []
+    for line in lines:
+        if line.startswith("id:"):
+            event_id = line[3:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif line == "" and data:
+            events.append((event_id, "\n".join(data)))
+            event_id, data = "", []
+            if len(events) >= want:
+                break
+    return events
+
+
+def post(client: httpx2.Client, url: str, sid: str | None, body: dict) -> httpx2.Response:
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    if sid:
+        headers["mcp-session-id"] = sid
+    return client.post(url, json=body, headers=headers, timeout=REQUEST_TIMEOUT_S)
+
+
+def open_session(client: httpx2.Client, url: str) -> str:
+    r = post(
+        client,
+        url,
+        None,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        },
+    )
+    assert r.status_code == 200, r.text
+    sid = r.headers["mcp-session-id"]
+    assert post(client, url, sid, {"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+    return sid
+
+
+def change_catalog(client: httpx2.Client, url: str, sid: str, name: str) -> None:
+    r = post(
+        client,
+        url,
+        sid,
+        {"jsonrpc": "2.0", "id": name, "method": "tools/call", "params": {"name": "fx__add_tool", "arguments": {"name": name}}},
+    )
+    assert r.status_code == 200 and '"isError":true' not in r.text, r.text
+
+
+async def test_a_get_stream_resumes_on_another_replica_with_last_event_id(tmp: Path, fixture: Fixture, redis: Redis):
+    # Direct to the replicas (no balancer), to choose where each request goes.
+    c = cluster(tmp, fixture, redis, store="redis", sticky=True, n=2)
+    r1, r2 = (f"http://127.0.0.1:{p}/mcp" for p in c.ports)
+    try:
+        with httpx2.Client() as client:
+            sid = open_session(client, r1)
+            driver = open_session(client, r1)
+            stream = {"accept": "text/event-stream", "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+            with client.stream("GET", r1, headers=stream, timeout=30) as get:
+                assert get.status_code == 200
+                change_catalog(client, r1, driver, "first")
+                first = sse_events(get.iter_lines(), 1)
+            assert len(first) == 1 and "tools/list_changed" in first[0][1], first
+            last_id = first[0][0]
+            # The host is away; the catalog changes twice; it comes back to the other replica.
+            # (Apart: changes close together may be told as one.)
+            change_catalog(client, r1, driver, "second")
+            time.sleep(0.5)
+            change_catalog(client, r1, driver, "third")
+            time.sleep(0.5)
+            with client.stream("GET", r2, headers={**stream, "last-event-id": last_id}, timeout=30) as get:
+                assert get.status_code == 200
+                lines = get.iter_lines()
+                missed = sse_events(lines, 2)
+                assert len(missed) == 2 and all("tools/list_changed" in d for _, d in missed), missed
+                assert len({i for i, _ in [*first, *missed]}) == 3, "every event has an id of its own"
+                # Replica 2 is the session's home now: a change is told once, from there.
+                change_catalog(client, r1, driver, "fourth")
+                later = sse_events(lines, 1)
+                assert len(later) == 1 and "tools/list_changed" in later[0][1], later
+                time.sleep(1.0)
+            kept = redis.command("XLEN", f"{c.prefix}:session:{sid}:events")
+            assert kept == 4, f"each change told once: {kept} events kept"
+            home = redis.command("HGET", f"{c.prefix}:session:{sid}", "home")
+            assert home.decode() == c.replica_id(1), "the GET stream moved the session's home"
+            assert sid.encode() in redis.command("SMEMBERS", f"{c.prefix}:homes:{home.decode()}")
+            assert sid.encode() not in redis.command("SMEMBERS", f"{c.prefix}:homes:{c.replica_id(0)}")
+    finally:
+        c.stop()
+
+
+TEAMS = f"""
+[teams.a]
+api_keys = ["{API_KEY_A}"]
+
+[teams.b]
+api_keys = ["{API_KEY_B}"]
+upstreams = ["other"]
+
+[limits]
+backend = "redis"
+redis_url = "REDIS_URL"
+key_prefix = "PREFIX"
+tools.other__add = {{ quota = "30/day" }}
+
+[upstreams.other]
+command = "FIXTURE"
+args = ["--name", "other"]
+
+"""
+
+
+async def test_notifications_reach_the_sessions_of_teams_that_see_them_and_quotas_hold(
+    tmp: Path, fixture: Fixture, redis: Redis
+):
+    from replicas import fixture_bin
+
+    teams = (
+        TEAMS.replace("REDIS_URL", redis.url)
+        .replace("PREFIX", f"quota-{time.monotonic_ns()}")
+        .replace("FIXTURE", str(fixture_bin()))
+    )
+    c = cluster(tmp, fixture, redis, store="redis", sticky=False, extra=teams)
+    try:
+        inboxes = {team: [Inbox() for _ in range(4)] for team in ("a", "b")}
+        keys = {"a": API_KEY_A, "b": API_KEY_B}
+        async with anyio.create_task_group() as tg:
+            done = anyio.Event()
+            opened = []
+
+            async def keep(team: str, n: int) -> None:
+                async with host(c.url, inbox=inboxes[team][n], key=keys[team]) as s:
+                    opened.append(s)
+                    await done.wait()
+
+            for team in ("a", "b"):
+                for n in range(4):
+                    tg.start_soon(keep, team, n)
+            with anyio.fail_after(START_TIMEOUT_S):
+                while len(opened) < 8:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(1.0)  # every GET stream open
+            async with host(c.url, key=API_KEY_A) as a:
+                await a.call_tool("fx__add_tool", {"name": "seen_by_a"})
+            await anyio.sleep(2.0)
+            # Team b's quota on other__add is exact across the replicas, in turn.
+            answered, refused = 0, 0
+            async with host(c.url, key=API_KEY_B) as b:
+                for k in range(45):
+                    try:
+                        r = await b.call_tool("other__add", {"a": k, "b": 1})
+                        assert not r.is_error
+                        answered += 1
+                    except MCPError:
+                        refused += 1
+            done.set()
+        heard = {team: [len(i.of(types.ToolListChangedNotification)) for i in inboxes[team]] for team in inboxes}
+        print(f"\nlist changes heard per session: {heard}; quota 30/day over 3 replicas: {answered} answered, {refused} refused")
+        assert heard["a"] == [1, 1, 1, 1], heard
+        assert heard["b"] == [0, 0, 0, 0], heard
+        assert (answered, refused) == (30, 15)
+    finally:
+        c.stop()
+
+
+async def test_stateless_requests_need_no_session_and_balance_freely(tmp: Path, fixture: Fixture, redis: Redis):
+    # The in-memory store and no affinity: nothing of a stateless request lives between requests.
+    c = cluster(tmp, fixture, redis, store="memory", sticky=False)
+    try:
+        before = [c.operations(i) for i in range(3)]
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        with httpx2.Client() as client:
+            for k in range(30):
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": k,
+                    "method": "tools/call",
+                    "params": {"name": "fx__echo", "arguments": {"text": f"t{k}"}, "_meta": meta},
+                }
+                r = client.post(
+                    c.url,
+                    json=body,
+                    headers={
+                        "accept": "application/json, text/event-stream",
+                        "mcp-protocol-version": "2026-07-28",
+                        "mcp-method": "tools/call",
+                        "mcp-name": "fx__echo",
+                    },
+                    timeout=REQUEST_TIMEOUT_S,
+                )
+                assert r.status_code == 200, r.text
+                assert f'"t{k}"' in r.text and "mcp-session-id" not in r.headers
+        served = [c.operations(i) - before[i] for i in range(3)]
+        assert served == [10, 10, 10], served
     finally:
         c.stop()
