@@ -34,6 +34,10 @@ step "install redis-server (Debian packages, unpacked under tests/.cache: no ser
 # The Redis limit backend's tests start their own server on a loopback port.
 bash tests/redis/install.sh
 
+step "install HAProxy (Debian package, unpacked under tests/.cache: no service is started)"
+# The replica tests run three Manifold processes behind the shipped HAProxy configuration.
+bash tests/replicas/install.sh
+
 step "install openssl (the TLS tests make their certificates with it)"
 if ! command -v openssl >/dev/null 2>&1; then
     sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
