@@ -455,3 +455,32 @@ fn an_unknown_era_or_a_stateless_sse_upstream_is_refused() {
     assert_eq!(key, "upstreams.up.era");
     assert!(problem.contains("session era only"), "{problem}");
 }
+
+#[test]
+fn the_session_store_is_memory_or_redis_with_a_url() {
+    let config = super::toml("").unwrap();
+    assert!(matches!(config.sessions, crate::SessionStore::Memory));
+    let config =
+        super::toml("[sessions]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"\n")
+            .unwrap();
+    match config.sessions {
+        crate::SessionStore::Redis(redis) => {
+            assert_eq!(redis.url, "redis://127.0.0.1:6379");
+            assert_eq!(redis.key_prefix, "manifold");
+        }
+        crate::SessionStore::Memory => panic!("the Redis store was asked for"),
+    }
+    let (key, problem) = toml_err("[sessions]\nstore = \"redis\"\n");
+    assert_eq!(key, "sessions.redis_url");
+    assert!(problem.contains("required"), "{problem}");
+    let (key, problem) = toml_err("[sessions]\nstore = \"disk\"\n");
+    assert_eq!(key, "sessions.store");
+    assert!(problem.contains("\"memory\" or \"redis\""), "{problem}");
+    let (key, problem) = toml_err("[sessions]\nredis_url = \"redis://h:1\"\n");
+    assert_eq!(key, "sessions.redis_url");
+    assert!(problem.contains("not \"redis\""), "{problem}");
+    let (key, problem) = toml_err(
+        "[sessions]\nstore = \"redis\"\nredis_url = \"redis://:secret@h:1/x%\"\nbogus = 1\n",
+    );
+    assert!(key.starts_with("sessions"), "{key}: {problem}");
+}
