@@ -54,6 +54,8 @@ const BEAT: Duration = Duration::from_millis(500);
 const ALIVE_FOR: Duration = Duration::from_millis(1500);
 /// How long one blocking read of a session's events waits before looking again.
 const BLOCK: Duration = Duration::from_secs(5);
+/// Sessions whose last renewal a replica remembers before it forgets the stale ones.
+const TOUCHED_KEPT: usize = 4096;
 /// How soon a host should reconnect a GET stream that ended (SSE `retry`).
 const RETRY_MS: u32 = 500;
 
@@ -363,9 +365,14 @@ impl Store {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = Instant::now();
+            let every = self.ttl / 4;
             match touched.get(token) {
-                Some(t) if now.duration_since(*t) < self.ttl / 4 => false,
+                Some(t) if now.duration_since(*t) < every => false,
                 _ => {
+                    if touched.len() >= TOUCHED_KEPT {
+                        // Sessions gone or quiet are forgotten: their next request renews.
+                        touched.retain(|_, t| now.duration_since(*t) < every);
+                    }
                     touched.insert(token.into(), now);
                     true
                 }
