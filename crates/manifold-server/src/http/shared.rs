@@ -919,6 +919,17 @@ fn replica_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The replica a request id Manifold sent a shared session's host names: `"mf-{replica}-{n}"`
+/// (JSON text).
+fn replica_of(id: &str) -> Option<&str> {
+    let (replica, n) = id
+        .strip_prefix("\"mf-")?
+        .strip_suffix('"')?
+        .rsplit_once('-')?;
+    n.parse::<u64>().ok()?;
+    Some(replica).filter(|r| !r.is_empty())
+}
+
 /// Messages for a shared session as a whole: to its Redis stream.
 struct SharedOutlet {
     store: Arc<Store>,
@@ -955,13 +966,7 @@ impl Relay for SessionRelay {
     }
 
     fn answer_elsewhere(&self, _session: &Session, id: &str, message: Vec<u8>) -> bool {
-        // "mf-{replica}-{n}", as JSON text.
-        let replica = id
-            .trim_matches('"')
-            .strip_prefix("mf-")
-            .and_then(|rest| rest.rsplit_once('-'))
-            .map(|(replica, _)| replica);
-        match replica {
+        match replica_of(id) {
             Some(replica) if replica != &*self.store.replica => {
                 let _ = self.store.writes.send(Write::Answer {
                     token: self.token.clone(),
@@ -982,6 +987,16 @@ impl Relay for SessionRelay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_ids_name_the_replica_that_sent_them() {
+        assert_eq!(replica_of("\"mf-0a1b2c3d4e5f6071-12\""), Some("0a1b2c3d4e5f6071"));
+        // Ids of a session no store shares, and anything else, name none.
+        assert_eq!(replica_of("\"mf-12\""), None);
+        assert_eq!(replica_of("\"mf--12\""), None);
+        assert_eq!(replica_of("12"), None);
+        assert_eq!(replica_of("\"mf-a-b\""), None);
+    }
 
     #[test]
     fn stream_entries_are_read_from_an_xread_reply() {
