@@ -143,7 +143,8 @@ class Cluster:
         self.config = tmp / f"manifold-{store}-{'sticky' if sticky else 'rr'}.toml"
         self.config.write_text(sessions + config)
         self.procs: list[subprocess.Popen | None] = [None] * n
-        self.logs = [tmp / f"replica{i + 1}-{store}.stderr" for i in range(n)]
+        run = time.monotonic_ns()
+        self.logs = [tmp / f"replica{i + 1}-{store}-{run}.stderr" for i in range(n)]
         for i in range(n):
             self.start(i)
         for i in range(n):
@@ -156,13 +157,13 @@ class Cluster:
             cfg = "\n".join(
                 line for line in cfg.splitlines() if not any(f"replica{k}" in line for k in range(n + 1, 4))
             )
-        self.haproxy_cfg = tmp / "haproxy.cfg"
+        self.haproxy_cfg = tmp / f"haproxy-{run}.cfg"
         self.haproxy_cfg.write_text(cfg.rstrip("\n") + "\n")
         binary, env = _unpacked("haproxy", "haproxy", "usr/sbin")
         env["MANIFOLD_LB_BIND"] = f"127.0.0.1:{self.lb_port}"
         for i in range(3):
             env[f"MANIFOLD_REPLICA_{i + 1}"] = f"127.0.0.1:{self.ports[min(i, n - 1)]}"
-        self.haproxy_log = tmp / "haproxy.stderr"
+        self.haproxy_log = tmp / f"haproxy-{run}.stderr"
         self.haproxy = subprocess.Popen(
             [binary, "-db", "-f", str(self.haproxy_cfg)],
             stdin=subprocess.DEVNULL,
@@ -242,9 +243,9 @@ class Cluster:
 
     def replica_id(self, i: int) -> str:
         """The id replica `i` shares sessions under (from its log)."""
-        m = re.search(r"sessions kept in Redis replica=\"?([0-9a-f]{16})", self.logs[i].read_text())
-        assert m, "the replica logs its id"
-        return m.group(1)
+        ids = re.findall(r"sessions kept in Redis replica=\"?([0-9a-f]{16})", self.logs[i].read_text())
+        assert ids, "the replica logs its id"
+        return ids[-1]
 
     def stop(self) -> None:
         _stop(self.haproxy)
