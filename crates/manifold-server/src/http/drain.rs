@@ -224,7 +224,8 @@ impl<F: Future + Unpin> Future for Counted<F> {
 }
 
 /// A request to an MCP route while new work is refused: a GET (a stream, or a new HTTP+SSE
-/// session) is refused; a POST is refused if it carries a request (read here, then handed on
+/// session) is refused, unless it resumes a stream with `Last-Event-ID` (the rest of an answer
+/// in progress); a POST is refused if it carries a request (read here, then handed on
 /// unchanged when it does not); anything else (DELETE) passes.
 async fn while_refusing<S>(
     service: &S,
@@ -236,7 +237,9 @@ where
 {
     match *req.method() {
         Method::POST => {}
-        Method::GET => return Ok(req.into_response(refusal(None))),
+        Method::GET if !req.headers().contains_key("last-event-id") => {
+            return Ok(req.into_response(refusal(None)));
+        }
         _ => return service.call(req).await,
     }
     let Some(body) = read(req.take_payload(), max).await else {
@@ -314,6 +317,63 @@ mod tests {
         ] {
             assert!(!starts_work(in_flight.as_bytes()), "{in_flight}");
         }
+    }
+
+    #[test]
+    fn the_gate_refuses_new_work_only_and_hands_the_rest_on_unchanged() {
+        use actix_web::test::{call_service, init_service, read_body, TestRequest};
+        use actix_web::{web, App};
+
+        actix_web::rt::System::new().block_on(async {
+            let drain = Drain::new();
+            let gate = Gate::new(&drain, 1 << 20);
+            let ok = || async { HttpResponse::Ok().finish() };
+            let app = init_service(
+                App::new().service(
+                    web::resource("/mcp")
+                        .route(
+                            web::post()
+                                .to(|body: Bytes| async move { HttpResponse::Ok().body(body) })
+                                .wrap(gate.clone()),
+                        )
+                        .route(web::get().to(ok).wrap(gate.clone()))
+                        .route(web::delete().to(ok).wrap(gate.clone())),
+                ),
+            )
+            .await;
+            let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#;
+            let answer = r#"{"jsonrpc":"2.0","id":"mf-1","result":{}}"#;
+            let post = |body: &'static str| {
+                TestRequest::post()
+                    .uri("/mcp")
+                    .set_payload(body)
+                    .to_request()
+            };
+            let get = || TestRequest::get().uri("/mcp");
+            for phase in [Drain::begin, Drain::refuse_new] {
+                let r = call_service(&app, post(call)).await;
+                assert_eq!(r.status(), 200, "not refusing yet");
+                phase(&drain);
+            }
+            let r = call_service(&app, post(call)).await;
+            assert_eq!(r.status(), 503);
+            assert!(String::from_utf8_lossy(&read_body(r).await).contains(r#""id":7"#));
+            let r = call_service(&app, get().to_request()).await;
+            assert_eq!(r.status(), 503);
+            // Work in flight: handed on with its body as it came.
+            let r = call_service(&app, post(answer)).await;
+            assert_eq!(r.status(), 200);
+            assert_eq!(read_body(r).await, answer.as_bytes());
+            let resume = get().insert_header(("last-event-id", "1-2")).to_request();
+            assert_eq!(call_service(&app, resume).await.status(), 200);
+            let delete = TestRequest::delete().uri("/mcp").to_request();
+            assert_eq!(call_service(&app, delete).await.status(), 200);
+            assert_eq!(
+                drain.exchanges.load(Ordering::Relaxed),
+                0,
+                "each counted while alive"
+            );
+        });
     }
 
     #[test]
