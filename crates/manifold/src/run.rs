@@ -368,22 +368,24 @@ async fn drain_listener(
     // A subscriptions/listen stream is a request that never finishes by itself: it gets its
     // closing result now, and its host listens elsewhere.
     router.close_listens();
-    let timeout = settings.drain_timeout;
-    tracing::info!(
-        "refusing new requests; waiting for {} in-flight (up to {})",
-        drain.pending(),
-        in_text(timeout)
-    );
-    let deadline = tokio::time::Instant::now() + timeout;
     let settled = match hurried {
         Some(which) => Settled::Hurried(which),
-        None => tokio::select! {
-            left = drain.settled(deadline) => match left {
-                0 => Settled::Drained,
-                n => Settled::Deadline(n),
-            },
-            which = signals.next() => Settled::Hurried(which),
-        },
+        None => {
+            let timeout = settings.drain_timeout;
+            tracing::info!(
+                "refusing new requests; waiting for {} in-flight (up to {})",
+                drain.pending(),
+                in_text(timeout)
+            );
+            let deadline = tokio::time::Instant::now() + timeout;
+            tokio::select! {
+                left = drain.settled(deadline) => match left {
+                    0 => Settled::Drained,
+                    n => Settled::Deadline(n),
+                },
+                which = signals.next() => Settled::Hurried(which),
+            }
+        }
     };
     match settled {
         Settled::Drained => tracing::info!("drained"),
