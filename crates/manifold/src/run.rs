@@ -1,6 +1,6 @@
 //! `manifold serve`: load the config, start every upstream actor, serve hosts (one over stdio,
 //! or any number over HTTP), and stop every child process when the stdio host leaves or a
-//! signal arrives. Over HTTP a signal first drains the listener (see [`drain`]).
+//! signal arrives. Over HTTP a signal first drains the listener (see `drain_listener`).
 
 use std::path::Path;
 use std::process::ExitCode;
