@@ -6,6 +6,7 @@
 
 mod auth;
 mod cache;
+mod drain;
 mod health;
 mod legacy;
 mod protocol;

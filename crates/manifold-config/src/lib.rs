@@ -201,6 +201,12 @@ pub struct HttpSettings {
     /// TLS on the listener (`[server.tls]`); none: plain HTTP. The admin listener never uses
     /// it.
     pub tls: Option<TlsSettings>,
+    /// On SIGTERM or SIGINT, how long `/readyz` fails while everything is still served, so
+    /// that a load balancer stops sending before new requests are refused.
+    pub drain_delay: Duration,
+    /// Then, how long requests in progress may take to finish while new ones are refused;
+    /// what is left is answered with an error.
+    pub drain_timeout: Duration,
 }
 
 /// The certificate chain and private key the HTTP listener serves TLS with (PEM files). Only

@@ -29,6 +29,8 @@ pub(crate) struct RawServer {
     pub(crate) max_sessions: Option<u64>,
     pub(crate) max_requests_per_session: Option<u64>,
     pub(crate) replay_events: Option<u64>,
+    pub(crate) drain_delay: Option<String>,
+    pub(crate) drain_timeout: Option<String>,
     pub(crate) admin: Option<String>,
     pub(crate) metrics_token: Option<String>,
     pub(crate) team: Option<String>,

@@ -40,6 +40,12 @@ pub(crate) const DEFAULT_SSE_KEEPALIVE_MS: u64 = 15_000;
 pub(crate) const DEFAULT_MAX_SESSIONS: u64 = 4096;
 pub(crate) const DEFAULT_MAX_REQUESTS_PER_SESSION: u64 = 128;
 pub(crate) const DEFAULT_REPLAY_EVENTS: u64 = 256;
+/// No delay: without a load balancer in front (the usual local case) nobody watches
+/// `/readyz`, and a signal should stop Manifold as soon as its requests are answered.
+pub(crate) const DEFAULT_DRAIN_DELAY: Duration = Duration::ZERO;
+/// Long enough for most tool calls to finish; a Kubernetes pod's default grace period (30 s)
+/// must then be raised to cover it with `drain_delay` and `shutdown_grace_ms`.
+pub(crate) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) const DEFAULT_ISOLATION_LIMIT: u64 = 64;
 pub(crate) const DEFAULT_MAX_BACKOFF_MS: u64 = 30_000;
 
@@ -262,6 +268,23 @@ fn http_settings(ctx: &Ctx<'_>, raw: &RawServer) -> Result<HttpSettings, ConfigE
             Some(tls) => Some(tls_settings(ctx, tls)?),
             None => None,
         },
+        drain_delay: duration(ctx, "server.drain_delay", raw.drain_delay.as_deref())?
+            .unwrap_or(DEFAULT_DRAIN_DELAY),
+        drain_timeout: duration(ctx, "server.drain_timeout", raw.drain_timeout.as_deref())?
+            .unwrap_or(DEFAULT_DRAIN_TIMEOUT),
+    })
+}
+
+/// A duration written as text (`"500ms"`, `"30s"`, `"2m"`); 0 is allowed.
+fn duration(ctx: &Ctx<'_>, key: &str, text: Option<&str>) -> Result<Option<Duration>, ConfigError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    crate::parse_duration(text).map(Some).ok_or_else(|| {
+        ctx.err(
+            key,
+            format!("{text:?} is not a duration: use a number and ms, s, m, h or d (\"30s\")"),
+        )
     })
 }
 

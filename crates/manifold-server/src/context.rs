@@ -125,6 +125,7 @@ impl Context {
         let transport = session
             .as_ref()
             .map_or(HostTransport::Http, |s| s.transport().metric());
+        metrics().host_request_started(transport);
         let span = spans::server(parent.or(origin.trace.as_deref()));
         if !span.is_disabled() {
             // On every line logged while the request is handled, not only on the span's end.
@@ -247,6 +248,7 @@ impl Drop for Context {
         if let Some(session) = &self.session {
             session.request_done();
         }
+        metrics().host_request_done(self.transport);
         let outcome = match self.outcome.load(Ordering::Relaxed) {
             0 => Outcome::Cancelled,
             n => Outcome::ALL[usize::from(n - 1)],

@@ -117,6 +117,11 @@ pub enum RouteError {
     /// Manifold cannot serve the request at all (500).
     #[error("{0}")]
     Internal(String),
+    /// HTTP: Manifold is draining before it stops and takes no new requests (503 with
+    /// `Retry-After: 1`, before anything of the request was done: safe to send again, which a
+    /// load balancer does to another instance).
+    #[error("Manifold is shutting down and takes no new requests; send it again (another instance will serve it)")]
+    ShuttingDown,
     /// Stateless era: an HTTP header disagrees with the body, or a required one is missing
     /// (-32020, HTTP 400).
     #[error("header mismatch: {0}")]
@@ -197,7 +202,9 @@ impl RouteError {
             | RouteError::NotAcceptable(_) => codes::INVALID_REQUEST,
             RouteError::Body(_) => codes::PARSE_ERROR,
             RouteError::Busy(_) => codes::TOO_MANY_REQUESTS,
-            RouteError::Full(_) | RouteError::Internal(_) => codes::INTERNAL_ERROR,
+            RouteError::Full(_) | RouteError::Internal(_) | RouteError::ShuttingDown => {
+                codes::INTERNAL_ERROR
+            }
             RouteError::Hidden(inner) => return inner.to_error_object(),
             RouteError::HeaderMismatch(_) => codes::HEADER_MISMATCH,
             RouteError::Removed(_) => codes::METHOD_NOT_FOUND,
@@ -260,7 +267,7 @@ impl RouteError {
             RouteError::MethodNotAllowed { .. } => 405,
             RouteError::NotAcceptable(_) => 406,
             RouteError::Busy(_) => 429,
-            RouteError::Full(_) => 503,
+            RouteError::Full(_) | RouteError::ShuttingDown => 503,
             RouteError::Internal(_) => 500,
             _ => return None,
         })
@@ -269,7 +276,7 @@ impl RouteError {
     /// Seconds after which the same request may succeed, for `Retry-After`.
     pub fn retry_after_secs(&self) -> Option<u32> {
         match self {
-            RouteError::Busy(_) => Some(1),
+            RouteError::Busy(_) | RouteError::ShuttingDown => Some(1),
             RouteError::Full(_) => Some(5),
             _ => None,
         }
@@ -280,7 +287,9 @@ impl RouteError {
         match self {
             RouteError::Upstream(_) => Fault::Upstream,
             RouteError::Limited { .. } | RouteError::LimitStore => Fault::Policy,
-            RouteError::Full(_) | RouteError::Internal(_) => Fault::Manifold,
+            RouteError::Full(_) | RouteError::Internal(_) | RouteError::ShuttingDown => {
+                Fault::Manifold
+            }
             RouteError::Hidden(inner) => inner.fault(),
             _ => Fault::Host,
         }
@@ -293,7 +302,8 @@ impl RouteError {
             RouteError::Limited { .. }
             | RouteError::LimitStore
             | RouteError::Busy(_)
-            | RouteError::Full(_) => true,
+            | RouteError::Full(_)
+            | RouteError::ShuttingDown => true,
             _ => false,
         }
     }
@@ -364,6 +374,7 @@ mod tests {
             (&RouteError::BadCursor, Fault::Host, false),
             (&RouteError::Busy("b".into()), Fault::Host, true),
             (&RouteError::Full("f".into()), Fault::Manifold, true),
+            (&RouteError::ShuttingDown, Fault::Manifold, true),
             (&RouteError::Internal("i".into()), Fault::Manifold, false),
         ] {
             assert_eq!((e.fault(), e.retryable()), (fault, retry), "{e}");
@@ -419,6 +430,12 @@ mod tests {
                 503,
                 codes::INTERNAL_ERROR,
                 Some(5),
+            ),
+            (
+                RouteError::ShuttingDown,
+                503,
+                codes::INTERNAL_ERROR,
+                Some(1),
             ),
             (
                 RouteError::Internal("i".into()),

@@ -206,6 +206,10 @@ pub struct Metrics {
     client_ops: Family<OpLabels>,
     sessions: [Histogram; 3],
     host_bytes: [[AtomicU64; 2]; 3],
+    /// Host requests read and not yet answered, by transport.
+    host_inflight: [AtomicU64; 3],
+    /// Whether the process is draining (see `set_draining`).
+    draining: AtomicBool,
     /// Calls whose limits the store could not check: [allowed, refused].
     limit_store_errors: [AtomicU64; 2],
     /// By upstream key; locked only when a connection is made and when scraped.
@@ -222,6 +226,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     client_ops: Family::new(OPERATION_BUCKETS),
     sessions: std::array::from_fn(|_| Histogram::new(SESSION_BUCKETS)),
     host_bytes: Default::default(),
+    host_inflight: Default::default(),
+    draining: AtomicBool::new(false),
     limit_store_errors: Default::default(),
     upstreams: Mutex::new(BTreeMap::new()),
     caches: Mutex::new(BTreeMap::new()),
@@ -301,6 +307,28 @@ impl Metrics {
             self.host_bytes[transport as usize][direction as usize]
                 .fetch_add(n as u64, Ordering::Relaxed);
         }
+    }
+
+    /// A host request was read (its context made). Counted whether or not recording is on:
+    /// an HTTP server that drains waits for the count to fall to zero.
+    pub fn host_request_started(&self, transport: HostTransport) {
+        self.host_inflight[transport as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A host request counted by [`Self::host_request_started`] was answered or cancelled.
+    pub fn host_request_done(&self, transport: HostTransport) {
+        self.host_inflight[transport as usize].fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Host requests over `transport` read and not yet answered or cancelled.
+    pub fn host_requests_in_flight(&self, transport: HostTransport) -> u64 {
+        self.host_inflight[transport as usize].load(Ordering::Relaxed)
+    }
+
+    /// The process started draining (a signal arrived while serving HTTP); it stays so until
+    /// it exits.
+    pub fn set_draining(&self, on: bool) {
+        self.draining.store(on, Ordering::Relaxed);
     }
 
     /// A call's limits could not be checked (the shared store is unreachable); `allowed`:
@@ -403,6 +431,14 @@ impl Metrics {
                 e.sample(&names::HOST_BYTES, &labels, n);
             }
         }
+        e.metric(&names::HOST_INFLIGHT);
+        for t in HostTransport::ALL {
+            let n = self.host_requests_in_flight(t);
+            e.sample(&names::HOST_INFLIGHT, &[(label::TRANSPORT, t.label())], n);
+        }
+        e.metric(&names::DRAINING);
+        let draining = u64::from(self.draining.load(Ordering::Relaxed));
+        e.sample(&names::DRAINING, &[], draining);
         e.metric(&names::LIMIT_STORE_ERRORS);
         for (i, decision) in ["allowed", "refused"].into_iter().enumerate() {
             let n = self.limit_store_errors[i].load(Ordering::Relaxed);

@@ -49,6 +49,18 @@ pub const HOST_BYTES: Metric = Metric {
     kind: Kind::Counter,
 };
 
+pub const HOST_INFLIGHT: Metric = Metric {
+    name: "manifold_host_inflight_requests",
+    help: "Host requests read and not yet answered or cancelled, by transport (an open subscriptions/listen stream counts until it ends).",
+    kind: Kind::Gauge,
+};
+
+pub const DRAINING: Metric = Metric {
+    name: "manifold_draining",
+    help: "1 from the signal that stops an HTTP Manifold until it exits (/readyz fails, then new requests are refused while those in flight finish), else 0.",
+    kind: Kind::Gauge,
+};
+
 pub const LIMIT_STORE_ERRORS: Metric = Metric {
     name: "manifold_limit_store_errors_total",
     help: "Tool calls whose limits could not be checked because the shared limit store (Redis) was unreachable, by what the call got (allowed with fail_open, else refused).",

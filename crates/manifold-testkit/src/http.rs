@@ -111,7 +111,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
+        // Unless a test stopped it already (its pid may be another process's by now).
+        let running = self.child.try_wait().ok().flatten().is_none();
+        if let Some(pid) = i32::try_from(self.child.id()).ok().filter(|_| running) {
             // SIGTERM: the shutdown a supervisor gives.
             let _ = Command::new("kill").arg(pid.to_string()).status();
         }

@@ -1,22 +1,24 @@
 //! `manifold serve`: load the config, start every upstream actor, serve hosts (one over stdio,
 //! or any number over HTTP), and stop every child process when the stdio host leaves or a
-//! signal arrives.
+//! signal arrives. Over HTTP a signal first drains the listener (see `drain_listener`).
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use manifold_catalog::{Catalog, UpstreamDef};
-use manifold_config::Config;
+use manifold_config::{Config, HttpSettings};
 use manifold_policy::Authenticator;
 use manifold_server::cache::Cache;
+use manifold_server::http::drain::Drain;
 use manifold_server::layer::Layer;
 use manifold_server::policy::{LimitLayer, Teams};
 use manifold_server::router::Parts;
 use manifold_server::{http, stdio, Router, Sessions};
 use manifold_upstream::{Hub, Isolation, Timing, UpstreamHandle};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// Loads and validates a config, including the name rules that span upstreams, with the pins
 /// of its `[pinning]` lock file (which must exist and parse when the section is there).
@@ -223,12 +225,14 @@ pub fn serve(
             stdio_team: config.server.team.clone(),
             cache,
         });
+        // Begun only by a signal while serving HTTP; the admin address's /readyz reads it too.
+        let drain = Drain::new();
         let admin = match config.server.admin {
-            Some(addr) => Some(serve_admin(&router, &config, addr)?),
+            Some(addr) => Some(serve_admin(&router, &config, addr, &drain)?),
             None => None,
         };
         let served = match http {
-            Some(addr) => serve_http(&router, &config, addr, tls).await,
+            Some(addr) => serve_http(&router, &config, addr, tls, &drain).await,
             None => serve_stdio(&router).await,
         };
         if let Some(admin) = admin {
@@ -245,15 +249,36 @@ pub fn serve(
     Ok(ExitCode::SUCCESS)
 }
 
+/// SIGTERM and SIGINT, watched from before serving starts.
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    fn watch() -> anyhow::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
+        })
+    }
+
+    /// The next signal's name.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
 /// Serves the one stdio host until it leaves or a signal arrives.
 async fn serve_stdio(router: &Arc<Router>) -> anyhow::Result<()> {
     let session = stdio::serve_stdio(Arc::clone(router)).context("cannot serve stdio")?;
-    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let mut signals = Signals::watch()?;
     tokio::select! {
         why = session.ended() => tracing::info!("host session ended ({why}); shutting down"),
-        _ = term.recv() => tracing::info!("SIGTERM; shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT; shutting down"),
+        which = signals.next() => tracing::info!("{which}; shutting down"),
     }
     Ok(())
 }
@@ -263,9 +288,10 @@ fn serve_admin(
     router: &Arc<Router>,
     config: &Config,
     addr: std::net::SocketAddr,
+    drain: &Arc<Drain>,
 ) -> anyhow::Result<actix_web::dev::ServerHandle> {
     let required = config.upstreams.iter().map(|u| u.required).collect();
-    let (server, bound) = http::serve_admin(Arc::clone(router), addr, required)
+    let (server, bound) = http::serve_admin(Arc::clone(router), addr, required, drain)
         .with_context(|| format!("cannot listen on {addr} (admin)"))?;
     tracing::info!("admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz");
     let handle = server.handle();
@@ -273,12 +299,13 @@ fn serve_admin(
     Ok(handle)
 }
 
-/// Serves hosts over HTTP until a signal arrives.
+/// Serves hosts over HTTP until a signal arrives, drains, and stops the listener.
 async fn serve_http(
     router: &Arc<Router>,
     config: &Config,
     addr: std::net::SocketAddr,
     tls: Option<http::tls::ServerConfig>,
+    drain: &Arc<Drain>,
 ) -> anyhow::Result<()> {
     let required = config.upstreams.iter().map(|u| u.required).collect();
     let auth = http::HttpAuth {
@@ -292,6 +319,7 @@ async fn serve_http(
         required,
         Some(auth),
         tls,
+        drain,
         &config.sessions,
     )
     .with_context(|| format!("cannot listen on {addr}"))?;
@@ -299,15 +327,101 @@ async fn serve_http(
         "listening on {bound}: Streamable HTTP at {scheme}://{bound}/mcp, HTTP+SSE at {scheme}://{bound}/sse"
     );
     let handle = server.handle();
-    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let mut signals = Signals::watch()?;
     let server = tokio::spawn(server);
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM; shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT; shutting down"),
-    }
-    // Open streams are not waited for.
-    handle.stop(false).await;
+    let which = signals.next().await;
+    tracing::info!("{which}; shutting down");
+    drain_listener(router, &config.server.http, drain, &mut signals).await;
+    // Answers already given are written out; open streams are not waited for (the server's
+    // shutdown timeout, a second, cuts them).
+    handle.stop(true).await;
     let _ = server.await;
     Ok(())
+}
+
+/// How the wait for requests in progress ended.
+enum Settled {
+    Drained,
+    Deadline(usize),
+    /// Another signal: stop now.
+    Hurried(&'static str),
+}
+
+/// The drain a signal starts while serving HTTP, so that a load balancer in front loses no
+/// request: `/readyz` fails at once while everything is still served for
+/// `server.drain_delay`; then new requests are refused (503, `Retry-After`) while those in
+/// progress get up to `server.drain_timeout` to finish; then every session ends, which answers
+/// what is still unanswered with an error while the listener can still deliver it. Another
+/// signal cuts the waits short.
+async fn drain_listener(
+    router: &Arc<Router>,
+    settings: &HttpSettings,
+    drain: &Drain,
+    signals: &mut Signals,
+) {
+    drain.begin();
+    let delay = settings.drain_delay;
+    tracing::info!(
+        "draining: readiness now fails; serving for {}",
+        in_text(delay)
+    );
+    let mut hurried = None;
+    if !delay.is_zero() {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            which = signals.next() => hurried = Some(which),
+        }
+    }
+    drain.refuse_new();
+    // A subscriptions/listen stream is a request that never finishes by itself: it gets its
+    // closing result now, and its host listens elsewhere.
+    router.close_listens();
+    let settled = match hurried {
+        Some(which) => Settled::Hurried(which),
+        None => {
+            let timeout = settings.drain_timeout;
+            tracing::info!(
+                "refusing new requests; waiting for {} in-flight (up to {})",
+                drain.pending(),
+                in_text(timeout)
+            );
+            let deadline = tokio::time::Instant::now() + timeout;
+            tokio::select! {
+                left = drain.settled(deadline) => match left {
+                    0 => Settled::Drained,
+                    n => Settled::Deadline(n),
+                },
+                which = signals.next() => Settled::Hurried(which),
+            }
+        }
+    };
+    match settled {
+        Settled::Drained => tracing::info!("drained"),
+        Settled::Deadline(n) => {
+            tracing::warn!("drain deadline reached with {n} requests unanswered");
+        }
+        Settled::Hurried(which) => tracing::warn!(
+            "{which} again: stopping now with {} requests unanswered",
+            drain.pending()
+        ),
+    }
+    for session in router.sessions().all() {
+        router.end_session(session.id(), "Manifold is shutting down");
+    }
+    // Requests without a session (the stateless era's) are answered by stopping the
+    // upstreams: what they still wait for fails at once.
+    let soon = tokio::time::Instant::now() + Duration::from_millis(200);
+    if drain.settled(soon).await > 0 {
+        stop_upstreams(router.upstreams()).await;
+    }
+}
+
+/// A setting's duration as it is written in the config (`"30s"`, `"1500ms"`).
+fn in_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
 }

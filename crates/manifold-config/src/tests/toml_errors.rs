@@ -336,6 +336,16 @@ fn http_server_settings_are_checked() {
             "server.session_queue_bytes",
             "at least 65536",
         ),
+        (
+            "drain_delay = \"5\"",
+            "server.drain_delay",
+            "not a duration",
+        ),
+        (
+            "drain_timeout = \"1.5s\"",
+            "server.drain_timeout",
+            "not a duration",
+        ),
     ];
     for (body, want_key, says) in cases {
         let (key, problem) = toml_err(&format!("[server]\n{body}\n"));

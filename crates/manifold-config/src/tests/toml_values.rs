@@ -251,6 +251,8 @@ sse_keepalive_ms = 2000
 max_sessions = 5
 max_requests_per_session = 6
 replay_events = 7
+drain_delay = "5s"
+drain_timeout = "1500ms"
 
 [upstreams.remote]
 url = "https://example.com/${HOME}/mcp"
@@ -279,6 +281,10 @@ url = "http://127.0.0.1:9000/mcp"
     );
     assert_eq!(h.session_idle_timeout, Duration::from_millis(1000));
     assert_eq!(h.keepalive, Duration::from_millis(2000));
+    assert_eq!(
+        (h.drain_delay, h.drain_timeout),
+        (Duration::from_secs(5), Duration::from_millis(1500))
+    );
     let remote = http(&config, 1);
     assert_eq!(remote.url, "https://example.com//home/me/mcp");
     assert_eq!(remote.kind, crate::HttpKind::Sse);
@@ -295,6 +301,11 @@ url = "http://127.0.0.1:9000/mcp"
     assert_eq!(defaults.listen, None);
     assert_eq!(defaults.workers, 2);
     assert_eq!(defaults.max_sessions, 4096);
+    // A signal stops a local Manifold as soon as what it is doing is done.
+    assert_eq!(defaults.drain_delay, Duration::ZERO);
+    assert_eq!(defaults.drain_timeout, Duration::from_secs(30));
+    let none = toml("[server]\ndrain_delay = \"0s\"\ndrain_timeout = \"0s\"\n").unwrap();
+    assert!(none.server.http.drain_delay.is_zero() && none.server.http.drain_timeout.is_zero());
 }
 
 #[test]

@@ -12,11 +12,14 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use manifold_catalog::UpstreamState;
 use manifold_config::{KeyHash, ServerSettings};
 
+use super::drain::{Drain, Phase};
 use crate::router::Router;
 
 /// What the admin handlers read.
 pub(super) struct Admin {
     router: Arc<Router>,
+    /// Once it has begun, `/readyz` fails whatever the upstreams.
+    drain: Arc<Drain>,
     /// Which upstreams `/readyz` waits for (by index).
     required: Vec<bool>,
     /// Whether `/readyz` names each upstream and its state: on the admin address only, so
@@ -69,23 +72,27 @@ pub(super) fn data(
     required: Vec<bool>,
     detail: bool,
     metrics: MetricsAccess,
+    drain: &Arc<Drain>,
 ) -> web::Data<Admin> {
     web::Data::new(Admin {
         router,
+        drain: Arc::clone(drain),
         required,
         detail,
         metrics,
     })
 }
 
-/// Serves the admin endpoints alone on `addr` (one worker: scrapes and probes are rare).
+/// Serves the admin endpoints alone on `addr` (one worker: scrapes and probes are rare);
+/// `/readyz` fails once `drain` has begun.
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
     required: Vec<bool>,
+    drain: &Arc<Drain>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let metrics = MetricsAccess::on_admin(router.settings());
-    let admin = data(router, required, true, metrics);
+    let admin = data(router, required, true, metrics, drain);
     let server = HttpServer::new(move || App::new().app_data(admin.clone()).configure(routes))
         .workers(1)
         .keep_alive(Duration::from_secs(75))
@@ -100,8 +107,9 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok\n")
 }
 
-/// 200 when every upstream marked `required` is up, else 503. The body counts upstreams;
-/// on the admin address it also lists each one with its state.
+/// 200 when every upstream marked `required` is up, else 503; 503 in any case once the
+/// process drains (`"draining": true`). The body counts upstreams; on the admin address it
+/// also lists each one with its state.
 async fn readyz(admin: web::Data<Admin>) -> HttpResponse {
     let catalog = admin.router.hub().catalog();
     let (mut required_up, mut required_total, mut up) = (0, 0, 0);
@@ -125,9 +133,11 @@ async fn readyz(admin: web::Data<Admin>) -> HttpResponse {
             );
         }
     }
-    let ready = required_up == required_total;
+    let draining = admin.drain.phase() != Phase::Serving;
+    let ready = required_up == required_total && !draining;
     let mut body = serde_json::json!({
         "ready": ready,
+        "draining": draining,
         "up": up,
         "total": catalog.defs().len(),
         "required": { "up": required_up, "total": required_total },

@@ -12,6 +12,7 @@
 
 mod admin;
 mod admission;
+pub mod drain;
 mod legacy;
 mod peer;
 pub mod shared;
@@ -76,13 +77,15 @@ pub struct HttpAuth {
 /// Binds `addr` and returns the server, ready to be awaited (it runs on the current actix
 /// system), and the address it bound (the port, when 0 was asked for). With `tls` (made by
 /// [`tls::server_config`]) it serves HTTPS, HTTP/2 or HTTP/1.1 as the host's ALPN offer
-/// says; without it, plain HTTP/1.1.
+/// says; without it, plain HTTP/1.1. `drain` says when readiness fails and new work is
+/// refused (see [`drain`]).
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
     required: Vec<bool>,
     auth: Option<HttpAuth>,
     tls: Option<tls::ServerConfig>,
+    drain: &Arc<drain::Drain>,
     sessions: &SessionStore,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
@@ -93,6 +96,7 @@ pub fn serve(
     };
     let metrics = admin::MetricsAccess::on_listener(router.settings(), auth.is_some());
     let origins = admission::Origins::new(&settings.allowed_origins);
+    let gate = drain::Gate::new(drain, router.settings().max_message_bytes);
     let streams = Arc::new(streams::Registry::default());
     let store = match sessions {
         SessionStore::Memory => None,
@@ -111,35 +115,37 @@ pub fn serve(
         store: store.clone(),
     });
     let store_for_sweeper = store;
-    let admin = admin::data(Arc::clone(&router), required, false, metrics);
+    let admin = admin::data(Arc::clone(&router), required, false, metrics, drain);
     let server = HttpServer::new(move || {
         // Every method an MCP endpoint serves is wrapped, preflight included; what no route
-        // serves gets its 405 as it is, origin or not.
+        // serves gets its 405 as it is, origin or not. Inside the origin check, the drain's
+        // gate (so that a browser may read its refusal).
         let options = || {
             web::method(Method::OPTIONS)
                 .to(preflight)
                 .wrap(origins.clone())
         };
+        let mcp = |route: actix_web::Route| route.wrap(gate.clone()).wrap(origins.clone());
         App::new()
             .app_data(shared.clone())
             .app_data(admin.clone())
             .service(
                 web::resource("/mcp")
-                    .route(web::post().to(streamable::post).wrap(origins.clone()))
-                    .route(web::get().to(streamable::get).wrap(origins.clone()))
-                    .route(web::delete().to(streamable::delete).wrap(origins.clone()))
+                    .route(mcp(web::post().to(streamable::post)))
+                    .route(mcp(web::get().to(streamable::get)))
+                    .route(mcp(web::delete().to(streamable::delete)))
                     .route(options())
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/sse")
-                    .route(web::get().to(legacy::open).wrap(origins.clone()))
+                    .route(mcp(web::get().to(legacy::open)))
                     .route(options())
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/messages")
-                    .route(web::post().to(legacy::post).wrap(origins.clone()))
+                    .route(mcp(web::post().to(legacy::post)))
                     .route(options())
                     .default_service(web::to(method_not_allowed)),
             )
@@ -386,18 +392,7 @@ fn refuse_request(e: &RouteError, body: &[u8]) -> HttpResponse {
         .as_ref()
         .and_then(|env| env.id)
         .filter(|id| manifold_protocol::envelope::is_valid_id(id));
-    let mut out = Vec::new();
-    write::error_response(&mut out, id, &e.to_error_object());
-    if out.last() == Some(&b'\n') {
-        out.pop();
-    }
-    let status = e
-        .http_status()
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .unwrap_or(StatusCode::BAD_REQUEST);
-    HttpResponse::build(status)
-        .content_type("application/json")
-        .body(out)
+    refusal(e, id)
 }
 
 /// What a session's streams may hold unread before the session is ended: twice
@@ -443,8 +438,13 @@ async fn read_body(mut payload: web::Payload, max: usize) -> Result<Bytes, HttpR
 /// The HTTP answer refusing a request: the status and `Retry-After` the error says, and a
 /// body that is its JSON-RPC error without id, as the spec suggests.
 fn refuse(e: &RouteError) -> HttpResponse {
+    refusal(e, None)
+}
+
+/// [`refuse`] with the id of the request refused, if known.
+fn refusal(e: &RouteError, id: Option<&str>) -> HttpResponse {
     let mut body = Vec::new();
-    write::error_response(&mut body, None, &e.to_error_object());
+    write::error_response(&mut body, id, &e.to_error_object());
     if body.last() == Some(&b'\n') {
         body.pop();
     }
