@@ -51,6 +51,9 @@ cargo test --workspace --locked
 step "install interop peers (PyPI: mcp, mcp-server-time; npm: server-everything)"
 bash tests/interop/install.sh
 
+step "deployment kit: Dockerfile, Kubernetes manifests, Prometheus and Grafana config (offline; tools into .venv)"
+MANIFOLD_BIN="$PWD/target/debug/manifold" bash tests/deploy/check.sh
+
 step "interop: official Python SDK client against Manifold fronting real servers, stdio and HTTP"
 MANIFOLD_BIN="$PWD/target/debug/manifold" .venv/bin/python -m pytest tests/interop -q
 
