@@ -61,7 +61,7 @@ def redis(tmp: Path) -> Iterator[Redis]:
 
 @pytest.fixture(scope="module")
 def fixture(tmp: Path) -> Iterator[Fixture]:
-    f = Fixture(tmp, "--client-tools")
+    f = Fixture(tmp, "--client-tools", "--tasks")
     try:
         yield f
     finally:
@@ -542,5 +542,38 @@ async def test_a_rolling_restart_with_sigterm_fails_no_request(tmp: Path, fixtur
         print(f"\nrolling restart of 3 replicas with SIGTERM under load: {ok[0]} calls answered, {len(failed)} failed")
         assert failed == [], failed[:5]
         assert ok[0] > 100
+    finally:
+        c.stop()
+
+
+async def test_a_task_is_served_by_the_replica_that_runs_it_whichever_replica_is_asked(
+    tmp: Path, fixture: Fixture, redis: Redis
+):
+    # Direct to the replicas, to choose: the session opened on 1, the task created on 2, then
+    # followed from 3 and 1; its status and result come from 2, where the upstream runs it.
+    c = cluster(tmp, fixture, redis, store="redis", sticky=True)
+    r1, r2, r3 = (f"http://127.0.0.1:{p}/mcp" for p in c.ports)
+    try:
+        with httpx2.Client() as client:
+            sid = open_session(client, r1)
+            call = {
+                "jsonrpc": "2.0",
+                "id": "t",
+                "method": "tools/call",
+                "params": {"name": "fx__sleep", "arguments": {"ms": 400}, "task": {"ttl": 60000}},
+            }
+            created = post(client, r2, sid, call)
+            assert created.status_code == 200, created.text
+            task = created.json()["result"]["task"]["taskId"]
+            for k, url in enumerate([r3, r1, r3]):
+                got = post(client, url, sid, {"jsonrpc": "2.0", "id": k, "method": "tasks/get", "params": {"taskId": task}})
+                assert got.status_code == 200, got.text
+                assert got.json()["result"]["taskId"] == task, got.text
+            result = post(client, r3, sid, {"jsonrpc": "2.0", "id": "r", "method": "tasks/result", "params": {"taskId": task}})
+            assert "slept 400" in result.text, result.text
+            # Another session may not follow it, from any replica.
+            other = open_session(client, r3)
+            refused = post(client, r3, other, {"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": {"taskId": task}})
+            assert "error" in refused.json() and "unknown task" in refused.text, refused.text
     finally:
         c.stop()

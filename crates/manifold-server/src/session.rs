@@ -105,6 +105,8 @@ pub struct Session {
 pub trait Relay: Send + Sync {
     /// The session's log level or subscriptions changed on this replica.
     fn changed(&self, session: &Session);
+    /// A task the session created on this replica (its exposed id).
+    fn task_created(&self, session: &Session, task: &str);
     /// The host answered, here, a request another replica sent it: passes `message` (the
     /// whole answer) on to that replica; false if `id` names no other replica.
     fn answer_elsewhere(&self, session: &Session, id: &str, message: Vec<u8>) -> bool;

@@ -61,22 +61,27 @@ impl Tasks {
     }
 
     /// A result that may carry a task (a task-augmented `tools/call`): its id exposed and
-    /// recorded as the session's.
-    pub(crate) fn created(&self, result: &str, prefix: &str, session: u64) -> Option<String> {
+    /// recorded as the session's. Returns the result and the task's exposed id.
+    pub(crate) fn created(
+        &self,
+        result: &str,
+        prefix: &str,
+        session: u64,
+    ) -> Option<(String, String)> {
         let mut obj = RawObject::parse(result).ok()?;
         if obj.get("task").is_none() && obj.get_str("resultType").is_some_and(|t| t == "task") {
             // The tasks extension's handle (a stateless upstream's): the task at the top.
             let exposed = uri::expose(prefix, &obj.get_str("taskId")?);
             self.record(&exposed, session);
             obj.set_str("taskId", &exposed);
-            return Some(obj.to_text());
+            return Some((obj.to_text(), exposed));
         }
         let mut task = RawObject::parse(obj.get("task")?).ok()?;
         let exposed = uri::expose(prefix, &task.get_str("taskId")?);
         self.record(&exposed, session);
         task.set_str("taskId", &exposed);
         obj.set_raw("task", task.to_text());
-        Some(obj.to_text())
+        Some((obj.to_text(), exposed))
     }
 }
 
@@ -133,8 +138,9 @@ mod tests {
     fn created_tasks_get_exposed_ids_and_an_owner() {
         let tasks = Tasks::default();
         let r = r#"{"task":{"taskId":"t-1","status":"working","ttl":null,"createdAt":"x","lastUpdatedAt":"x"}}"#;
-        let out = tasks.created(r, "ev", 7).unwrap();
+        let (out, task) = tasks.created(r, "ev", 7).unwrap();
         assert!(out.contains(r#""taskId":"ev+t-1""#), "{out}");
+        assert_eq!(task, "ev+t-1");
         assert_eq!(tasks.owner("ev+t-1"), Some(7));
         tasks.forget(7);
         assert_eq!(tasks.owner("ev+t-1"), None);

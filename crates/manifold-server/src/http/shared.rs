@@ -21,12 +21,14 @@
 //! a request:
 //! - `{p}:session:{token}`: a hash (`team`, `caller`, `version`, `capabilities`, `info`,
 //!   `level`, `home`); `{p}:session:{token}:subs`: a set of exposed URIs;
-//!   `{p}:session:{token}:events`: the stream.
+//!   `{p}:session:{token}:tasks`: the exposed ids of its tasks; `{p}:session:{token}:events`:
+//!   the stream.
 //! - `{p}:replica:{id}`: a replica's liveness; `{p}:replicas`: the replicas known;
 //!   `{p}:homes:{id}`: the sessions a replica is home to.
 //!
 //! Channels: `{p}:sessions` (`end`, `refresh` and `moved`, for every replica) and
-//! `{p}:to:{id}` (answers for one replica).
+//! `{p}:to:{id}` (for one replica: a host's answer to its request, a request of a task it runs,
+//! and the answer to a request it had another replica serve).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -80,6 +82,14 @@ pub struct Store {
     touched: Mutex<HashMap<Box<str>, Instant>>,
     /// Failures logged at most once per interval.
     last_failure_log: Mutex<Option<Instant>>,
+    /// Requests this replica had another one serve, waiting for their answers.
+    calls: Mutex<Calls>,
+}
+
+#[derive(Default)]
+struct Calls {
+    next: u64,
+    waiting: HashMap<u64, tokio::sync::oneshot::Sender<Bytes>>,
 }
 
 /// Writes done in order by one task, off the paths that serve requests.
@@ -98,6 +108,10 @@ enum Write {
         replica: String,
         message: Vec<u8>,
     },
+    /// The session created a task (its exposed id).
+    Task { token: Box<str>, task: String },
+    /// A request for another replica, or the answer to one (`call` and `reply` messages).
+    Call { replica: String, message: Vec<u8> },
     /// The session's keys live on (a request came).
     Touch { token: Box<str> },
 }
@@ -144,6 +158,7 @@ impl Store {
             writes,
             touched: Mutex::new(HashMap::new()),
             last_failure_log: Mutex::new(None),
+            calls: Mutex::new(Calls::default()),
         });
         let rt = router.runtime();
         rt.spawn(Arc::clone(&store).write_loop(rx));
@@ -163,6 +178,10 @@ impl Store {
 
     fn subs_key(&self, token: &str) -> String {
         format!("{}:session:{token}:subs", self.prefix)
+    }
+
+    fn tasks_key(&self, token: &str) -> String {
+        format!("{}:session:{token}:tasks", self.prefix)
     }
 
     fn events_key(&self, token: &str) -> String {
@@ -385,6 +404,93 @@ impl Store {
         }
     }
 
+    /// The replica that runs `task` of a shared session, when it is another one: a task
+    /// lives in the upstream connection of the replica that created it, so its requests are
+    /// served there. The creating replica records it a moment after answering, so a task not
+    /// found is looked for once more shortly after.
+    pub async fn task_elsewhere(&self, session: &Session, task: &str) -> Option<String> {
+        let token = session.token()?;
+        let router = self.router.upgrade()?;
+        for attempt in 0..2 {
+            if router.owns_task(session.id(), task) {
+                return None;
+            }
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let mut conn = self.conn.clone();
+            let replica: Result<Option<String>, _> = redis::cmd("HGET")
+                .arg(self.tasks_key(token))
+                .arg(task)
+                .query_async(&mut conn)
+                .await;
+            match replica {
+                Ok(Some(replica)) if replica != *self.replica => return Some(replica),
+                Ok(Some(_)) => return None,
+                Ok(None) => {}
+                Err(e) => {
+                    self.failed("reading a session's tasks", &e);
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Has `replica` serve `body` (a request of `session`'s) and returns its answer: a
+    /// JSON-RPC error if the replica does not answer within the request timeout (it stopped,
+    /// and the task with it).
+    pub async fn forward(&self, session: &Session, replica: &str, body: &[u8]) -> Bytes {
+        let token = session.token().unwrap_or_default();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let call = {
+            let mut calls = self
+                .calls
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            calls.next += 1;
+            let call = calls.next;
+            calls.waiting.insert(call, tx);
+            call
+        };
+        let mut message = format!("call {token} {} {call}\n", self.replica).into_bytes();
+        message.extend_from_slice(body);
+        let _ = self.writes.send(Write::Call {
+            replica: replica.to_owned(),
+            message,
+        });
+        let timeout = self
+            .router
+            .upgrade()
+            .map_or(Duration::from_secs(60), |r| r.settings().request_timeout);
+        let answer = tokio::time::timeout(timeout, rx).await;
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .waiting
+            .remove(&call);
+        match answer {
+            Ok(Ok(answer)) => answer,
+            _ => {
+                let id = manifold_protocol::Envelope::decode(body)
+                    .ok()
+                    .and_then(|env| env.id.map(str::to_owned))
+                    .unwrap_or_else(|| "null".to_owned());
+                let mut out = Vec::new();
+                let error = manifold_protocol::ErrorObject::new(
+                    manifold_protocol::codes::INTERNAL_ERROR,
+                    "the replica running this task did not answer (it may have stopped, and \
+                     the task with it)",
+                );
+                manifold_protocol::write::error_response(&mut out, Some(&id), &error);
+                if out.last() == Some(&b'\n') {
+                    out.pop();
+                }
+                Bytes::from(out)
+            }
+        }
+    }
+
     /// Whether the store still holds the session (its keys have not expired).
     pub async fn exists(&self, token: &str) -> bool {
         let mut conn = self.conn.clone();
@@ -411,6 +517,7 @@ impl Store {
         pipe.cmd("DEL")
             .arg(self.key(token))
             .arg(self.subs_key(token))
+            .arg(self.tasks_key(token))
             .arg(self.events_key(token))
             .ignore()
             .cmd("PUBLISH")
@@ -642,10 +749,26 @@ impl Store {
                         .arg(text)
                         .ignore();
                 }
+                Write::Task { token, task } => {
+                    let key = self.tasks_key(&token);
+                    pipe.cmd("HSET")
+                        .arg(&key)
+                        .arg(task)
+                        .arg(&*self.replica)
+                        .ignore();
+                    pipe.cmd("PEXPIRE").arg(&key).arg(self.ttl_ms()).ignore();
+                }
+                Write::Call { replica, message } => {
+                    pipe.cmd("PUBLISH")
+                        .arg(self.inbox(&replica))
+                        .arg(message)
+                        .ignore();
+                }
                 Write::Touch { token } => {
                     for key in [
                         self.key(&token),
                         self.subs_key(&token),
+                        self.tasks_key(&token),
                         self.events_key(&token),
                     ] {
                         pipe.cmd("PEXPIRE").arg(key).arg(self.ttl_ms()).ignore();
@@ -710,8 +833,29 @@ impl Store {
             return;
         };
         let from = words.next().unwrap_or_default();
-        let Some(session) = router.sessions().by_token(token) else {
+        if kind == "reply" {
+            // `reply {call}`: the answer to a request another replica served for this one.
+            let call: Option<u64> = token.parse().ok();
+            let waiting = call.and_then(|call| {
+                self.calls
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .waiting
+                    .remove(&call)
+            });
+            if let Some(tx) = waiting {
+                let _ = tx.send(Bytes::copy_from_slice(rest));
+            }
             return;
+        }
+        let session = match router.sessions().by_token(token) {
+            Some(session) => session,
+            // A request for a session this replica no longer holds a copy of.
+            None if kind == "call" => match self.adopt(token).await {
+                Some(session) => session,
+                None => return,
+            },
+            None => return,
         };
         match kind {
             "end" => router.end_session(session.id(), "the host ended the session"),
@@ -734,6 +878,25 @@ impl Store {
                 Ok(None) => {}
                 Err(e) => self.failed("reading a session", &e),
             },
+            "call" => {
+                // `call {token} {from} {call}`: serve it here, answer to `from`.
+                let Some(call) = words.next().and_then(|c| c.parse::<u64>().ok()) else {
+                    return;
+                };
+                let origin = Origin {
+                    session: Some(Arc::clone(&session)),
+                    outlet: Arc::new(ReplyOutlet {
+                        store: Arc::clone(self),
+                        replica: from.to_owned(),
+                        call,
+                    }),
+                    trace: None,
+                    caller: None,
+                    owner: 0,
+                    asked: None,
+                };
+                router.handle_line(&origin, rest);
+            }
             "answer" => {
                 let origin = Origin {
                     session: Some(Arc::clone(&session)),
@@ -951,6 +1114,30 @@ impl Outlet for SharedOutlet {
     }
 }
 
+/// The answer to a request another replica had this one serve: back to it.
+struct ReplyOutlet {
+    store: Arc<Store>,
+    replica: String,
+    call: u64,
+}
+
+impl Outlet for ReplyOutlet {
+    fn answer(&self, parts: &[&[u8]]) {
+        let mut message = format!("reply {}\n", self.call).into_bytes();
+        message.extend_from_slice(&super::streams::message(
+            parts,
+            manifold_telemetry::HostTransport::Http,
+        ));
+        let _ = self.store.writes.send(Write::Call {
+            replica: self.replica.clone(),
+            message,
+        });
+    }
+
+    /// Progress and other messages of the request stay here: the answer is what travels.
+    fn notify(&self, _parts: &[&[u8]]) {}
+}
+
 struct SessionRelay {
     store: Arc<Store>,
     token: Box<str>,
@@ -962,6 +1149,13 @@ impl Relay for SessionRelay {
             token: self.token.clone(),
             level: session.log_level(),
             subs: session.subscriptions(),
+        });
+    }
+
+    fn task_created(&self, _session: &Session, task: &str) {
+        let _ = self.store.writes.send(Write::Task {
+            token: self.token.clone(),
+            task: task.to_owned(),
         });
     }
 
@@ -990,7 +1184,10 @@ mod tests {
 
     #[test]
     fn request_ids_name_the_replica_that_sent_them() {
-        assert_eq!(replica_of("\"mf-0a1b2c3d4e5f6071-12\""), Some("0a1b2c3d4e5f6071"));
+        assert_eq!(
+            replica_of("\"mf-0a1b2c3d4e5f6071-12\""),
+            Some("0a1b2c3d4e5f6071")
+        );
         // Ids of a session no store shares, and anything else, name none.
         assert_eq!(replica_of("\"mf-12\""), None);
         assert_eq!(replica_of("\"mf--12\""), None);

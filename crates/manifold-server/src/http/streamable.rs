@@ -58,6 +58,15 @@ async fn handle_post(
     session.touch();
     if let (Some(store), Some(token)) = (&shared.store, session.token()) {
         store.touch(token);
+        // A task lives where it was created: its requests are served there.
+        if let Some(task) = task_of(body) {
+            if let Some(replica) = store.task_elsewhere(&session, &task).await {
+                let answer = store.forward(&session, &replica, body).await;
+                return HttpResponse::Ok()
+                    .content_type("application/json")
+                    .body(answer);
+            }
+        }
     }
     let Some(streams) = shared.streams.get(session.id()) else {
         return not_found();
@@ -326,6 +335,17 @@ fn with_session_header(mut response: HttpResponse, session: Option<&Arc<Session>
 fn stateless_version(req: &HttpRequest) -> Option<&'static str> {
     let text = req.headers().get(super::VERSION_HEADER)?.to_str().ok()?;
     version::known(text).filter(|v| version::era_of(v) == Some(version::Era::Stateless))
+}
+
+/// The task a `tasks/get`, `tasks/result` or `tasks/cancel` request names, if the body is one.
+fn task_of(body: &[u8]) -> Option<String> {
+    memchr::memmem::find(body, b"\"tasks/")?;
+    let env = Envelope::decode_host(body).ok()?;
+    if !env.method.as_deref()?.starts_with("tasks/") {
+        return None;
+    }
+    let params = manifold_protocol::RawObject::parse(env.params?).ok()?;
+    params.get_str("taskId").map(|t| t.into_owned())
 }
 
 fn is_initialize(body: &[u8]) -> bool {

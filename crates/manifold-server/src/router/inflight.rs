@@ -381,6 +381,15 @@ impl Inflight {
             "tools/call" => {
                 tasks
                     .created(result, prefix, ctx.task_owner())
+                    .map(|(created, task)| {
+                        // A session shared by replicas: the others learn the task is its.
+                        if let Some(session) = &ctx.session {
+                            if let Some(relay) = session.relay() {
+                                relay.task_created(session, &task);
+                            }
+                        }
+                        created
+                    })
                     .map(|created| match ctx.is_stateless() {
                         // The tasks extension's shape, for a stateless host.
                         true => tasks::extension_created(&created).unwrap_or(created),

@@ -175,6 +175,11 @@ impl Router {
         &self.hub
     }
 
+    /// Whether the session (this replica's copy) owns the task.
+    pub(crate) fn owns_task(&self, session: u64, task: &str) -> bool {
+        self.tasks.owner(task) == Some(session)
+    }
+
     pub fn sessions(&self) -> &Arc<Sessions> {
         &self.sessions
     }
