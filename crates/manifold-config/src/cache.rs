@@ -1,18 +1,23 @@
-//! Result caching: `[cache]` (the global byte budget) and, on an upstream, `cache` (its
-//! read-only tools), `tool_cache.TOOL` (one tool, whatever its hints) and `resource_cache`
-//! (its resource reads).
+//! Result caching: `[cache]` (the global byte budget, and where entries are shared: this
+//! process only, or every replica through Redis) and, on an upstream, `cache` (its read-only
+//! tools), `tool_cache.TOOL` (one tool, whatever its hints) and `resource_cache` (its
+//! resource reads).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::error::child;
 use crate::validate::Ctx;
-use crate::{ConfigError, Isolation, UpstreamConfig};
+use crate::{redact_url, ConfigError, Isolation, UpstreamConfig};
 
 pub(crate) const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 pub(crate) const DEFAULT_MAX_ARGUMENT_BYTES: u64 = 16 * 1024;
+/// A cache lookup waits no longer than this on Redis before the call goes upstream.
+pub(crate) const DEFAULT_REDIS_TIMEOUT_MS: u64 = 100;
+pub(crate) const DEFAULT_KEY_PREFIX: &str = "manifold";
 
 /// `[cache]`: what every cache shares.
 #[derive(Clone, Debug)]
@@ -21,6 +26,8 @@ pub struct CacheSettings {
     pub max_bytes: u64,
     /// Calls whose arguments (in canonical form) are longer are never cached.
     pub max_argument_bytes: usize,
+    /// Where entries live besides this process's memory.
+    pub backend: CacheBackend,
 }
 
 impl Default for CacheSettings {
@@ -28,7 +35,40 @@ impl Default for CacheSettings {
         Self {
             max_bytes: DEFAULT_MAX_BYTES,
             max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES as usize,
+            backend: CacheBackend::Memory,
         }
+    }
+}
+
+/// `[cache] backend`.
+#[derive(Clone, Debug, Default)]
+pub enum CacheBackend {
+    /// Entries are this process's own.
+    #[default]
+    Memory,
+    /// Entries are also kept in Redis, behind the memory of each process, and shared by every
+    /// replica using the same Redis and key prefix.
+    Redis(CacheRedis),
+}
+
+/// `[cache] redis_url`, `redis_timeout_ms` and `key_prefix`.
+#[derive(Clone)]
+pub struct CacheRedis {
+    /// `redis://[user:password@]host:port[/db]` (or `rediss://`).
+    pub url: String,
+    /// How long a lookup, a store or an invalidation may wait on Redis.
+    pub timeout: Duration,
+    /// Prefix of every key and channel the cache uses.
+    pub key_prefix: String,
+}
+
+impl fmt::Debug for CacheRedis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheRedis")
+            .field("url", &redact_url(&self.url))
+            .field("timeout", &self.timeout)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
     }
 }
 
@@ -91,6 +131,10 @@ pub enum CacheScope {
 pub(crate) struct RawCacheSettings {
     max_bytes: Option<RawBytes>,
     max_argument_bytes: Option<RawBytes>,
+    backend: Option<String>,
+    redis_url: Option<String>,
+    redis_timeout_ms: Option<u64>,
+    key_prefix: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,7 +180,67 @@ pub(crate) fn settings(ctx: &Ctx<'_>, raw: RawCacheSettings) -> Result<CacheSett
         max_bytes,
         max_argument_bytes: usize::try_from(max_argument_bytes)
             .map_err(|_| ctx.err("cache.max_argument_bytes", "is too large"))?,
+        backend: backend(ctx, &raw)?,
     })
+}
+
+/// `backend` and the keys that only the Redis backend reads.
+fn backend(ctx: &Ctx<'_>, raw: &RawCacheSettings) -> Result<CacheBackend, ConfigError> {
+    match raw.backend.as_deref() {
+        None | Some("memory") => {
+            let redis_only = [
+                ("cache.redis_url", raw.redis_url.is_some()),
+                ("cache.redis_timeout_ms", raw.redis_timeout_ms.is_some()),
+                ("cache.key_prefix", raw.key_prefix.is_some()),
+            ];
+            match redis_only.into_iter().find(|(_, set)| *set) {
+                Some((key, _)) => Err(ctx.err(key, "is set but cache.backend is not \"redis\"")),
+                None => Ok(CacheBackend::Memory),
+            }
+        }
+        Some("redis") => {
+            let url = raw.redis_url.as_deref().ok_or_else(|| {
+                ctx.err(
+                    "cache.redis_url",
+                    "is required with backend = \"redis\" (e.g. \"redis://127.0.0.1:6379\")",
+                )
+            })?;
+            let url = ctx.interpolate("cache.redis_url", url)?;
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err(ctx.err(
+                    "cache.redis_url",
+                    format!("{:?} is not a redis:// URL", redact_url(&url)),
+                ));
+            }
+            let timeout = raw.redis_timeout_ms.unwrap_or(DEFAULT_REDIS_TIMEOUT_MS);
+            if timeout == 0 {
+                return Err(ctx.err("cache.redis_timeout_ms", "must be greater than 0"));
+            }
+            let key_prefix = raw
+                .key_prefix
+                .clone()
+                .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
+            if key_prefix.is_empty()
+                || key_prefix
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(ctx.err(
+                    "cache.key_prefix",
+                    format!("{key_prefix:?} is not a prefix: use a non-empty text without spaces"),
+                ));
+            }
+            Ok(CacheBackend::Redis(CacheRedis {
+                url,
+                timeout: Duration::from_millis(timeout),
+                key_prefix,
+            }))
+        }
+        Some(other) => Err(ctx.err(
+            "cache.backend",
+            format!("{other:?} is not a backend; use \"memory\" or \"redis\""),
+        )),
+    }
 }
 
 pub(crate) fn upstream(

@@ -28,7 +28,8 @@ mod validate;
 mod tests;
 
 pub use cache::{
-    parse_bytes, parse_duration, CacheRule, CacheScope, CacheSettings, UpstreamCaches,
+    parse_bytes, parse_duration, CacheBackend, CacheRedis, CacheRule, CacheScope, CacheSettings,
+    UpstreamCaches,
 };
 pub use command::resolve_command;
 pub use glob::glob_match;
