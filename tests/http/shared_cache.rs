@@ -1,9 +1,10 @@
 //! The result cache shared by replicas through a real Redis (`[cache] backend = "redis"`):
 //! several `manifold serve --listen` processes, one `redis-server` started for the test, and
 //! either one fixture over HTTP that every replica reaches (an answer stored through one
-//! replica is a hit on the others; a team's entry never serves another team; a resource
-//! update heard by the replicas holding it reaches one that does not; Redis down or frozen
-//! costs nothing but the sharing) or a fixture process per replica, as stdio upstreams are
+//! replica is a hit on the others; identical calls at once on one replica make one lookup and
+//! one upstream call; a team's entry never serves another team; a resource update heard by
+//! the replicas holding it reaches one that does not; Redis down or frozen costs nothing but
+//! the sharing) or a fixture process per replica, as stdio upstreams are
 //! (a catalog change only one replica sees drops the others' entries, memory included).
 //! Whether an upstream was reached is read from the fixture's own `call_count`.
 
@@ -200,6 +201,56 @@ fn an_answer_cached_through_one_replica_is_a_hit_on_the_others() {
         .parse()
         .unwrap();
     assert!((1..=60_000).contains(&ttl), "PTTL {ttl}");
+}
+
+/// How many times Redis was asked to run a script it holds (`EVALSHA`; the tests' own
+/// scripts are sent with `EVAL`).
+fn scripts_run(redis: &RedisServer) -> u64 {
+    let info = redis.command(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|l| {
+            let (name, fields) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            (name == "evalsha").then_some(())?;
+            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            calls.trim().parse::<u64>().ok()
+        })
+        .sum()
+}
+
+#[test]
+fn identical_calls_at_once_on_one_replica_make_one_lookup_and_one_upstream_call() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix("coalesced");
+    let fixture = http_fixture();
+    let rest = format!(
+        "{}[upstreams.fx.tool_cache.sleep]\nttl = \"60s\"\n",
+        http_upstream(&fixture)
+    );
+    let server = Server::start(&config(&redis, &prefix, 2000, &rest));
+    let mut hosts: Vec<Host> = (0..4).map(|_| server.ready_host()).collect();
+    // Redis learns the scripts (lookup, store) on a first call.
+    echo(&mut hosts[0], "warm-up");
+    stored(&redis, &format!("{prefix}:cache:*"), 1);
+    let before = scripts_run(&redis);
+    let start = std::sync::Barrier::new(hosts.len());
+    std::thread::scope(|s| {
+        for host in &mut hosts {
+            let start = &start;
+            s.spawn(move || {
+                start.wait();
+                let r = host.call("fx__sleep", json!({"ms": 500}));
+                assert_eq!(text_of(&r), "slept 500", "{r}");
+            });
+        }
+    });
+    assert_eq!(
+        count(&mut hosts[0], "tool:sleep"),
+        1,
+        "identical calls were not coalesced"
+    );
+    stored(&redis, &format!("{prefix}:cache:*"), 2);
+    // One lookup and one store, for the four calls.
+    assert_eq!(scripts_run(&redis) - before, 2);
 }
 
 #[test]
