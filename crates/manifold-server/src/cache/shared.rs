@@ -152,6 +152,17 @@ struct Upstream {
 
 const UNKNOWN: u64 = u64::MAX;
 
+impl Upstream {
+    /// Generation `gen` is known, with what this replica held before it dropped.
+    fn raise_seen(&self, gen: u64) {
+        let _ = self
+            .seen
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s == UNKNOWN || s < gen).then_some(gen)
+            });
+    }
+}
+
 /// Changes this replica saw that Redis has not been told of yet. Each request is numbered;
 /// one that came while an increment was under way is made again.
 #[derive(Default)]
@@ -315,17 +326,18 @@ impl Shared {
                 invocation.invoke_async(&mut conn).await
             })
             .await?;
-        let Value::Array(items) = &value else {
-            return self.unexpected(StoreOp::Lookup, &value);
+        let mut items = match value {
+            Value::Array(items) if !items.is_empty() => items.into_iter(),
+            other => return self.unexpected(StoreOp::Lookup, &other),
         };
-        let gens = match items.first() {
-            Some(Value::BulkString(g)) => String::from_utf8_lossy(g).into(),
-            Some(Value::SimpleString(g)) => g.as_str().into(),
-            _ => return self.unexpected(StoreOp::Lookup, &value),
+        let gens = match items.next() {
+            Some(Value::BulkString(g)) => String::from_utf8_lossy(&g).into(),
+            Some(Value::SimpleString(g)) => g.into(),
+            other => return self.unexpected(StoreOp::Lookup, &other),
         };
-        let found = match (items.get(1), items.get(2)) {
-            (Some(Value::BulkString(answer)), Some(Value::Int(ms))) if *ms > 0 => {
-                String::from_utf8(answer.clone()).ok().map(|result| Found {
+        let found = match (items.next(), items.next()) {
+            (Some(Value::BulkString(answer)), Some(Value::Int(ms))) if ms > 0 => {
+                String::from_utf8(answer).ok().map(|result| Found {
                     result: result.into(),
                     remaining: Duration::from_millis(ms.unsigned_abs()),
                 })
@@ -410,7 +422,7 @@ impl Shared {
             if whole {
                 match self.increment(up, None).await {
                     // Its own change: what it held was dropped when it saw it.
-                    Some(gen) => up.seen.store(gen, Ordering::Release),
+                    Some(gen) => up.raise_seen(gen),
                     None => ok = false,
                 }
             }
@@ -606,11 +618,8 @@ impl Shared {
         match (kind, parts.next()) {
             ("u", None) => {
                 if let Ok(gen) = gen.parse::<u64>() {
-                    let seen = &self.upstreams[upstream].seen;
-                    // Dropped whatever was known; later reads of this generation drop nothing.
-                    let _ = seen.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                        (s == UNKNOWN || s < gen).then_some(gen)
-                    });
+                    // Dropped below; a later read of this generation drops nothing more.
+                    self.upstreams[upstream].raise_seen(gen);
                 }
                 cache.drop_upstream(upstream);
             }
@@ -695,7 +704,7 @@ impl Shared {
     }
 
     /// An answer of the wrong shape: counted as a failure of `op`.
-    fn unexpected<T>(&self, op: StoreOp, value: &Value) -> Option<T> {
+    fn unexpected<T>(&self, op: StoreOp, value: &dyn std::fmt::Debug) -> Option<T> {
         metrics().cache_store_error(op);
         self.health
             .failed(&self.url, &format!("unexpected answer {value:?}"));
