@@ -11,6 +11,7 @@ mod health;
 mod legacy;
 mod protocol;
 mod sessions;
+mod shared_cache;
 mod stateless;
 mod streamable;
 mod tls;

@@ -331,10 +331,10 @@ fn check_exposition(text: &str, tools: &[String]) {
         "no refused tools/call:\n{text}"
     );
     for (metric, at_least) in [
-        // Wave 1 fills alpha's "cached" echo, and every call after is a hit; wave 2's echo
-        // and add arguments are new (misses).
+        // Wave 1 fills alpha's "cached" echo, and every call after is a hit (from memory: no
+        // shared tier here); wave 2's echo and add arguments are new (misses).
         (
-            "manifold_cache_hits_total{cache=\"tools\",upstream=\"alpha\"}",
+            "manifold_cache_hits_total{cache=\"tools\",upstream=\"alpha\",tier=\"memory\"}",
             5.0,
         ),
         (
@@ -356,6 +356,11 @@ fn check_exposition(text: &str, tools: &[String]) {
         (
             "manifold_cache_entries{cache=\"tools\",upstream=\"alpha\"}",
             1.0,
+        ),
+        // Rendered without a shared tier too, at 0.
+        (
+            "manifold_cache_store_errors_total{operation=\"lookup\"}",
+            0.0,
         ),
         ("manifold_upstream_restarts_total{upstream=\"gamma\"}", 2.0),
         ("manifold_sessions{transport=\"stdio\"}", 1.0),

@@ -316,6 +316,24 @@ fn cache_table(out: &mut String, v: &Value) {
     counted_sides_table(out, v, &crate::scenario::cache::SIDES);
     out.push('\n');
     row_table(out, &cache_rows(v), ["base", "with"]);
+    let redis = &v["redis_server"];
+    match redis["not_run"].as_str() {
+        Some(why) => {
+            let _ = writeln!(out, "Redis-tier side {why}");
+        }
+        None if !redis.is_null() => {
+            let _ = writeln!(
+                out,
+                "Redis tier (redis-server from {}): {} calls stored beforehand by another Manifold; {} lookups (EVALSHA) during the rounds; its upstream served {} echo calls; redis-server CPU/call {}",
+                redis["binary"].as_str().unwrap_or("?"),
+                redis["filled_beforehand"],
+                redis["commands_during_rounds"]["evalsha"],
+                redis["upstream_served_after_rounds"],
+                us(num(&redis["cpu_per_call"]["cpu_us"])),
+            );
+        }
+        None => {}
+    }
     let http = &v["http"];
     let _ = writeln!(
         out,

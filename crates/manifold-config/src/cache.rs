@@ -1,6 +1,7 @@
-//! Result caching: `[cache]` (the global byte budget) and, on an upstream, `cache` (its
-//! read-only tools), `tool_cache.TOOL` (one tool, whatever its hints) and `resource_cache`
-//! (its resource reads).
+//! Result caching: `[cache]` (the global byte budget, and where entries are shared: this
+//! process only, or every replica through Redis) and, on an upstream, `cache` (its read-only
+//! tools), `tool_cache.TOOL` (one tool, whatever its hints) and `resource_cache` (its
+//! resource reads).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,11 +9,14 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::child;
+use crate::policy::{redis_config, redis_only_unset, RawRedis};
 use crate::validate::Ctx;
-use crate::{ConfigError, Isolation, UpstreamConfig};
+use crate::{ConfigError, Isolation, RedisConfig, UpstreamConfig};
 
 pub(crate) const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 pub(crate) const DEFAULT_MAX_ARGUMENT_BYTES: u64 = 16 * 1024;
+/// A cache lookup waits no longer than this on Redis before the call goes upstream.
+pub(crate) const DEFAULT_REDIS_TIMEOUT_MS: u64 = 100;
 
 /// `[cache]`: what every cache shares.
 #[derive(Clone, Debug)]
@@ -21,6 +25,8 @@ pub struct CacheSettings {
     pub max_bytes: u64,
     /// Calls whose arguments (in canonical form) are longer are never cached.
     pub max_argument_bytes: usize,
+    /// Where entries live besides this process's memory.
+    pub backend: CacheBackend,
 }
 
 impl Default for CacheSettings {
@@ -28,8 +34,20 @@ impl Default for CacheSettings {
         Self {
             max_bytes: DEFAULT_MAX_BYTES,
             max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES as usize,
+            backend: CacheBackend::Memory,
         }
     }
+}
+
+/// `[cache] backend`.
+#[derive(Clone, Debug, Default)]
+pub enum CacheBackend {
+    /// Entries are this process's own.
+    #[default]
+    Memory,
+    /// Entries are also kept in Redis, behind the memory of each process, and shared by every
+    /// replica using the same Redis and key prefix.
+    Redis(RedisConfig),
 }
 
 /// The caches of one upstream.
@@ -91,6 +109,10 @@ pub enum CacheScope {
 pub(crate) struct RawCacheSettings {
     max_bytes: Option<RawBytes>,
     max_argument_bytes: Option<RawBytes>,
+    backend: Option<String>,
+    redis_url: Option<String>,
+    redis_timeout_ms: Option<u64>,
+    key_prefix: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,7 +158,42 @@ pub(crate) fn settings(ctx: &Ctx<'_>, raw: RawCacheSettings) -> Result<CacheSett
         max_bytes,
         max_argument_bytes: usize::try_from(max_argument_bytes)
             .map_err(|_| ctx.err("cache.max_argument_bytes", "is too large"))?,
+        backend: backend(ctx, &raw)?,
     })
+}
+
+/// `backend` and the keys that only the Redis backend reads.
+fn backend(ctx: &Ctx<'_>, raw: &RawCacheSettings) -> Result<CacheBackend, ConfigError> {
+    match raw.backend.as_deref() {
+        None | Some("memory") => {
+            redis_only_unset(
+                ctx,
+                "cache",
+                "backend",
+                &[
+                    ("redis_url", raw.redis_url.is_some()),
+                    ("redis_timeout_ms", raw.redis_timeout_ms.is_some()),
+                    ("key_prefix", raw.key_prefix.is_some()),
+                ],
+            )?;
+            Ok(CacheBackend::Memory)
+        }
+        Some("redis") => Ok(CacheBackend::Redis(redis_config(
+            ctx,
+            "cache",
+            RawRedis {
+                url: raw.redis_url.as_deref(),
+                pool_size: None,
+                // A lookup that waits longer than a call would take is no help.
+                timeout_ms: Some(raw.redis_timeout_ms.unwrap_or(DEFAULT_REDIS_TIMEOUT_MS)),
+                key_prefix: raw.key_prefix.clone(),
+            },
+        )?)),
+        Some(other) => Err(ctx.err(
+            "cache.backend",
+            format!("{other:?} is not a backend; use \"memory\" or \"redis\""),
+        )),
+    }
 }
 
 pub(crate) fn upstream(

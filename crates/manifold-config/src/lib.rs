@@ -29,7 +29,7 @@ mod validate;
 mod tests;
 
 pub use cache::{
-    parse_bytes, parse_duration, CacheRule, CacheScope, CacheSettings, UpstreamCaches,
+    parse_bytes, parse_duration, CacheBackend, CacheRule, CacheScope, CacheSettings, UpstreamCaches,
 };
 pub use command::resolve_command;
 pub use glob::glob_match;

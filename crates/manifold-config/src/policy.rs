@@ -562,9 +562,12 @@ pub(crate) fn redis_config(
     raw: RawRedis<'_>,
 ) -> Result<RedisConfig, ConfigError> {
     let key = |name: &str| format!("{section}.{name}");
-    let url = raw
-        .url
-        .ok_or_else(|| ctx.err(key("redis_url"), "is required with Redis as the backend"))?;
+    let url = raw.url.ok_or_else(|| {
+        ctx.err(
+            key("redis_url"),
+            "is required with Redis as the backend (e.g. \"redis://127.0.0.1:6379\")",
+        )
+    })?;
     let url = ctx.interpolate(&key("redis_url"), url)?;
     if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
         return Err(ctx.err(
@@ -580,25 +583,57 @@ pub(crate) fn redis_config(
     if timeout == 0 {
         return Err(ctx.err(key("redis_timeout_ms"), "must be greater than 0"));
     }
+    let key_prefix = raw
+        .key_prefix
+        .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
+    if key_prefix.is_empty()
+        || key_prefix
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(ctx.err(
+            key("key_prefix"),
+            format!("{key_prefix:?} is not a prefix: use a non-empty text without spaces"),
+        ));
+    }
     Ok(RedisConfig {
         url,
         pool_size: usize::try_from(pool).unwrap_or(4),
         timeout: Duration::from_millis(timeout),
-        key_prefix: raw
-            .key_prefix
-            .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned()),
+        key_prefix,
     })
+}
+
+/// Refuses, in a section whose backend is not Redis, a key only the Redis backend reads
+/// (`set` pairs each key name with whether it was given).
+pub(crate) fn redis_only_unset(
+    ctx: &Ctx<'_>,
+    section: &str,
+    backend: &str,
+    set: &[(&str, bool)],
+) -> Result<(), ConfigError> {
+    match set.iter().find(|(_, given)| *given) {
+        Some((name, _)) => Err(ctx.err(
+            format!("{section}.{name}"),
+            format!("is set but {section}.{backend} is not \"redis\""),
+        )),
+        None => Ok(()),
+    }
 }
 
 pub(crate) fn limits(ctx: &Ctx<'_>, raw: RawLimits) -> Result<LimitsConfig, ConfigError> {
     let backend = match raw.backend.as_deref() {
         None | Some("memory") => {
-            if raw.redis_url.is_some() {
-                return Err(ctx.err(
-                    "limits.redis_url",
-                    "is set but limits.backend is not \"redis\"",
-                ));
-            }
+            redis_only_unset(
+                ctx,
+                "limits",
+                "backend",
+                &[
+                    ("redis_url", raw.redis_url.is_some()),
+                    ("redis_pool_size", raw.redis_pool_size.is_some()),
+                    ("redis_timeout_ms", raw.redis_timeout_ms.is_some()),
+                ],
+            )?;
             LimitBackend::Memory
         }
         Some("redis") => LimitBackend::Redis(redis_config(

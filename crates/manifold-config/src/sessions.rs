@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use crate::policy::{redis_config, RawRedis, RedisConfig};
+use crate::policy::{redis_config, redis_only_unset, RawRedis, RedisConfig};
 use crate::validate::Ctx;
 use crate::ConfigError;
 
@@ -31,12 +31,16 @@ pub(crate) struct RawSessions {
 pub(crate) fn store(ctx: &Ctx<'_>, raw: RawSessions) -> Result<SessionStore, ConfigError> {
     match raw.store.as_deref() {
         None | Some("memory") => {
-            if raw.redis_url.is_some() {
-                return Err(ctx.err(
-                    "sessions.redis_url",
-                    "is set but sessions.store is not \"redis\"",
-                ));
-            }
+            redis_only_unset(
+                ctx,
+                "sessions",
+                "store",
+                &[
+                    ("redis_url", raw.redis_url.is_some()),
+                    ("redis_timeout_ms", raw.redis_timeout_ms.is_some()),
+                    ("key_prefix", raw.key_prefix.is_some()),
+                ],
+            )?;
             Ok(SessionStore::Memory)
         }
         Some("redis") => Ok(SessionStore::Redis(redis_config(

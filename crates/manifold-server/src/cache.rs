@@ -5,20 +5,29 @@
 //!
 //! What is never stored is decided where the answer arrives (`router::inflight`): tool
 //! errors, JSON-RPC errors, failures, and answers during which the upstream sent progress or
-//! a request of its own. Entries are dropped when their upstream changes: every key carries
+//! a request of its own.
+//! Entries are dropped when their upstream changes: every key carries
 //! the upstream's epoch, bumped when its catalog is replaced or it goes down, and a fill that
 //! started before a change is not stored.
 //!
-//! Kept whole (about 570 lines of code): keys, rules, stores and invalidation share the epoch
+//! With `[cache] backend = "redis"`, Redis is a second tier behind the stores (see `shared`):
+//! a request the stores miss is looked up there before it goes upstream, and a fill is kept in
+//! both; changes reach every replica.
+//!
+//! Kept whole (about 700 lines of code): keys, rules, stores and invalidation share the epoch
 //! and change counters whose order decides whether a fill may be stored.
 
+mod shared;
+
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use manifold_catalog::{Catalog, UpstreamSlice};
-use manifold_config::{CacheRule, CacheScope, CacheSettings, UpstreamCaches, UpstreamConfig};
+use manifold_catalog::{Catalog, UpstreamSlice, UpstreamState};
+use manifold_config::{
+    CacheBackend, CacheRule, CacheScope, CacheSettings, UpstreamCaches, UpstreamConfig,
+};
 use manifold_protocol::RawObject;
 use manifold_telemetry::{metrics, CacheCounters, Eviction};
 use moka::notification::RemovalCause;
@@ -27,6 +36,8 @@ use tokio::sync::mpsc;
 use crate::context::Context;
 use crate::error::RouteError;
 use crate::target::Target;
+
+pub use shared::Ticket;
 
 /// Where the upstream subscriptions that cache entries held arrive, when the entries go:
 /// (upstream, original URI).
@@ -44,6 +55,8 @@ type ToolNames = HashSet<Box<str>>;
 pub struct Cache {
     upstreams: Vec<UpstreamCache>,
     max_argument_bytes: usize,
+    /// The tier shared with other replicas, when configured.
+    shared: Option<Arc<shared::Shared>>,
 }
 
 /// The caches of one upstream.
@@ -60,6 +73,9 @@ struct UpstreamCache {
     /// closed-world), worked out once per slice.
     hinted: Mutex<Option<(Arc<UpstreamSlice>, Arc<ToolNames>)>>,
     counters: [Arc<CacheCounters>; 2],
+    /// Whether it has served since this process started: its changes from then on are
+    /// shared with the other replicas (its first start is no change to them).
+    served: AtomicBool,
 }
 
 #[derive(Clone)]
@@ -272,6 +288,16 @@ impl Cache {
                 None => shared.clone(),
             },
         };
+        let shared = match &settings.backend {
+            CacheBackend::Memory => None,
+            CacheBackend::Redis(redis) => match shared::Shared::new(redis, upstreams) {
+                Ok(shared) => Some(Arc::new(shared)),
+                Err(e) => {
+                    tracing::error!("the shared cache is off, each replica keeps its own: {e}");
+                    None
+                }
+            },
+        };
         let upstreams = upstreams
             .iter()
             .map(|u| UpstreamCache {
@@ -288,12 +314,18 @@ impl Cache {
                 hinted: Mutex::new(None),
                 counters: [Family::Tools, Family::Resources]
                     .map(|f| metrics().cache(f.label(), &u.key)),
+                served: AtomicBool::new(false),
             })
             .collect();
-        Some(Arc::new(Self {
+        let cache = Arc::new(Self {
             upstreams,
             max_argument_bytes: settings.max_argument_bytes,
-        }))
+            shared,
+        });
+        if let Some(shared) = &cache.shared {
+            shared.listen(Arc::downgrade(&cache));
+        }
+        Some(cache)
     }
 
     /// How `target` (a request about to be forwarded for `ctx`) uses the cache.
@@ -401,21 +433,53 @@ impl Cache {
         result: Box<str>,
         subscription: Option<(usize, Box<str>)>,
     ) -> Result<Arc<Entry>, Option<(usize, Box<str>)>> {
+        match self.keepable(lookup, &result, None) {
+            Some(ttl) => self.entry_for(lookup, result, ttl, subscription),
+            None => Err(subscription),
+        }
+    }
+
+    /// How long `result` may be kept for `lookup` (`remaining`: at most that, for an answer
+    /// found in the shared tier), or `None` when it may not be kept or served: the upstream
+    /// changed since the request was planned, or the answer's own hints forbid it.
+    pub fn keepable(
+        &self,
+        lookup: &Lookup,
+        result: &str,
+        remaining: Option<Duration>,
+    ) -> Option<Duration> {
         let up = &self.upstreams[lookup.key.upstream];
         if up.changes.load(Ordering::Acquire) != lookup.changes {
-            return Err(subscription);
+            return None;
         }
         // What the upstream says of its answer (the stateless era's hints): a ttl can only
         // shorten the configured one, 0 keeps nothing, and a private answer is never shared
         // between authorization contexts, whatever the configuration says.
         let hint = match lookup.hinted {
-            true => Hint::of(&result),
+            true => Hint::of(result),
             false => Hint::default(),
         };
         if hint.ttl == Some(Duration::ZERO) || (hint.private && lookup.shared_across_teams) {
-            return Err(subscription);
+            return None;
         }
         let ttl = hint.ttl.map_or(lookup.ttl, |t| t.min(lookup.ttl));
+        let ttl = remaining.map_or(ttl, |r| r.min(ttl));
+        (!ttl.is_zero()).then_some(ttl)
+    }
+
+    /// The entry of `result`, kept for `ttl` (see [`Self::keepable`]), unless the upstream
+    /// changed meanwhile.
+    pub fn entry_for(
+        &self,
+        lookup: &Lookup,
+        result: Box<str>,
+        ttl: Duration,
+        subscription: Option<(usize, Box<str>)>,
+    ) -> Result<Arc<Entry>, Option<(usize, Box<str>)>> {
+        let up = &self.upstreams[lookup.key.upstream];
+        if up.changes.load(Ordering::Acquire) != lookup.changes {
+            return Err(subscription);
+        }
         let weight = result.len() + lookup.key.name.len() + lookup.key.args.len() + 64;
         let weight = u32::try_from(weight).unwrap_or(u32::MAX);
         lookup.counters.stored(u64::from(weight));
@@ -431,17 +495,41 @@ impl Cache {
 
     /// Applies what the stores have pending (expiry, the byte budget, invalidations), so that
     /// memory and metrics hold while no request touches them.
-    pub async fn maintain(&self) {
+    /// With the shared tier, also what it has pending (see `shared`).
+    pub async fn maintain(self: &Arc<Self>) {
         for up in &self.upstreams {
             for store in up.stores() {
                 store.run_pending_tasks().await;
             }
         }
+        if let Some(shared) = &self.shared {
+            shared.tick(self).await;
+        }
     }
 
     /// The upstream's catalog was replaced (a restart, or a refetch after `list_changed`) or
-    /// it went down: none of its entries is used again.
-    pub fn upstream_changed(&self, upstream: usize) {
+    /// it went down (`catalog`: the catalog that says so): none of its entries is used again,
+    /// here or, with the shared tier, by any replica. The first catalog of an upstream that had
+    /// not served yet changes nothing for the other replicas, which hold what an upstream of
+    /// the same configuration answered.
+    pub fn upstream_changed(&self, upstream: usize, catalog: &Catalog) {
+        let Some(up) = self.upstreams.get(upstream) else {
+            return;
+        };
+        self.drop_upstream(upstream);
+        let serving = *catalog.state(upstream) == UpstreamState::Up;
+        let had_served = match serving {
+            true => up.served.swap(true, Ordering::AcqRel),
+            false => up.served.load(Ordering::Acquire),
+        };
+        if let (true, Some(shared)) = (had_served, &self.shared) {
+            shared.changed(upstream, None);
+        }
+    }
+
+    /// Drops what this process holds of `upstream`, and stops fills under way from being
+    /// stored.
+    fn drop_upstream(&self, upstream: usize) {
         let Some(up) = self.upstreams.get(upstream) else {
             return;
         };
@@ -453,20 +541,81 @@ impl Cache {
         }
     }
 
-    /// The upstream said resource `uri` (its own URI) changed: every team's entry for it goes.
+    /// Drops what this process holds of every upstream (the shared tier may have missed
+    /// changes).
+    fn drop_all(&self) {
+        for upstream in 0..self.upstreams.len() {
+            self.drop_upstream(upstream);
+        }
+    }
+
+    /// The upstream said resource `uri` (its own URI) changed: every team's entry for it goes,
+    /// here and, with the shared tier, on every replica.
     pub fn resource_updated(&self, upstream: usize, uri: &str) {
+        if self.drop_resource(upstream, uri) {
+            if let Some(shared) = &self.shared {
+                shared.changed(upstream, Some(uri));
+            }
+        }
+    }
+
+    /// Drops what this process holds of resource `uri` of `upstream`; whether it has a
+    /// resource cache.
+    fn drop_resource(&self, upstream: usize, uri: &str) -> bool {
         let Some(up) = self.upstreams.get(upstream) else {
-            return;
+            return false;
         };
         let Some(rule) = &up.resources else {
-            return;
+            return false;
         };
         up.changes.fetch_add(1, Ordering::AcqRel);
         let uri: Box<str> = uri.into();
         let _ = rule.store.invalidate_entries_if(move |k, _| {
             k.upstream == upstream && k.family == Family::Resources && *k.name == *uri
         });
+        true
     }
+
+    /// What the shared tier holds for `lookup` (a request its store missed).
+    pub async fn look_shared(&self, lookup: &Lookup) -> FromShared {
+        let Some(shared) = &self.shared else {
+            return FromShared::Unused;
+        };
+        if !shared.usable_for(&lookup.key) {
+            return FromShared::Unused;
+        }
+        shared::OntoRuntime::default().await;
+        match shared.lookup(shared.stem(&lookup.key)).await {
+            None => FromShared::Unused,
+            Some((ticket, None)) => FromShared::Missing(ticket),
+            Some((ticket, Some(found))) => FromShared::Found {
+                result: found.result,
+                remaining: found.remaining,
+                ticket,
+            },
+        }
+    }
+
+    /// Keeps `entry`, a fill, in the shared tier too, where `ticket` says.
+    pub fn share(&self, ticket: Ticket, entry: &Entry) {
+        if let Some(shared) = &self.shared {
+            shared.store(ticket, entry.result.clone(), entry.ttl);
+        }
+    }
+}
+
+/// What the shared tier holds for a request.
+pub enum FromShared {
+    /// No shared tier, or it cannot be used for this request now: a fill stays in memory.
+    Unused,
+    /// Nothing: a fill is stored with the ticket.
+    Missing(Ticket),
+    /// An answer, with how long it has left.
+    Found {
+        result: Box<str>,
+        remaining: Duration,
+        ticket: Ticket,
+    },
 }
 
 impl Lookup {
@@ -482,6 +631,11 @@ impl Lookup {
     /// What the entry answers.
     pub fn family(&self) -> Family {
         self.key.family
+    }
+
+    /// The upstream's index.
+    pub fn upstream(&self) -> usize {
+        self.key.upstream
     }
 }
 

@@ -132,7 +132,8 @@ impl UpstreamCounters {
 /// Counters of one cache of one upstream (see `Metrics::cache`).
 #[derive(Default)]
 pub struct CacheCounters {
-    pub hits: AtomicU64,
+    /// By [`Tier`]: where the answer was found.
+    pub hits: [AtomicU64; 2],
     pub misses: AtomicU64,
     /// By [`Eviction`].
     pub evictions: [AtomicU64; 3],
@@ -164,9 +165,54 @@ impl Eviction {
     }
 }
 
+/// Where a cache hit was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// This process's own memory.
+    Memory,
+    /// The store shared by every replica (`[cache] backend = "redis"`).
+    Redis,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 2] = [Tier::Memory, Tier::Redis];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Tier::Memory => "memory",
+            Tier::Redis => "redis",
+        }
+    }
+}
+
+/// What the cache asked of its shared store (Redis) when it could not be done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOp {
+    /// A lookup (the request went upstream, as a miss).
+    Lookup,
+    /// Keeping a fresh answer there (it stayed in this process's memory only).
+    Store,
+    /// Telling the other replicas that an upstream or a resource changed (tried again each
+    /// second; meanwhile this replica does not use the store for what changed).
+    Invalidate,
+}
+
+impl StoreOp {
+    pub const ALL: [StoreOp; 3] = [StoreOp::Lookup, StoreOp::Store, StoreOp::Invalidate];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreOp::Lookup => "lookup",
+            StoreOp::Store => "store",
+            StoreOp::Invalidate => "invalidate",
+        }
+    }
+}
+
 impl CacheCounters {
-    pub fn hit(&self) {
-        self.hits.fetch_add(1, Ordering::Relaxed);
+    /// A request answered from `tier`.
+    pub fn hit(&self, tier: Tier) {
+        self.hits[tier as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn miss(&self) {
@@ -212,6 +258,8 @@ pub struct Metrics {
     draining: AtomicBool,
     /// Calls whose limits the store could not check: [allowed, refused].
     limit_store_errors: [AtomicU64; 2],
+    /// What the cache could not do in its shared store, by [`StoreOp`].
+    cache_store_errors: [AtomicU64; 3],
     /// By upstream key; locked only when a connection is made and when scraped.
     upstreams: Mutex<BTreeMap<Arc<str>, Arc<UpstreamCounters>>>,
     /// By (cache, upstream key); made when the cache is set up, locked then and when scraped.
@@ -229,6 +277,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     host_inflight: Default::default(),
     draining: AtomicBool::new(false),
     limit_store_errors: Default::default(),
+    cache_store_errors: Default::default(),
     upstreams: Mutex::new(BTreeMap::new()),
     caches: Mutex::new(BTreeMap::new()),
     started: std::time::SystemTime::now()
@@ -337,6 +386,12 @@ impl Metrics {
         self.limit_store_errors[usize::from(!allowed)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The result cache could not do `op` in its shared store (Redis): it failed, did not
+    /// answer in time, or was being left alone after a failure.
+    pub fn cache_store_error(&self, op: StoreOp) {
+        self.cache_store_errors[op as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters of the upstream `key`, made on first use.
     pub fn upstream(&self, key: &str) -> Arc<UpstreamCounters> {
         let mut all = self
@@ -370,12 +425,22 @@ impl Metrics {
             .map(|(k, c)| (k.clone(), Arc::clone(c)))
             .collect();
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        e.metric(&names::CACHE_HITS);
+        for ((cache, upstream), c) in &caches {
+            for tier in Tier::ALL {
+                let labels = [
+                    (label::CACHE, *cache),
+                    (label::UPSTREAM, &**upstream),
+                    (label::TIER, tier.label()),
+                ];
+                e.sample(&names::CACHE_HITS, &labels, load(&c.hits[tier as usize]));
+            }
+        }
         for (metric, value) in [
             (
-                &names::CACHE_HITS,
-                (|c: &CacheCounters| &c.hits) as fn(&CacheCounters) -> &AtomicU64,
+                &names::CACHE_MISSES,
+                (|c: &CacheCounters| &c.misses) as fn(&CacheCounters) -> &AtomicU64,
             ),
-            (&names::CACHE_MISSES, |c| &c.misses),
             (&names::CACHE_BYTES, |c| &c.bytes),
             (&names::CACHE_ENTRIES, |c| &c.entries),
         ] {
@@ -445,6 +510,15 @@ impl Metrics {
             e.sample(
                 &names::LIMIT_STORE_ERRORS,
                 &[(label::DECISION, decision)],
+                n,
+            );
+        }
+        e.metric(&names::CACHE_STORE_ERRORS);
+        for op in StoreOp::ALL {
+            let n = self.cache_store_errors[op as usize].load(Ordering::Relaxed);
+            e.sample(
+                &names::CACHE_STORE_ERRORS,
+                &[(label::OPERATION, op.label())],
                 n,
             );
         }

@@ -111,7 +111,7 @@ pub const PINNING_CHANGED: Metric = Metric {
 
 pub const CACHE_HITS: Metric = Metric {
     name: "manifold_cache_hits_total",
-    help: "Requests answered from a cache (also those that waited for an identical request's answer), by cache and upstream.",
+    help: "Requests answered from a cache (also those that waited for an identical request's answer), by cache, upstream and tier (memory: this process's own; redis: the store shared by replicas).",
     kind: Kind::Counter,
 };
 
@@ -124,6 +124,12 @@ pub const CACHE_MISSES: Metric = Metric {
 pub const CACHE_EVICTIONS: Metric = Metric {
     name: "manifold_cache_evictions_total",
     help: "Cache entries removed, by cache, upstream and cause (size: the byte budget; expired: the ttl; invalidated: the upstream changed).",
+    kind: Kind::Counter,
+};
+
+pub const CACHE_STORE_ERRORS: Metric = Metric {
+    name: "manifold_cache_store_errors_total",
+    help: "What the result cache could not do in its shared store (Redis) because it failed, did not answer within redis_timeout_ms or was being left alone after a failure, by operation (lookup: the request went upstream; store: the answer stayed in this process; invalidate: retried each second).",
     kind: Kind::Counter,
 };
 
@@ -178,6 +184,10 @@ pub mod label {
     pub const CACHE: &str = "cache";
     /// Why a cache entry went: `size`, `expired` or `invalidated`.
     pub const CAUSE: &str = "cause";
+    /// Where a cache hit was found: `memory` (the process's own) or `redis` (shared).
+    pub const TIER: &str = "tier";
+    /// What the cache asked of its shared store: `lookup`, `store` or `invalidate`.
+    pub const OPERATION: &str = "operation";
     /// The build's version.
     pub const VERSION: &str = "version";
 }

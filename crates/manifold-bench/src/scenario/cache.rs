@@ -9,6 +9,16 @@
 //! cache (plain forwarding). Over Streamable HTTP: calls/s at 16 connections against the cached
 //! tool (every call a hit) beside the same load with no cache (every call forwarded).
 //!
+//! A fifth side measures the shared tier (`[cache] backend = "redis"`) against a
+//! `redis-server` this scenario starts on 127.0.0.1 and kills at its end: the differing calls
+//! of the miss side, under the same memory budget, through a Manifold whose every call is
+//! already in Redis, stored there beforehand by another Manifold (same Redis and key prefix,
+//! the same calls with the same ids). So every call misses memory and is a Redis-tier hit: the
+//! lookup script, the answer served, kept in memory and an entry pushed out, as a miss pushes
+//! one out. Without a `redis-server` that side is not run and the report says why. Redis's own
+//! command counts must show a lookup for every measured call, and the fixture behind that
+//! Manifold must have served no call at all.
+//!
 //! Every answer is counted: an error answer is counted instead of timed, and any makes the run
 //! invalid. After the rounds, the fixture's own count of its `echo` calls (its `call_count`
 //! tool, called through each Manifold and not cached) must be exactly what should have reached
@@ -18,11 +28,16 @@
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 
+use std::collections::BTreeMap;
+
 use super::counted;
 use super::http_throughput::{self, Kind, Side as HttpSide};
 use crate::mcp::{RequestLine, ECHO_TEXT};
+use crate::procstat::Usage;
 use crate::session::Session;
 use crate::setup::{Plan, Setup, Upstream};
+use crate::target::TargetSpec;
+use manifold_testkit::redis_server::RedisServer;
 
 /// The goal: a hit adds at most this much to the p50 of the direct call.
 const HIT_GOAL_US: f64 = 10.0;
@@ -35,22 +50,71 @@ const CACHED: &str = "[upstreams.alpha.tool_cache.echo]\nttl = \"1h\"\n";
 /// and every measured miss pushes an entry out.
 const MISS_BUDGET: &str = "[cache]\nmax_bytes = \"512KiB\"\n";
 
+/// The shared tier's key prefix.
+const REDIS_PREFIX: &str = "manifold-load-cache";
+
 /// The sides over stdio, in the order of the JSON document and the table.
-pub(crate) const SIDES: [(&str, &str); 4] = [
+pub(crate) const SIDES: [(&str, &str); 5] = [
     ("direct", "direct to the fixture"),
     ("hit", "Manifold, cached, every call a hit"),
     ("miss", "Manifold, cached, every call a miss"),
     ("uncached", "Manifold, no cache"),
+    ("redis_hit", "Manifold, every call a Redis-tier hit"),
 ];
 
 /// The comparisons reported: (key, base side, side, name in the table).
-pub(crate) const PAIRS: [(&str, usize, usize, &str); 5] = [
+pub(crate) const PAIRS: [(&str, usize, usize, &str); 8] = [
     ("hit_vs_direct", 0, 1, "cache hit, added over direct"),
     ("miss_vs_direct", 0, 2, "cache miss, added over direct"),
     ("uncached_vs_direct", 0, 3, "no cache, added over direct"),
     ("hit_vs_uncached", 3, 1, "cache hit, added over no cache"),
     ("miss_vs_uncached", 3, 2, "cache miss, added over no cache"),
+    (
+        "redis_hit_vs_direct",
+        0,
+        4,
+        "Redis-tier hit, added over direct",
+    ),
+    (
+        "redis_hit_vs_uncached",
+        3,
+        4,
+        "Redis-tier hit, added over no cache",
+    ),
+    (
+        "redis_hit_vs_hit",
+        1,
+        4,
+        "Redis-tier hit, added over memory hit",
+    ),
 ];
+
+/// The Redis side's tables: the echo cached, in Redis at `url`, in the miss side's budget.
+fn redis_tables(url: &str) -> String {
+    format!(
+        "{CACHED}\n{MISS_BUDGET}backend = \"redis\"\nredis_url = \"{url}\"\n\
+         key_prefix = \"{REDIS_PREFIX}\"\nredis_timeout_ms = 1000\n"
+    )
+}
+
+/// Stores in Redis, through a Manifold of its own (`spec`), the differing calls the Redis side
+/// will make: `count` of them, ids from 1, as the Redis side numbers its own.
+fn fill_redis(
+    spec: &TargetSpec,
+    setup: &Setup,
+    plan: &Plan,
+    line: &RequestLine,
+    count: usize,
+) -> Result<counted::Tally> {
+    let mut filler = counted::Side::start(spec, line, setup.limits)?;
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(plan.latency_calls.max(1));
+        filler.calls(n, plan.round_limit)?;
+        left -= n;
+    }
+    Ok(filler.seen)
+}
 
 pub fn cache(setup: &Setup, plan: &Plan) -> Result<Value> {
     let ups = [Upstream::plain("alpha")];
@@ -58,7 +122,10 @@ pub fn cache(setup: &Setup, plan: &Plan) -> Result<Value> {
     let same = RequestLine::echo("alpha__echo");
     let distinct = RequestLine::echo_numbered("alpha__echo");
     let miss_tables = format!("{CACHED}\n{MISS_BUDGET}");
-    let specs = [
+    // Started first, so that it is dropped last: after the Manifold that talks to it.
+    let redis = RedisServer::try_start();
+    let in_redis = redis.as_ref().ok().map(|r| redis_tables(&r.url()));
+    let mut specs: Vec<(TargetSpec, &RequestLine)> = vec![
         (setup.direct("cache-direct", &[]), &direct),
         (setup.through_as("cache-hit", &ups, CACHED, None)?, &same),
         (
@@ -67,13 +134,77 @@ pub fn cache(setup: &Setup, plan: &Plan) -> Result<Value> {
         ),
         (setup.through("cache-uncached", &ups)?, &distinct),
     ];
-    let mut sides = counted::start_all(&specs, setup, plan, ECHO_TEXT.len())?;
     let (calls, warmup) = (plan.latency_calls, Plan::warmup(plan.latency_calls));
+    let mut filled = None;
+    if let Some(tables) = &in_redis {
+        // Every id the Redis side will use: its warm-up (a call, its answer checked, the
+        // warm-up calls), the upstream's count, the rounds, and a margin.
+        let ids = 2 + warmup + 1 + plan.rounds * calls + 16;
+        let filler = setup.through_as("cache-redis-fill", &ups, tables, None)?;
+        filled = Some(fill_redis(&filler, setup, plan, &distinct, ids)?);
+        specs.push((
+            setup.through_as("cache-redis", &ups, tables, None)?,
+            &distinct,
+        ));
+    }
+    let mut sides = counted::start_all(&specs, setup, plan, ECHO_TEXT.len())?;
+    // Before the rounds: what the upstream behind the Redis side served (its warm-up's first
+    // calls), and Redis's counts.
+    let redis_before = match (&redis, sides.get_mut(4)) {
+        (Ok(server), Some(side)) => Some((
+            served(&mut side.session)?,
+            command_calls(server)?,
+            Usage::of(pid_of(server)?)?,
+        )),
+        _ => None,
+    };
     counted::rounds(&mut sides, plan, calls)?;
 
     let mut v = Map::new();
     let mut invalid = Vec::new();
-    counted::report(&sides, &SIDES, &PAIRS, &Value::Null, &mut v, &mut invalid)?;
+    let missing = json!({ "not_run": not_run(&redis) });
+    counted::report(&sides, &SIDES, &PAIRS, &missing, &mut v, &mut invalid)?;
+    let redis_check = match (&redis, redis_before, sides.get_mut(4)) {
+        (Ok(server), Some((served_before, commands, cpu)), Some(side)) => {
+            let served_after = served(&mut side.session)?;
+            if served_after != 0 {
+                invalid.push(format!(
+                    "redis_hit: the upstream served {served_after} echo calls ({served_before} before the rounds)"
+                ));
+            }
+            if let Some(why) = filled.as_ref().and_then(|f| f.invalid("redis_fill")) {
+                invalid.push(why);
+            }
+            let after = command_calls(server)?;
+            let lookups = after
+                .get("evalsha")
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(commands.get("evalsha").copied().unwrap_or(0));
+            let measured = side.measured as u64;
+            if lookups < measured {
+                invalid.push(format!(
+                    "redis_hit: Redis ran {lookups} scripts for {measured} calls (some were not looked up there)"
+                ));
+            }
+            let during: BTreeMap<&String, u64> = after
+                .iter()
+                .map(|(k, n)| (k, n.saturating_sub(commands.get(k).copied().unwrap_or(0))))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            json!({
+                "binary": server.binary(),
+                "url": server.url(),
+                "filled_beforehand": filled.as_ref().map(|f| f.calls),
+                "upstream_served_before_rounds": served_before,
+                "upstream_served_after_rounds": served_after,
+                "commands_during_rounds": during,
+                "cpu_per_call": Usage::of(pid_of(server)?)?.per_call(cpu, side.measured),
+            })
+        }
+        _ => json!({ "not_run": not_run(&redis) }),
+    };
+    v.insert("redis_server".into(), redis_check);
     // The hit side's first call was its only miss; every call of the others went upstream.
     let mut upstream = Map::new();
     for (i, expected) in [(1, 1), (2, sides[2].seen.calls), (3, sides[3].seen.calls)] {
@@ -101,7 +232,7 @@ pub fn cache(setup: &Setup, plan: &Plan) -> Result<Value> {
     v.insert("invalid_because".into(), json!(invalid));
     v.insert(
         "config".into(),
-        json!({ "hit": CACHED, "miss": miss_tables, "uncached": "" }),
+        json!({ "hit": CACHED, "miss": miss_tables, "uncached": "", "redis_hit": in_redis }),
     );
     v.insert("goal_added_p50_us".into(), json!(HIT_GOAL_US));
     v.insert("rounds".into(), json!(plan.rounds));
@@ -175,6 +306,50 @@ fn http(
     out.insert("calls_per_round".into(), json!(plan.http_calls));
     out.insert("rounds".into(), json!(plan.rounds));
     Ok(Value::Object(out))
+}
+
+/// How many `echo` calls the fixture behind `session` served, by its own count.
+fn served(session: &mut Session) -> Result<usize> {
+    let line = RequestLine::tools_call("alpha__call_count", &json!({ "what": "tool:echo" }));
+    session.ready()?;
+    let result = session.result(&line)?;
+    let text = result.pointer("/content/0/text").and_then(Value::as_str);
+    match text.and_then(|t| t.parse::<usize>().ok()) {
+        Some(n) => Ok(n),
+        None => bail!(
+            "{}: call_count answered {}",
+            session.label(),
+            super::excerpt(&result)
+        ),
+    }
+}
+
+fn pid_of(server: &RedisServer) -> Result<u32> {
+    server
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("redis-server is not running"))
+}
+
+/// Calls of each command since the server started (`INFO commandstats`), by name.
+fn command_calls(server: &RedisServer) -> Result<BTreeMap<String, u64>> {
+    let info = server
+        .try_command(&["INFO", "commandstats"])
+        .map_err(anyhow::Error::msg)?;
+    Ok(info
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter_map(|(name, fields)| {
+            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.trim().parse().ok()?))
+        })
+        .collect())
+}
+
+fn not_run(redis: &std::result::Result<RedisServer, String>) -> String {
+    match redis {
+        Ok(_) => "not run".into(),
+        Err(why) => format!("not run: {why}"),
+    }
 }
 
 /// How many `echo` calls the fixture behind `session` served, by its own count (its

@@ -452,6 +452,63 @@ fn cache_mistakes_are_named() {
 }
 
 #[test]
+fn shared_cache_mistakes_are_named() {
+    let cases = [
+        (
+            "backend = \"redis\"",
+            "cache.redis_url",
+            "is required with Redis as the backend",
+        ),
+        (
+            "backend = \"etcd\"",
+            "cache.backend",
+            "\"etcd\" is not a backend; use \"memory\" or \"redis\"",
+        ),
+        (
+            "redis_url = \"redis://127.0.0.1:6379\"",
+            "cache.redis_url",
+            "is set but cache.backend is not \"redis\"",
+        ),
+        (
+            "backend = \"memory\"\nkey_prefix = \"p\"",
+            "cache.key_prefix",
+            "is set but cache.backend is not \"redis\"",
+        ),
+        (
+            "backend = \"redis\"\nredis_url = \"http://:hunter2@127.0.0.1:6379\"",
+            "cache.redis_url",
+            "\"http://<redacted>@127.0.0.1:6379\" is not a redis:// URL",
+        ),
+        (
+            "backend = \"redis\"\nredis_url = \"${NOT_SET}\"",
+            "cache.redis_url",
+            "NOT_SET",
+        ),
+        (
+            "backend = \"redis\"\nredis_url = \"redis://h:1\"\nredis_timeout_ms = 0",
+            "cache.redis_timeout_ms",
+            "must be greater than 0",
+        ),
+        (
+            "backend = \"redis\"\nredis_url = \"redis://h:1\"\nkey_prefix = \"\"",
+            "cache.key_prefix",
+            "is not a prefix",
+        ),
+        (
+            "backend = \"redis\"\nredis_url = \"redis://h:1\"\nredis_pool_size = 4",
+            "cache.redis_pool_size",
+            "unknown",
+        ),
+    ];
+    for (body, want_key, want_problem) in cases {
+        let (key, problem) = toml_err(&format!("[cache]\n{body}\n"));
+        assert_eq!(key, want_key, "{body}: {problem}");
+        assert!(problem.contains(want_problem), "{body}: {problem}");
+        assert!(!problem.contains("hunter2"), "{body}: {problem}");
+    }
+}
+
+#[test]
 fn an_unknown_era_or_a_stateless_sse_upstream_is_refused() {
     let (key, problem) = upstream_err("era = \"modern\"");
     assert_eq!(key, "upstreams.up.era");

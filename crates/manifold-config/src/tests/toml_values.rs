@@ -378,6 +378,38 @@ fn caches_are_read() {
     assert!(plain.upstreams[0].caches.is_empty());
     assert_eq!(plain.cache.max_bytes, 64 << 20);
     assert_eq!(plain.cache.max_argument_bytes, 16 * 1024);
+    assert!(matches!(plain.cache.backend, crate::CacheBackend::Memory));
+}
+
+#[test]
+fn a_shared_cache_in_redis_is_read() {
+    use crate::CacheBackend;
+    let config = toml(
+        r#"
+        [cache]
+        backend = "redis"
+        redis_url = "redis://:${MY_TOKEN}@10.0.0.5:6379/2"
+        redis_timeout_ms = 40
+        key_prefix = "prod"
+        "#,
+    )
+    .unwrap();
+    let CacheBackend::Redis(redis) = &config.cache.backend else {
+        panic!("not redis: {:?}", config.cache.backend);
+    };
+    assert_eq!(redis.url, "redis://:tok-123@10.0.0.5:6379/2");
+    assert_eq!(redis.timeout, Duration::from_millis(40));
+    assert_eq!(redis.key_prefix, "prod");
+    let shown = format!("{:?}", config.cache);
+    assert!(!shown.contains("tok-123"), "{shown}");
+    // Defaults: a 100 ms timeout and the prefix the limits use.
+    let config =
+        toml("[cache]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"\n").unwrap();
+    let CacheBackend::Redis(redis) = &config.cache.backend else {
+        panic!("not redis");
+    };
+    assert_eq!(redis.timeout, Duration::from_millis(100));
+    assert_eq!(redis.key_prefix, "manifold");
 }
 
 #[test]

@@ -1,17 +1,20 @@
 //! Requests the cache may answer: looked up, or filled by forwarding the request as usual
 //! while its answer is kept. Identical requests at the same time wait for one fill; those
-//! whose fill stored nothing try the store once more, then go upstream themselves.
+//! whose fill stored nothing try the store once more, then go upstream themselves. With the
+//! shared tier, the fill first looks there (one lookup for all the identical requests of
+//! this process); what it finds is served and kept in memory for the time it has left.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use manifold_catalog::Catalog;
 use manifold_protocol::RawObject;
+use manifold_telemetry::Tier;
 use manifold_upstream::Answer;
 use tokio::sync::oneshot;
 
 use super::{inflight::Fill, Router};
-use crate::cache::{Cache, Family, Lookup, Plan};
+use crate::cache::{Cache, Family, FromShared, Lookup, Plan, Ticket};
 use crate::context::Context;
 use crate::target::Target;
 
@@ -70,13 +73,30 @@ impl Router {
                 let (router, slot) = (Arc::clone(&self), Arc::clone(&slot));
                 let lookup = &lookup;
                 async move {
-                    // Only the first of identical requests runs this: it goes upstream.
+                    // Only the first of identical requests runs this: it asks the shared tier,
+                    // if any, then goes upstream.
                     let Some((ctx, target)) = take(&slot) else {
                         return Err(());
                     };
+                    let ticket = match cache.look_shared(lookup).await {
+                        FromShared::Unused => None,
+                        FromShared::Missing(ticket) => Some(ticket),
+                        FromShared::Found { ticket, .. } if lookup.refresh => Some(ticket),
+                        FromShared::Found {
+                            result,
+                            remaining,
+                            ticket,
+                        } => match cache.keepable(lookup, &result, Some(remaining)) {
+                            Some(ttl) => {
+                                return router.serve_shared(cache, lookup, ctx, result, ttl).await
+                            }
+                            // Not for this caller, or the upstream changed meanwhile.
+                            None => Some(ticket),
+                        },
+                    };
                     record(&ctx, "miss");
                     lookup.counters.miss();
-                    router.fill(cache, lookup, ctx, target).await
+                    router.fill(cache, lookup, ctx, target, ticket).await
                 }
             };
             let found = lookup.store().try_get_with(lookup.key.clone(), init).await;
@@ -89,7 +109,7 @@ impl Router {
             match found {
                 Ok(entry) => {
                     record(&ctx, "hit");
-                    lookup.counters.hit();
+                    lookup.counters.hit(Tier::Memory);
                     return ctx.reply(&entry.result);
                 }
                 Err(_) => {
@@ -104,15 +124,48 @@ impl Router {
         }
     }
 
+    /// Answers the request with `result`, found in the shared tier, and keeps it in memory
+    /// for `ttl`. A resource is subscribed to upstream as a fill's is, so that this replica
+    /// too hears of a change while it holds the entry.
+    async fn serve_shared(
+        self: &Arc<Self>,
+        cache: &Cache,
+        lookup: &Lookup,
+        ctx: Context,
+        result: Box<str>,
+        ttl: std::time::Duration,
+    ) -> Result<Arc<crate::cache::Entry>, ()> {
+        record(&ctx, "hit");
+        lookup.counters.hit(Tier::Redis);
+        ctx.reply(&result);
+        drop(ctx);
+        let subscription = match lookup.family() {
+            Family::Resources => {
+                self.hold_subscription(lookup.upstream(), lookup.key_name())
+                    .await
+            }
+            Family::Tools => None,
+        };
+        cache
+            .entry_for(lookup, result, ttl, subscription)
+            .map_err(|subscription| {
+                if let Some((upstream, uri)) = subscription {
+                    self.release_subscription(upstream, &uri);
+                }
+            })
+    }
+
     /// Forwards the request; the host gets the answer as always, and the cache an entry when
-    /// the answer may be kept. A resource read is first subscribed to upstream (where the
-    /// upstream allows), so that a change after the read is heard.
+    /// the answer may be kept (in the shared tier too, with `ticket`). A resource read is first
+    /// subscribed to upstream (where the upstream allows), so that a change after the read is
+    /// heard.
     async fn fill(
         self: &Arc<Self>,
         cache: &Cache,
         lookup: &Lookup,
         ctx: Context,
         target: Target,
+        ticket: Option<Ticket>,
     ) -> Result<Arc<crate::cache::Entry>, ()> {
         let subscription = match lookup.family() {
             Family::Resources => {
@@ -127,6 +180,9 @@ impl Router {
             Ok(Some(result)) => cache.entry(lookup, result, subscription),
             _ => Err(subscription),
         };
+        if let (Ok(entry), Some(ticket)) = (&kept, ticket) {
+            cache.share(ticket, entry);
+        }
         kept.map_err(|subscription| {
             if let Some((upstream, uri)) = subscription {
                 self.release_subscription(upstream, &uri);

@@ -37,7 +37,7 @@ impl Listener for Router {
 
     fn upstream_changed(&self, upstream: usize) {
         if let Some(cache) = &self.cache {
-            cache.upstream_changed(upstream);
+            cache.upstream_changed(upstream, &self.hub.catalog());
         }
     }
 

@@ -1,0 +1,469 @@
+//! The result cache shared by replicas through a real Redis (`[cache] backend = "redis"`):
+//! several `manifold serve --listen` processes, one `redis-server` started for the test, and
+//! either one fixture over HTTP that every replica reaches (an answer stored through one
+//! replica is a hit on the others; identical calls at once on one replica make one lookup and
+//! one upstream call; a team's entry never serves another team; a resource update heard by
+//! the replicas holding it reaches one that does not; Redis down or frozen costs nothing but
+//! the sharing) or a fixture process per replica, as stdio upstreams are
+//! (a catalog change only one replica sees drops the others' entries, memory included).
+//! Whether an upstream was reached is read from the fixture's own `call_count`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+use crate::auth::{client_with, Cred};
+use manifold_testkit::http::*;
+use manifold_testkit::process::*;
+use manifold_testkit::redis_server::RedisServer;
+
+const README: &str = "fx+fixture://fx/readme";
+const README_UPSTREAM: &str = "fixture://fx/readme";
+
+const RED_KEY: &str = "red-shared-cache-key-0123456789";
+const GREEN_KEY: &str = "green-shared-cache-key-0123456789";
+
+/// A key prefix no other test (nor another run of this one) uses.
+fn unique_prefix(test: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("cache-{test}-{}-{nanos}", std::process::id())
+}
+
+/// `[cache]` in `redis` under `prefix` (lookups waiting at most `timeout_ms`), an admin
+/// listener, then `rest`.
+fn config(redis: &RedisServer, prefix: &str, timeout_ms: u64, rest: &str) -> String {
+    format!(
+        "[server]\nadmin = \"127.0.0.1:0\"\n\n\
+         [cache]\nbackend = \"redis\"\nredis_url = {url:?}\nkey_prefix = {prefix:?}\n\
+         redis_timeout_ms = {timeout_ms}\n\n{rest}",
+        url = redis.url()
+    )
+}
+
+/// Upstream `fx`: the fixture over HTTP at `fixture`, its read-only tools and its resources
+/// cached a minute.
+fn http_upstream(fixture: &FixtureHttp) -> String {
+    format!(
+        "[upstreams.fx]\nurl = {:?}\ntransport = \"streamable-http\"\n\
+         cache = {{ ttl = \"60s\" }}\nresource_cache = {{ ttl = \"60s\", scope = \"shared\" }}\n",
+        fixture.url("/mcp")
+    )
+}
+
+/// Upstream `fx`: a fixture process of the replica's own, cached as [`http_upstream`].
+fn own_upstream() -> String {
+    format!(
+        "{}cache = {{ ttl = \"60s\" }}\nresource_cache = {{ ttl = \"60s\", scope = \"shared\" }}\n",
+        fixture_upstream("fx", &["--name", "fx", "--hints", "--subscriptions"])
+    )
+}
+
+/// The fixture over HTTP as these tests use it.
+fn http_fixture() -> FixtureHttp {
+    FixtureHttp::start(0, &["--name", "fx", "--hints", "--subscriptions"])
+}
+
+/// How many times the fixture behind `host` ran `what` (`tool:NAME` or `read:URI`).
+fn count(host: &mut Host, what: &str) -> u64 {
+    let r = host.call("fx__call_count", json!({"what": what}));
+    text_of(&r)
+        .parse()
+        .unwrap_or_else(|_| panic!("call_count answered {r}"))
+}
+
+fn echoes(host: &mut Host) -> u64 {
+    count(host, "tool:echo")
+}
+
+fn reads(host: &mut Host) -> u64 {
+    count(host, &format!("read:{README_UPSTREAM}"))
+}
+
+fn echo(host: &mut Host, text: &str) {
+    let r = host.call("fx__echo", json!({"text": text}));
+    assert_eq!(text_of(&r), text, "{r}");
+}
+
+fn read(host: &mut Host) {
+    let r = host.request("resources/read", json!({"uri": README}));
+    assert!(r["result"]["contents"].is_array(), "{r}");
+}
+
+/// How many keys of Redis match `pattern`.
+fn keys(redis: &RedisServer, pattern: &str) -> usize {
+    let n = redis.command(&["EVAL", "return #redis.call('KEYS', ARGV[1])", "0", pattern]);
+    n.parse()
+        .unwrap_or_else(|_| panic!("KEYS {pattern} answered {n}"))
+}
+
+/// Waits (five seconds at most) until `cond` holds: Redis is written after the host has its
+/// answer. Whether it then holds is checked by what follows, and the layout of what was
+/// written at the end of each test.
+fn settle(mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while !cond() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until Redis holds `n` keys matching `pattern` (see [`settle`]).
+fn stored(redis: &RedisServer, pattern: &str, n: usize) {
+    settle(|| keys(redis, pattern) == n);
+}
+
+/// The value of the first key matching `pattern` (empty if none).
+fn value_of(redis: &RedisServer, pattern: &str) -> String {
+    redis.command(&[
+        "EVAL",
+        "local k = redis.call('KEYS', ARGV[1])[1]; return k and redis.call('GET', k) or ''",
+        "0",
+        pattern,
+    ])
+}
+
+/// The value of every sample of `name` whose labels include `labels`, summed (0 if none).
+fn metric(server: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let text = client()
+        .get(server.admin_url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (sample, rest) = series.split_once('{').unwrap_or((series, "}"));
+            if sample != name {
+                return None;
+            }
+            let pairs: BTreeMap<&str, &str> = rest
+                .trim_end_matches('}')
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(k, v)| (k, v.trim_matches('"')))
+                .collect();
+            let wanted = labels.iter().all(|(k, v)| pairs.get(k) == Some(v));
+            wanted.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+fn hits(server: &Server, tier: &str) -> f64 {
+    metric(
+        server,
+        "manifold_cache_hits_total",
+        &[("cache", "tools"), ("upstream", "fx"), ("tier", tier)],
+    )
+}
+
+#[test]
+fn an_answer_cached_through_one_replica_is_a_hit_on_the_others() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix("hit");
+    let fixture = http_fixture();
+    let config = config(&redis, &prefix, 2000, &http_upstream(&fixture));
+    let replicas: Vec<Server> = (0..3).map(|_| Server::start(&config)).collect();
+    let mut hosts: Vec<Host> = replicas.iter().map(Server::ready_host).collect();
+
+    echo(&mut hosts[0], "x");
+    assert_eq!(echoes(&mut hosts[0]), 1);
+    stored(&redis, &format!("{prefix}:cache:*"), 1);
+    echo(&mut hosts[1], "x");
+    echo(&mut hosts[2], "x");
+    assert_eq!(
+        echoes(&mut hosts[1]),
+        1,
+        "another replica asked the upstream again"
+    );
+    assert_eq!(hits(&replicas[1], "redis"), 1.0);
+    assert_eq!(hits(&replicas[2], "redis"), 1.0);
+    // Kept in the replica's memory with the time it had left: the next hit stays there.
+    echo(&mut hosts[1], "x");
+    assert_eq!(hits(&replicas[1], "memory"), 1.0);
+    assert_eq!(hits(&replicas[1], "redis"), 1.0);
+    // Other arguments are another entry.
+    echo(&mut hosts[2], "y");
+    assert_eq!(echoes(&mut hosts[2]), 2);
+    // Under the upstream's name and generation 0, shared (no teams), with the entry's ttl.
+    stored(&redis, &format!("{prefix}:cache:fx:0:tools:shared:*"), 2);
+    assert_eq!(keys(&redis, &format!("{prefix}:cache:*")), 2);
+    let ttl: i64 = redis
+        .command(&[
+            "EVAL",
+            "return redis.call('PTTL', redis.call('KEYS', ARGV[1])[1])",
+            "0",
+            &format!("{prefix}:cache:fx:0:tools:*"),
+        ])
+        .parse()
+        .unwrap();
+    assert!((1..=60_000).contains(&ttl), "PTTL {ttl}");
+}
+
+/// How many times Redis was asked to run a script it holds (`EVALSHA`; the tests' own
+/// scripts are sent with `EVAL`).
+fn scripts_run(redis: &RedisServer) -> u64 {
+    let info = redis.command(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|l| {
+            let (name, fields) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            (name == "evalsha").then_some(())?;
+            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            calls.trim().parse::<u64>().ok()
+        })
+        .sum()
+}
+
+#[test]
+fn identical_calls_at_once_on_one_replica_make_one_lookup_and_one_upstream_call() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix("coalesced");
+    let fixture = http_fixture();
+    let rest = format!(
+        "{}[upstreams.fx.tool_cache.sleep]\nttl = \"60s\"\n",
+        http_upstream(&fixture)
+    );
+    let server = Server::start(&config(&redis, &prefix, 2000, &rest));
+    let mut hosts: Vec<Host> = (0..4).map(|_| server.ready_host()).collect();
+    // Redis learns the scripts (lookup, store) on a first call.
+    echo(&mut hosts[0], "warm-up");
+    stored(&redis, &format!("{prefix}:cache:*"), 1);
+    let before = scripts_run(&redis);
+    let start = std::sync::Barrier::new(hosts.len());
+    std::thread::scope(|s| {
+        for host in &mut hosts {
+            let start = &start;
+            s.spawn(move || {
+                start.wait();
+                let r = host.call("fx__sleep", json!({"ms": 500}));
+                assert_eq!(text_of(&r), "slept 500", "{r}");
+            });
+        }
+    });
+    assert_eq!(
+        count(&mut hosts[0], "tool:sleep"),
+        1,
+        "identical calls were not coalesced"
+    );
+    stored(&redis, &format!("{prefix}:cache:*"), 2);
+    // One lookup and one store, for the four calls.
+    assert_eq!(scripts_run(&redis) - before, 2);
+}
+
+#[test]
+fn a_teams_entry_never_serves_another_team_on_another_replica() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix("teams");
+    let fixture = http_fixture();
+    let teams = format!(
+        "[teams.red]\napi_keys = [\"{RED_KEY}\"]\n\n[teams.green]\napi_keys = [\"{GREEN_KEY}\"]\n\n{}",
+        http_upstream(&fixture)
+    );
+    let config = config(&redis, &prefix, 2000, &teams);
+    let (a, b) = (Server::start(&config), Server::start(&config));
+    let host =
+        |server: &Server, key: &str| server.ready_host_using(client_with(&Cred::api_key(key)));
+    let mut red_on_a = host(&a, RED_KEY);
+    let mut green_on_b = host(&b, GREEN_KEY);
+    let mut red_on_b = host(&b, RED_KEY);
+
+    echo(&mut red_on_a, "x");
+    let entries = format!("{prefix}:cache:fx:*");
+    stored(&redis, &entries, 1);
+    echo(&mut green_on_b, "x");
+    assert_eq!(echoes(&mut green_on_b), 2, "green was given red's entry");
+    stored(&redis, &entries, 2);
+    // Red's entry is there for red, on any replica.
+    echo(&mut red_on_b, "x");
+    assert_eq!(echoes(&mut red_on_b), 2, "red missed its own entry on B");
+    assert_eq!(hits(&b, "redis"), 1.0);
+    for scope in ["team.red", "team.green"] {
+        assert_eq!(
+            keys(&redis, &format!("{prefix}:cache:fx:0:tools:{scope}:*")),
+            1
+        );
+    }
+    assert_eq!(keys(&redis, &entries), 2);
+}
+
+#[test]
+fn a_resource_update_heard_by_the_replicas_holding_it_reaches_the_one_that_does_not() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix("updated");
+    let fixture = http_fixture();
+    let config = config(&redis, &prefix, 2000, &http_upstream(&fixture));
+    let replicas: Vec<Server> = (0..3).map(|_| Server::start(&config)).collect();
+    let mut hosts: Vec<Host> = replicas.iter().map(Server::ready_host).collect();
+    let subscribed = |host: &mut Host| {
+        text_of(&host.call("fx__subscriptions", json!({}))) == format!("[{README_UPSTREAM:?}]")
+    };
+
+    // A fills, B is answered from Redis; each subscribes upstream while it holds the entry.
+    read(&mut hosts[0]);
+    stored(&redis, &format!("{prefix}:cache:fx:*"), 1);
+    read(&mut hosts[1]);
+    assert_eq!(reads(&mut hosts[0]), 1);
+    for (i, host) in hosts.iter_mut().take(2).enumerate() {
+        eventually(&format!("replica {i} subscribed upstream"), || {
+            subscribed(host)
+        });
+    }
+    assert!(!subscribed(&mut hosts[2]));
+
+    // The update reaches A and B (subscribed), which say so in Redis; C hears nothing of it
+    // from the upstream, and must not be given the entry they dropped.
+    let touched = hosts[0].call("fx__touch", json!({"uri": README_UPSTREAM}));
+    assert_eq!(text_of(&touched), "touched 2", "{touched}");
+    // Both count it in the resource's own generation.
+    let generation = format!("{prefix}:cache:gen:fx:*");
+    settle(|| value_of(&redis, &generation) == "2");
+    read(&mut hosts[2]);
+    assert_eq!(
+        reads(&mut hosts[2]),
+        2,
+        "a replica was given an entry from before the update"
+    );
+    // The fresh read is shared under the new generation: A gets it without the upstream.
+    let fresh = format!("{prefix}:cache:fx:0.2:resources:shared:*");
+    stored(&redis, &fresh, 1);
+    read(&mut hosts[0]);
+    assert_eq!(reads(&mut hosts[0]), 2);
+    assert_eq!(value_of(&redis, &generation), "2");
+    assert_eq!(keys(&redis, &fresh), 1);
+    assert_eq!(
+        keys(&redis, &format!("{prefix}:cache:fx:0.0:resources:shared:*")),
+        1
+    );
+}
+
+#[test]
+fn a_catalog_change_seen_by_one_replica_drops_the_entries_of_the_others() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix("catalog");
+    // Each replica has its own fixture process (as stdio upstreams are run): only A's sees
+    // the change.
+    let config = config(&redis, &prefix, 2000, &own_upstream());
+    let (a, b) = (Server::start(&config), Server::start(&config));
+    let (mut on_a, mut on_b) = (a.ready_host(), b.ready_host());
+
+    echo(&mut on_a, "x");
+    stored(&redis, &format!("{prefix}:cache:fx:*"), 1);
+    echo(&mut on_b, "x");
+    echo(&mut on_b, "x");
+    assert_eq!(echoes(&mut on_b), 0, "B's upstream was asked");
+    assert_eq!(
+        hits(&b, "memory"),
+        1.0,
+        "B does not hold the entry in memory"
+    );
+
+    let added = on_a.call("fx__add_tool", json!({"name": "fresh"}));
+    assert_eq!(text_of(&added), "added fresh");
+    let generation = format!("{prefix}:cache:gen:fx");
+    settle(|| redis.command(&["GET", &generation]) == "1");
+    // The event reaches B at once (it reads the generation itself only every five seconds).
+    std::thread::sleep(Duration::from_millis(200));
+    echo(&mut on_b, "x");
+    assert_eq!(
+        echoes(&mut on_b),
+        1,
+        "B answered from before a change another replica saw"
+    );
+    // B's fresh answer is shared under the new generation; A takes it from there.
+    stored(&redis, &format!("{prefix}:cache:fx:1:tools:*"), 1);
+    echo(&mut on_a, "x");
+    assert_eq!(echoes(&mut on_a), 1);
+    assert_eq!(hits(&a, "redis"), 1.0);
+    assert_eq!(redis.command(&["GET", &generation]), "1");
+}
+
+/// Calls with arguments no one used yet, each answered (by the upstream) within two seconds.
+fn fresh_calls(host: &mut Host, label: &str, n: usize) {
+    for i in 0..n {
+        let started = Instant::now();
+        let text = format!("{label}-{i}");
+        let r = host.call("fx__echo", json!({"text": text}));
+        assert_eq!(text_of(&r), text, "{r}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    }
+}
+
+const UNREACHABLE: &str = "the cache store is unreachable";
+const REACHABLE_AGAIN: &str = "the cache store is reachable again";
+
+#[test]
+fn calls_go_upstream_while_redis_is_down_or_frozen_and_are_shared_again_once_it_is_back() {
+    let mut redis = RedisServer::start();
+    let prefix = unique_prefix("outage");
+    let fixture = http_fixture();
+    let config = config(&redis, &prefix, 250, &http_upstream(&fixture));
+    let (a, b) = (Server::start(&config), Server::start(&config));
+    let (mut on_a, mut on_b) = (a.ready_host(), b.ready_host());
+    echo(&mut on_a, "x");
+    stored(&redis, &format!("{prefix}:cache:fx:0:tools:*"), 1);
+    echo(&mut on_b, "x");
+    assert_eq!(echoes(&mut on_b), 1);
+
+    // Frozen: connections stay open, nothing is answered.
+    redis.pause();
+    fresh_calls(&mut on_b, "frozen", 3);
+    fresh_calls(&mut on_a, "frozen-a", 2);
+    assert_eq!(echoes(&mut on_b), 1 + 5);
+    redis.resume();
+    // Gone.
+    redis.stop();
+    fresh_calls(&mut on_b, "down", 3);
+    assert_eq!(echoes(&mut on_b), 1 + 5 + 3);
+    // What a replica holds in memory still answers.
+    echo(&mut on_b, "x");
+    assert_eq!(echoes(&mut on_b), 9);
+    let errors = metric(
+        &b,
+        "manifold_cache_store_errors_total",
+        &[("operation", "lookup")],
+    );
+    assert!(errors >= 1.0, "no failed lookup counted");
+    let stderr = b.stderr();
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains(UNREACHABLE)).count(),
+        1,
+        "{stderr}"
+    );
+
+    // Back (empty): once the second it is left alone after a failure has passed, answers are
+    // shared again.
+    redis.restart();
+    std::thread::sleep(Duration::from_millis(1200));
+    fresh_calls(&mut on_a, "back", 1);
+    stored(&redis, &format!("{prefix}:cache:fx:*:tools:*"), 1);
+    let before = echoes(&mut on_b);
+    fresh_calls(&mut on_b, "back", 1);
+    assert_eq!(
+        echoes(&mut on_b),
+        before,
+        "B missed A's entry once Redis was back"
+    );
+    eventually("B logged that the store is back", || {
+        b.stderr().contains(REACHABLE_AGAIN)
+    });
+}
+
+/// A config mistake names its key, and the URL's password never shows.
+#[test]
+fn a_shared_cache_without_a_url_or_with_a_bad_one_is_refused() {
+    let upstream = "[upstreams.fx]\nurl = \"http://127.0.0.1:1/mcp\"\ncache = { ttl = \"1s\" }\n";
+    let err = serve_refused(&format!("[cache]\nbackend = \"redis\"\n\n{upstream}"));
+    assert!(err.contains("cache.redis_url"), "{err}");
+    let err = serve_refused(&format!(
+        "[cache]\nbackend = \"redis\"\nredis_url = \"http://:hunter2@127.0.0.1:1\"\n\n{upstream}"
+    ));
+    assert!(
+        err.contains("cache.redis_url") && err.contains("not a redis:// URL"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
