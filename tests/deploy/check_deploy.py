@@ -44,20 +44,6 @@ KUSTOMIZATIONS = ["manifold", "redis", "monitoring", "."]
 # whose schemas kubernetes-validate bundles.
 KUBERNETES_VERSIONS = ["1.30.0", "1.37.0"]
 
-# Config keys being added to Manifold in parallel with this kit. A `manifold` built before
-# they land reports them as unknown; the config check then checks the file without them (and
-# says so), and checks all of it once the binary knows them. Remove an entry once its key has
-# landed.
-PENDING_KEYS = {
-    "sessions",
-    "sessions.store",
-    "sessions.redis_url",
-    "sessions.key_prefix",
-    "cache.backend",
-    "cache.redis_url",
-    "server.drain_delay",
-    "server.drain_timeout",
-}
 
 # Pod-level labels Prometheus' Kubernetes discovery sets for role "pod" (besides the
 # __meta_kubernetes_pod_label_*, _labelpresent_*, _annotation_* and _annotationpresent_*
@@ -773,32 +759,6 @@ def check_secrets_documented(ctx: Context) -> str:
     return f"deploy/README.md creates {', '.join(secrets)} with every key the pods read"
 
 
-def strip_key(text: str, key: str) -> str:
-    """The TOML text without `key` (a table, or a one-line key of a table)."""
-    table, _, leaf = key.rpartition(".")
-    out, current, skipping = [], "", False
-    for line in text.splitlines(keepends=True):
-        header = re.match(r"\s*\[([^\[\]]+)\]\s*(#.*)?$", line)
-        if header:
-            current = header.group(1).strip()
-            skipping = not table and current == leaf or current.startswith(leaf + ".") and not table
-        if skipping:
-            continue
-        m = re.match(r"\s*([A-Za-z0-9_-]+)\s*=", line)
-        if table and current == table and m and m.group(1) == leaf:
-            continue
-        out.append(line)
-    stripped = "".join(out)
-    before, after = tomllib.loads(text), tomllib.loads(stripped)
-    expected = json.loads(json.dumps(before))
-    parent = expected
-    for part in key.split(".")[:-1]:
-        parent = parent[part]
-    parent.pop(key.split(".")[-1])
-    require(after == expected, f"could not take {key} out of the config cleanly")
-    return stripped
-
-
 def check_manifold_config(ctx: Context) -> str:
     text = manifold_config_text(ctx)
     require(
@@ -829,34 +789,20 @@ def check_manifold_config(ctx: Context) -> str:
             if var.endswith("REDIS_URL")
             else f"{var.lower()}-placeholder-0123456789abcdef"
         )
-    stripped: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "manifold.toml"
-        while True:
-            path.write_text(text)
-            result = subprocess.run(
-                [str(ctx.manifold), "check", "--no-start", "--config", str(path)],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=False,
-                timeout=60,
-            )
-            if result.returncode == 0:
-                break
-            unknown = re.search(r": ([A-Za-z0-9_.]+): unknown key;", result.stderr)
-            if unknown and unknown.group(1) in PENDING_KEYS and unknown.group(1) not in stripped:
-                stripped.append(unknown.group(1))
-                text = strip_key(text, unknown.group(1))
-                continue
-            raise CheckFailed(f"manifold check --no-start:\n{(result.stdout + result.stderr).strip()}")
-    detail = f"manifold check --no-start accepts the ConfigMap's config ({len(upstreams)} HTTP upstreams, Redis sessions, cache and limits)"
-    if stripped:
-        detail += (
-            f"; NOTE: this manifold predates {', '.join(stripped)}, so the config was checked without "
-            "them (PENDING_KEYS in tests/deploy/check_deploy.py)"
+        path.write_text(text)
+        result = subprocess.run(
+            [str(ctx.manifold), "check", "--no-start", "--config", str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            timeout=60,
         )
-    return detail
+        if result.returncode != 0:
+            raise CheckFailed(f"manifold check --no-start:\n{(result.stdout + result.stderr).strip()}")
+    return f"manifold check --no-start accepts the ConfigMap's config ({len(upstreams)} HTTP upstreams, Redis sessions, cache and limits)"
 
 
 # --- Prometheus ------------------------------------------------------------------------------
