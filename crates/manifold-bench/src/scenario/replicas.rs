@@ -153,13 +153,17 @@ pub fn replicas(setup: &Setup, plan: &Plan) -> Result<Value> {
     for case in &mut cases {
         // A tenth of a round: connections, sessions (and in (d) every replica's copy of
         // every session) and upstream routes are hot before the first timed round.
-        case.side
-            .round(plan.replica_calls / 10 + 1, plan.round_limit)?;
+        let warm = case
+            .side
+            .round(plan.replica_calls / 10 + 1, plan.round_limit);
+        warm.map_err(|e| case.explained(e))?;
     }
     let n = cases.len();
     for round in 0..plan.rounds {
         for k in 0..n {
-            cases[(round + k) % n].round(plan, &redis)?;
+            let case = &mut cases[(round + k) % n];
+            let done = case.round(plan, &redis);
+            done.map_err(|e| case.explained(e))?;
         }
     }
     let adoption = adoption(&shared, &memory, &line, plan, &redis)?;
@@ -214,6 +218,8 @@ pub fn replicas(setup: &Setup, plan: &Plan) -> Result<Value> {
 struct Case {
     index: usize,
     side: Side,
+    /// What its hosts reach: HAProxy, a replica, or the fixture.
+    server: Arc<HttpServer>,
     line: RequestLine,
     /// The replicas behind it (their `/metrics` count its calls); none for the fixture.
     replicas: Vec<Arc<HttpServer>>,
@@ -258,6 +264,7 @@ impl Case {
         Ok(Self {
             index,
             side,
+            server: Arc::clone(server),
             line: line.clone(),
             replicas: replicas.to_vec(),
             pids,
@@ -272,6 +279,13 @@ impl Case {
             served: vec![0; replicas.len()],
             mismatch: None,
         })
+    }
+
+    /// `e`, with the end of the stderr of what the hosts reach (HAProxy logs why it had no
+    /// replica to send a request to).
+    fn explained(&self, e: anyhow::Error) -> anyhow::Error {
+        let tail = self.server.failed("was what its hosts reached");
+        anyhow!("{e:#}\n{tail:#}")
     }
 
     fn uses_redis(&self) -> bool {
