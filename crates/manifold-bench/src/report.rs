@@ -528,6 +528,20 @@ fn replicas_table(out: &mut String, v: &Value) {
         "HAProxy: {}",
         v["haproxy"]["version"].as_str().unwrap_or("?")
     );
+    let down: Vec<String> = CASES
+        .iter()
+        .filter_map(|(key, _)| {
+            let n = v[*key]["replicas_marked_down"].as_u64()?;
+            (n > 0).then(|| format!("{key} {n}"))
+        })
+        .collect();
+    if !down.is_empty() {
+        let _ = writeln!(
+            out,
+            "HAProxy marked a replica down (a health check failed), times: {}",
+            down.join(", ")
+        );
+    }
     validity(out, v, num(&v["calls"]));
 }
 

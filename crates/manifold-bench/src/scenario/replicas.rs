@@ -396,8 +396,18 @@ impl Case {
             "cpu_us_per_call": cpu,
             "served_per_replica": self.served,
             "redis": redis_per_call,
+            "replicas_marked_down": (self.index >= 2).then(|| marked_down(self.server.log())),
         })
     }
+}
+
+/// How many times HAProxy marked a replica down (a health check failed), by its own log: a
+/// replica out of the rotation shifts its share of the calls to the others.
+fn marked_down(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("[WARNING]") && l.contains(" is DOWN,"))
+        .count()
 }
 
 /// `case` over `base`: calls/s (ratio of the medians, spread of the per-round ratios), the
@@ -747,6 +757,21 @@ fn workspace_root() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_the_replicas_haproxy_marked_down() {
+        let log = std::env::temp_dir().join(format!("replicas-down-{}.log", std::process::id()));
+        std::fs::write(
+            &log,
+            "[WARNING]  (7) : Server manifold/replica3 is DOWN, reason: Layer7 timeout, check duration: 499ms. 2 active and 0 backup servers left.\n\
+             Server manifold/replica3 is DOWN, reason: Layer7 timeout, check duration: 499ms. 2 active and 0 backup servers left.\n\
+             [WARNING]  (7) : Server manifold/replica3 is UP, reason: Layer7 check passed, code: 200.\n",
+        )
+        .unwrap();
+        assert_eq!(marked_down(&log), 1);
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(marked_down(&log), 0);
+    }
 
     #[test]
     fn the_shipped_config_has_what_the_variants_remove() {

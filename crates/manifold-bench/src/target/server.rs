@@ -101,6 +101,11 @@ impl HttpServer {
         self.limits
     }
 
+    /// Where the server's stderr goes.
+    pub fn log(&self) -> &std::path::Path {
+        &self.spec.log
+    }
+
     /// Polls /proc until the process has a listening TCP socket; it must be on 127.0.0.1.
     fn await_listening(&self) -> Result<SocketAddr> {
         let began = Instant::now();
