@@ -406,6 +406,7 @@ fn quick_replicas_run_measures_every_case_and_adoption() {
         "held",
         "adopting",
         "adopted",
+        "redis_ping",
     ] {
         assert_eq!(f(&a[kind]["count"]), sessions, "{kind}: {a}");
     }

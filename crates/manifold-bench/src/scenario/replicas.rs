@@ -90,7 +90,7 @@ pub(crate) const PAIRS: [(&str, usize, usize, &str); 5] = [
 ];
 
 /// The adoption measurement's requests, in the order of the JSON document and the table.
-pub(crate) const ADOPTION: [(&str, &str); 5] = [
+pub(crate) const ADOPTION: [(&str, &str); 6] = [
     (
         "initialize_memory",
         "initialize, memory store, new connection",
@@ -105,6 +105,7 @@ pub(crate) const ADOPTION: [(&str, &str); 5] = [
         "a replica that does not (adoption), new connection",
     ),
     ("adopted", "the next request there, same connection"),
+    ("redis_ping", "for scale: PING to Redis from the load tool"),
 ];
 
 /// The processes a case's cost per call is split between.
@@ -542,11 +543,12 @@ fn adoption(
     redis: &RedisServer,
 ) -> Result<Value> {
     let limit = plan.round_limit;
-    let mut rounds: [Vec<Summary>; 5] = Default::default();
+    let mut rounds: [Vec<Summary>; 6] = Default::default();
+    let mut ping = Ping::connect(redis.port())?;
     let before = super::policy::command_calls(redis)?;
     let mut sessions = 0;
     for round in 0..plan.rounds {
-        let mut samples: [Vec<u64>; 5] = Default::default();
+        let mut samples: [Vec<u64>; 6] = Default::default();
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         for k in 0..plan.adopt_sessions {
             let n = replicas.len();
@@ -564,6 +566,7 @@ fn adoption(
             samples[3].extend(session.timed_calls(line, 1, limit)?);
             samples[4].extend(session.timed_calls(line, 1, limit)?);
             sessions += 1;
+            samples[5].push(ping.once()?);
         }
         for (kind, s) in rounds.iter_mut().zip(samples.iter_mut()) {
             kind.push(Summary::of(s));
@@ -579,7 +582,8 @@ fn adoption(
                 round2(n.saturating_sub(was) as f64 / f64::from(sessions.max(1))),
             )
         })
-        .filter(|(k, n)| *n > 0.0 && k.as_str() != "info")
+        // INFO and PING are this scenario's own.
+        .filter(|(k, n)| *n > 0.0 && !["info", "ping"].contains(&k.as_str()))
         .collect();
     let mut v = Map::new();
     for ((key, what), r) in ADOPTION.iter().zip(&rounds) {
@@ -611,6 +615,41 @@ fn adoption(
         ),
     );
     Ok(Value::Object(v))
+}
+
+/// One kept connection to redis-server, timing a `PING` at a time: what one round trip to
+/// Redis costs on this machine at this moment, beside what adopting a session costs.
+struct Ping {
+    stream: TcpStream,
+}
+
+impl Ping {
+    fn connect(port: u16) -> Result<Self> {
+        let timeout = Duration::from_secs(5);
+        let stream =
+            TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Ok(Self { stream })
+    }
+
+    /// Nanoseconds from the `PING` written to the `+PONG` read.
+    fn once(&mut self) -> Result<u64> {
+        use std::io::Read as _;
+        let mut reply = [0u8; 7];
+        let began = Instant::now();
+        self.stream.write_all(b"PING\r\n")?;
+        self.stream.read_exact(&mut reply)?;
+        let took = began.elapsed();
+        if &reply != b"+PONG\r\n" {
+            bail!(
+                "redis-server answered PING with {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+        }
+        Ok(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX))
+    }
 }
 
 /// Where HAProxy is, and the libraries it needs when it is the unpacked one.
