@@ -49,6 +49,11 @@ enum Scenario {
     HttpLatency,
     HttpThroughput,
     HttpRss,
+    /// Manifold as replicas behind HAProxy (the shipped config): one and three replicas,
+    /// the in-memory and the Redis session store, with and without affinity, beside one
+    /// replica and the fixture called directly; and what adopting a session costs. Needs
+    /// HAProxy and redis-server; not part of `all`.
+    Replicas,
 }
 
 impl Scenario {
@@ -57,13 +62,14 @@ impl Scenario {
             one,
             Scenario::HttpLatency | Scenario::HttpThroughput | Scenario::HttpRss
         );
-        self == Scenario::All || self == one || (self == Scenario::Http && http)
+        let all = self == Scenario::All && one != Scenario::Replicas;
+        all || self == one || (self == Scenario::Http && http)
     }
 }
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 11] = [
+const RUNS: [(Scenario, &str, Run); 12] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
@@ -83,6 +89,7 @@ const RUNS: [(Scenario, &str, Run); 11] = [
         scenario::http_throughput,
     ),
     (Scenario::HttpRss, "http-rss", scenario::http_rss),
+    (Scenario::Replicas, "replicas", scenario::replicas),
 ];
 
 #[derive(Debug, Parser)]
@@ -231,6 +238,9 @@ fn document(
             "connections": plan.connections,
             "http_calls": plan.http_calls,
             "idle_sessions": plan.idle_sessions,
+            "replica_calls": plan.replica_calls,
+            "replica_single_calls": plan.replica_single_calls,
+            "adopt_sessions": plan.adopt_sessions,
             "round_limit_s": plan.round_limit.as_secs(),
         },
         "scenarios": results,

@@ -83,6 +83,7 @@ pub fn table(doc: &Value) -> String {
     telemetry_table(&mut out, &doc["scenarios"]["telemetry"]);
     policy_table(&mut out, &doc["scenarios"]["policy"]);
     cache_table(&mut out, &doc["scenarios"]["cache"]);
+    replicas_table(&mut out, &doc["scenarios"]["replicas"]);
     let http = http_rows(&doc["scenarios"]);
     if !http.is_empty() {
         http_table(&mut out, &http);
@@ -378,6 +379,185 @@ fn cache_table(out: &mut String, v: &Value) {
             out,
             "echo calls the upstream served, by its own count: {}",
             each.join(", ")
+        );
+    }
+    validity(out, v, num(&v["calls"]));
+}
+
+/// Each case's calls/s and latency (under load and on one connection), then where its CPU
+/// goes and which replica served its calls, the comparisons between cases, what adopting a
+/// session costs, and whether the run is valid.
+fn replicas_table(out: &mut String, v: &Value) {
+    use crate::scenario::replicas::{ADOPTION, CASES, PAIRS};
+    if v.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nReplicas behind HAProxy, session-era Streamable HTTP: {} connections ({} rounds of {} calls, then {} on one connection, interleaved)",
+        v["connections"], v["rounds"], v["calls_per_round"], v["single_calls_per_round"]
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} {:>8} {:>15} {:>10} {:>10} {:>12} {:>12} {:>7}",
+        "case (median of rounds)",
+        "calls/s",
+        "spread",
+        "p50",
+        "p99",
+        "1 conn p50",
+        "1 conn p99",
+        "errors"
+    );
+    for (key, name) in CASES {
+        let c = &v[key];
+        let rate = &c["calls_per_s"];
+        let _ = writeln!(
+            out,
+            "{name:<40} {:>8} {:>15} {:>10} {:>10} {:>12} {:>12} {:>7}",
+            rate1(num(&rate["median"])),
+            format!("{}..{}", rate1(num(&rate["min"])), rate1(num(&rate["max"]))),
+            us(num(&c["latency"]["p50_us"])),
+            us(num(&c["latency"]["p99_us"])),
+            us(num(&c["one_connection"]["p50_us"])),
+            us(num(&c["one_connection"]["p99_us"])),
+            c["errors"],
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<40} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>11}  served per replica",
+        "CPU per call under load",
+        "client",
+        "HAProxy",
+        "Manifold",
+        "fixture",
+        "Redis",
+        "total",
+        "Redis cmds"
+    );
+    for (key, name) in CASES {
+        let c = &v[key];
+        let cpu = &c["cpu_us_per_call"];
+        let total: f64 = ["client", "haproxy", "manifold", "fixture", "redis"]
+            .iter()
+            .map(|r| cpu[*r].as_f64().unwrap_or(0.0))
+            .sum();
+        let served: Vec<String> = c["served_per_replica"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(ToString::to_string)
+            .collect();
+        let cell = |x: &Value| {
+            if x.is_null() {
+                String::new()
+            } else {
+                us(num(x))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "{name:<40} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>11}  {}",
+            cell(&cpu["client"]),
+            cell(&cpu["haproxy"]),
+            cell(&cpu["manifold"]),
+            cell(&cpu["fixture"]),
+            cell(&cpu["redis"]),
+            us(total),
+            c["redis"]["commands_per_call"]
+                .as_f64()
+                .map_or(String::new(), two),
+            served.join(" / "),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<44} {:>6} {:>13} {:>10} {:>10} {:>12} {:>17}",
+        "comparison (case over base)",
+        "rate",
+        "spread",
+        "added p50",
+        "added p99",
+        "1 conn p50",
+        "spread"
+    );
+    for (key, _, _, what) in PAIRS {
+        let c = &v[key];
+        let one = &c["one_connection"]["added"];
+        let _ = writeln!(
+            out,
+            "{what:<44} {:>6} {:>13} {:>10} {:>10} {:>12} {:>17}",
+            two(num(&c["rate_ratio"]["median"])),
+            range(&c["rate_ratio"]["spread"], two),
+            us(num(&c["latency"]["added"]["p50_us"])),
+            us(num(&c["latency"]["added"]["p99_us"])),
+            us(num(&one["p50_us"])),
+            range(&one["spread"]["p50_us"], us),
+        );
+    }
+    let a = &v["adoption"];
+    let _ = writeln!(
+        out,
+        "\nSessions on replicas, no load balancer, one request in flight ({} sessions: {} per round)",
+        a["sessions"], a["sessions_per_round"]
+    );
+    let _ = writeln!(
+        out,
+        "{:<56} {:>10} {:>10} {:>17}",
+        "request of a session (median of rounds)", "p50", "p99", "spread of p50"
+    );
+    for (key, what) in ADOPTION {
+        let r = &a[key];
+        let _ = writeln!(
+            out,
+            "{what:<56} {:>10} {:>10} {:>17}",
+            us(num(&r["p50_us"])),
+            us(num(&r["p99_us"])),
+            range(&r["spread"]["p50_us"], us),
+        );
+    }
+    for (key, what) in [
+        (
+            "initialize_redis_vs_memory",
+            "initialize, Redis added over memory",
+        ),
+        ("adopting_vs_held", "adoption, added over a held session's"),
+        (
+            "adopting_vs_adopted",
+            "adoption, added over the next request's",
+        ),
+    ] {
+        let added = &a[key]["added"];
+        let _ = writeln!(
+            out,
+            "{what:<56} {:>10} {:>10} {:>17}",
+            us(num(&added["p50_us"])),
+            us(num(&added["p99_us"])),
+            range(&added["spread"]["p50_us"], us),
+        );
+    }
+    if let Some(per) = a["redis_commands_per_session"].as_object() {
+        let each: Vec<String> = per.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(out, "Redis commands per session: {}", each.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "HAProxy: {}",
+        v["haproxy"]["version"].as_str().unwrap_or("?")
+    );
+    let down: Vec<String> = CASES
+        .iter()
+        .filter_map(|(key, _)| {
+            let n = v[*key]["replicas_marked_down"].as_u64()?;
+            (n > 0).then(|| format!("{key} {n}"))
+        })
+        .collect();
+    if !down.is_empty() {
+        let _ = writeln!(
+            out,
+            "HAProxy marked a replica down (a health check failed), times: {}",
+            down.join(", ")
         );
     }
     validity(out, v, num(&v["calls"]));

@@ -142,6 +142,11 @@ impl Session {
         self.target.disconnect();
     }
 
+    /// Goes on with this session on a new connection to `server` (see `Target::move_to`).
+    pub fn move_to(&mut self, server: &std::sync::Arc<crate::target::HttpServer>) -> Result<()> {
+        self.target.move_to(server)
+    }
+
     /// One request; the answer's `result`, parsed (for checks, never timed).
     pub fn result(&mut self, line: &RequestLine) -> Result<Value> {
         let id = self.take_id();

@@ -26,6 +26,13 @@ pub struct Plan {
     pub http_calls: u64,
     /// Idle HTTP sessions opened in the HTTP RSS scenario.
     pub idle_sessions: usize,
+    /// Calls per round and case of the replicas scenario, shared by the connections.
+    pub replica_calls: u64,
+    /// Calls per round and case of the replicas scenario on one connection alone.
+    pub replica_single_calls: usize,
+    /// Sessions per round that the replicas scenario moves to a replica that does not hold
+    /// them (adoption).
+    pub adopt_sessions: usize,
     /// Upper bound on the wall time of any one measuring loop.
     pub round_limit: Duration,
 }
@@ -43,6 +50,9 @@ impl Plan {
             connections: 16,
             http_calls: 40_000,
             idle_sessions: 1_000,
+            replica_calls: 20_000,
+            replica_single_calls: 2_000,
+            adopt_sessions: 200,
             round_limit: Duration::from_secs(30),
         }
     }
@@ -59,6 +69,9 @@ impl Plan {
             connections: 16,
             http_calls: 800,
             idle_sessions: 50,
+            replica_calls: 800,
+            replica_single_calls: 50,
+            adopt_sessions: 10,
             round_limit: Duration::from_secs(30),
         }
     }
@@ -244,6 +257,58 @@ impl Setup {
         Ok(self.server(label, &self.manifold, args, "/mcp"))
     }
 
+    /// The fixture (`alpha`) over Streamable HTTP at `/mcp`, on a free port of 127.0.0.1.
+    pub fn fixture_http(&self, label: &str) -> ServerSpec {
+        let args = ["--name", "alpha", "--http", "127.0.0.1:0"].map(str::to_owned);
+        self.server(label, &self.fixture, args.to_vec(), "/mcp")
+    }
+
+    /// Manifold over Streamable HTTP on a free port of 127.0.0.1 in front of one upstream
+    /// reached over Streamable HTTP at `url` (named `alpha`), with `tables` (TOML) added to
+    /// its config: one replica of several.
+    pub fn replica(&self, label: &str, url: &str, tables: &str) -> Result<ServerSpec> {
+        let path = self.dir.join(format!("{label}.toml"));
+        let mut text = server_table(&self.manifold_cpus);
+        let _ = write!(text, "\n[upstreams.alpha]\nurl = {}\n", toml_string(url));
+        if !tables.is_empty() {
+            text.push('\n');
+            text.push_str(tables);
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        let args = vec![
+            "serve".into(),
+            "--config".into(),
+            path.display().to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ];
+        Ok(self.server(label, &self.manifold, args, "/mcp"))
+    }
+
+    /// HAProxy (`program`, run with `library_path` as `LD_LIBRARY_PATH` when given) in the
+    /// foreground with the configuration `config`, written to the scratch directory, and `env`
+    /// (the addresses it reads from the environment).
+    pub fn haproxy(
+        &self,
+        label: &str,
+        program: &Path,
+        library_path: Option<&Path>,
+        config: &str,
+        env: Vec<(String, String)>,
+    ) -> Result<ServerSpec> {
+        let path = self.dir.join(format!("{label}.cfg"));
+        std::fs::write(&path, config)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let args = vec!["-db".into(), "-f".into(), path.display().to_string()];
+        let mut spec = self.server(label, program, args, "/mcp");
+        spec.env = env;
+        if let Some(lib) = library_path {
+            spec.env
+                .push(("LD_LIBRARY_PATH".into(), lib.display().to_string()));
+        }
+        Ok(spec)
+    }
+
     /// Writes the Manifold config of `label`: `upstreams`, then `tables`.
     fn manifold_config(
         &self,
@@ -287,6 +352,7 @@ impl Setup {
             program: program.into(),
             args,
             path: path.into(),
+            env: Vec::new(),
             log: self.dir.join(format!("{label}.stderr")),
         }
     }
@@ -323,13 +389,7 @@ impl Drop for Setup {
 /// short shutdown grace (fixtures exit at once on EOF).
 fn config(fixture: &Path, upstreams: &[Upstream], cpus: &[usize]) -> String {
     let command = toml_string(&fixture.display().to_string());
-    let mut text = String::from(
-        "[server]\npage_size = 0\nstartup_timeout_ms = 60000\nshutdown_grace_ms = 1000\n",
-    );
-    if !cpus.is_empty() {
-        let list: Vec<String> = cpus.iter().map(ToString::to_string).collect();
-        let _ = writeln!(text, "cpus = [{}]", list.join(", "));
-    }
+    let mut text = server_table(cpus);
     for up in upstreams {
         let key = &up.key;
         let _ = write!(
@@ -342,6 +402,18 @@ fn config(fixture: &Path, upstreams: &[Upstream], cpus: &[usize]) -> String {
         } else {
             text.push_str("]\n");
         }
+    }
+    text
+}
+
+/// The `[server]` table of every Manifold config (see `config`).
+fn server_table(cpus: &[usize]) -> String {
+    let mut text = String::from(
+        "[server]\npage_size = 0\nstartup_timeout_ms = 60000\nshutdown_grace_ms = 1000\n",
+    );
+    if !cpus.is_empty() {
+        let list: Vec<String> = cpus.iter().map(ToString::to_string).collect();
+        let _ = writeln!(text, "cpus = [{}]", list.join(", "));
     }
     text
 }

@@ -53,6 +53,15 @@ pub trait Target: Send {
     /// Closes the transport's connection, when it has one apart from the session (HTTP):
     /// the session stays, and the next message opens a new connection.
     fn disconnect(&mut self) {}
+    /// Goes on with the same session on a new connection to `server` (HTTP only): another
+    /// replica of the one that made the session, or the same one.
+    fn move_to(&mut self, server: &std::sync::Arc<HttpServer>) -> Result<()> {
+        let _ = server;
+        anyhow::bail!(
+            "{}: only an HTTP session can move to another server",
+            self.label()
+        )
+    }
 }
 
 /// How to launch a target. Each variant knows how to start one kind of transport.

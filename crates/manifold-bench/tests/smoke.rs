@@ -1,8 +1,9 @@
 //! Runs `manifold-load latency --quick`, `http-latency --quick`, `telemetry --quick`,
-//! `policy --quick` and `cache --quick` against the debug binaries to prove the tool works end
-//! to end, over stdio and over Streamable HTTP as a session-era host and as a stateless one
-//! (without the peer gateway: no network, no peer build), with spans exported to the tool's own OTLP receiver, with teams and limits (in
-//! Redis too when a `redis-server` is found), and with the result cache. It checks the shape and sanity of the JSON output, never a timing
+//! `policy --quick`, `cache --quick` and `replicas --quick` against the debug binaries to prove
+//! the tool works end to end, over stdio and over Streamable HTTP as a session-era host and as
+//! a stateless one (without the peer gateway: no network, no peer build), with spans exported to the tool's own OTLP receiver, with teams and limits (in
+//! Redis too when a `redis-server` is found), with the result cache, and with replicas behind
+//! HAProxy (when HAProxy and a `redis-server` are found). It checks the shape and sanity of the JSON output, never a timing
 //! threshold: timings on a shared two-core machine are for BENCHMARKS.md, not for pass/fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -349,4 +350,85 @@ fn quick_cache_run_counts_every_answer_and_upstream_call() {
         check_added(c, &[("redis_hit_vs_hit", "hit", "redis_hit")]);
     }
     check_one_goal(&doc, "cache hit, added over direct p50");
+}
+
+/// Whether `program` is there as the load tool looks for it: `$variable`, `PATH`, or unpacked
+/// under the repository's `tests/.cache` (`unpacked`, from the repository root).
+fn found(program: &str, variable: &str, unpacked: &str) -> bool {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::env::var_os(variable).is_some()
+        || std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        || root.join(unpacked).is_file()
+}
+
+#[test]
+fn quick_replicas_run_measures_every_case_and_adoption() {
+    let haproxy = found(
+        "haproxy",
+        "MANIFOLD_HAPROXY",
+        "tests/.cache/haproxy/usr/sbin/haproxy",
+    );
+    let redis = found(
+        "redis-server",
+        "MANIFOLD_REDIS_SERVER",
+        "tests/.cache/redis/usr/bin/redis-server",
+    );
+    if !(haproxy && redis) {
+        eprintln!("SKIPPED: HAProxy or redis-server missing; run `bash tests/replicas/install.sh` and `bash tests/redis/install.sh`");
+        return;
+    }
+    let Some(doc) = run_quick_printing(
+        "replicas",
+        &["(d) as (c), no affinity", "Redis store: (c) over (b)"],
+    ) else {
+        return;
+    };
+    let r = &doc["scenarios"]["replicas"];
+    assert_eq!(r["valid"], true, "{r}");
+    assert_eq!(r["errors"], 0);
+    let rounds = f(&r["rounds"]);
+    for (case, replicas) in [
+        ("fixture", 0),
+        ("direct", 1),
+        ("lb1_memory", 1),
+        ("lb3_memory", 3),
+        ("lb3_redis", 3),
+        ("lb3_redis_rr", 3),
+    ] {
+        let c = &r[case];
+        assert!(f(&c["calls_per_s"]["median"]) > 0.0, "{case}: {c}");
+        assert_eq!(f(&c["latency"]["count"]), rounds * f(&r["calls_per_round"]));
+        let single = rounds * f(&r["single_calls_per_round"]);
+        assert_eq!(f(&c["one_connection"]["count"]), single, "{case}: {c}");
+        let served = c["served_per_replica"].as_array().unwrap();
+        assert_eq!(served.len(), replicas, "{case}: {c}");
+        // Without affinity every replica serves.
+        if case == "lb3_redis_rr" {
+            assert!(served.iter().all(|n| f(n) > 0.0), "{c}");
+        }
+    }
+    for pair in [
+        "haproxy_vs_direct",
+        "redis_vs_memory",
+        "round_robin_vs_affinity",
+    ] {
+        assert!(f(&r[pair]["rate_ratio"]["median"]) > 0.0, "{pair}: {r}");
+        assert!(r[pair]["one_connection"]["added"]["p50_us"].is_number());
+    }
+    let a = &r["adoption"];
+    let sessions = rounds * f(&a["sessions_per_round"]);
+    assert_eq!(f(&a["sessions"]), sessions, "{a}");
+    for kind in [
+        "initialize_memory",
+        "initialize_redis",
+        "held",
+        "adopting",
+        "adopted",
+        "redis_ping",
+    ] {
+        assert_eq!(f(&a[kind]["count"]), sessions, "{kind}: {a}");
+    }
+    // Each adoption read the session's record from Redis.
+    assert!(f(&a["redis_commands_per_session"]["hgetall"]) >= 1.0, "{a}");
 }

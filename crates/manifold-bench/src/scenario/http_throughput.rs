@@ -167,7 +167,11 @@ pub fn http_throughput(setup: &Setup, plan: &Plan) -> Result<Value> {
 /// Calls/s of `a` over `b`: the ratio of the medians, and its spread from the per-round
 /// ratios (rounds paired by index).
 pub fn rate_ratio(a: &Rounds, b: &Rounds) -> Value {
-    let (a, b) = (&a.rates, &b.rates);
+    rates_ratio(&a.rates, &b.rates)
+}
+
+/// The same from each side's calls/s per round.
+pub fn rates_ratio(a: &[f64], b: &[f64]) -> Value {
     let paired = Across::of(a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)));
     let medians =
         Across::of(a.iter().copied()).median / Across::of(b.iter().copied()).median.max(1e-9);
@@ -215,11 +219,11 @@ pub fn measure(
 }
 
 /// One round's outcome on one side.
-struct Done {
-    calls: u64,
-    secs: f64,
-    latency: Summary,
-    client_cpu: Duration,
+pub struct Done {
+    pub calls: u64,
+    pub secs: f64,
+    pub latency: Summary,
+    pub client_cpu: Duration,
 }
 
 impl Side {
@@ -232,6 +236,17 @@ impl Side {
         kind: Kind,
     ) -> Result<Self> {
         let server = HttpServer::launch(spec, setup.limits)?;
+        Self::on(name, server, plan, lines, kind)
+    }
+
+    /// The same on a server already running (a load balancer in front of replicas).
+    pub fn on(
+        name: String,
+        server: Arc<HttpServer>,
+        plan: &Plan,
+        lines: &[RequestLine],
+        kind: Kind,
+    ) -> Result<Self> {
         let mut sessions = Vec::with_capacity(plan.connections);
         for j in 0..plan.connections {
             let label = format!("{name}-{j}");
@@ -286,7 +301,7 @@ impl Side {
     }
 
     /// `calls` calls from every connection at once, each on its own thread.
-    fn round(&mut self, calls: u64, limit: Duration) -> Result<Done> {
+    pub fn round(&mut self, calls: u64, limit: Duration) -> Result<Done> {
         let pool = AtomicU64::new(calls);
         let start = Barrier::new(self.sessions.len() + 1);
         let (lines, pool, start) = (&self.lines, &pool, &start);

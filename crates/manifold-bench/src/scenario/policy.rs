@@ -226,7 +226,7 @@ fn pid_of(server: &RedisServer) -> Result<u32> {
 
 /// Calls of each command since the server started (`INFO commandstats`), by name (`evalsha`,
 /// `eval`, ...).
-fn command_calls(server: &RedisServer) -> Result<BTreeMap<String, u64>> {
+pub(crate) fn command_calls(server: &RedisServer) -> Result<BTreeMap<String, u64>> {
     let info = server
         .try_command(&["INFO", "commandstats"])
         .map_err(anyhow::Error::msg)?;

@@ -45,6 +45,9 @@ pub struct HttpTarget {
     messages: Vec<(usize, usize)>,
     next: usize,
     session: Option<String>,
+    /// The protocol version sent on every request: the stateless revision, or the one the
+    /// session negotiated.
+    version: Option<String>,
     /// A stateless host: no session, the naming headers on every request.
     stateless: bool,
     /// Bytes of the last request written, head and body.
@@ -76,10 +79,11 @@ impl HttpTarget {
             messages: Vec::new(),
             next: 0,
             session: None,
+            version: stateless.map(str::to_owned),
             stateless: stateless.is_some(),
             last_request: 0,
         };
-        target.render_head(stateless);
+        target.render_head();
         target.reconnect()?;
         Ok(target)
     }
@@ -98,7 +102,7 @@ impl HttpTarget {
         Ok(())
     }
 
-    fn render_head(&mut self, version: Option<&str>) {
+    fn render_head(&mut self) {
         let mut head = format!(
             "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
             self.server.path(),
@@ -107,7 +111,7 @@ impl HttpTarget {
         if let Some(session) = &self.session {
             head.push_str(&format!("Mcp-Session-Id: {session}\r\n"));
         }
-        if let Some(version) = version {
+        if let Some(version) = &self.version {
             head.push_str(&format!("MCP-Protocol-Version: {version}\r\n"));
         }
         self.head = head;
@@ -205,7 +209,8 @@ impl HttpTarget {
             );
         }
         self.session = Some(session);
-        self.render_head(version.as_deref());
+        self.version = version;
+        self.render_head();
         Ok(())
     }
 }
@@ -276,5 +281,14 @@ impl Target for HttpTarget {
 
     fn disconnect(&mut self) {
         self.conn = None;
+    }
+
+    fn move_to(&mut self, server: &Arc<HttpServer>) -> Result<()> {
+        if self.messages.len() > self.next {
+            bail!("{}: moved with messages not yet read", self.label);
+        }
+        self.server = Arc::clone(server);
+        self.render_head();
+        self.reconnect()
     }
 }

@@ -30,6 +30,8 @@ pub struct ServerSpec {
     pub args: Vec<String>,
     /// The MCP endpoint's path: `/mcp` for Manifold, `/` for the peer.
     pub path: String,
+    /// Variables set in the environment it inherits (HAProxy reads its addresses there).
+    pub env: Vec<(String, String)>,
     /// The child's stderr goes here, so a failure can quote what the server said.
     pub log: PathBuf,
 }
@@ -52,7 +54,8 @@ impl HttpServer {
             .with_context(|| format!("cannot create {}", spec.log.display()))?;
         let child = Command::new(&spec.program)
             .args(&spec.args)
-            // Neither server reads stdin in HTTP mode; a closed one keeps a stray read harmless.
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            // No server started here reads stdin; a closed one keeps a stray read harmless.
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -96,6 +99,11 @@ impl HttpServer {
 
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// Where the server's stderr goes.
+    pub fn log(&self) -> &std::path::Path {
+        &self.spec.log
     }
 
     /// Polls /proc until the process has a listening TCP socket; it must be on 127.0.0.1.
