@@ -13,5 +13,6 @@ pub mod spans;
 pub mod trace;
 
 pub use metrics::{
-    metrics, CacheCounters, Direction, Eviction, HostTransport, OpLabels, Outcome, UpstreamCounters,
+    metrics, BreakerState, CacheCounters, Direction, Eviction, HealthCheck, HostTransport,
+    OpLabels, Outcome, UpstreamCounters,
 };

@@ -19,6 +19,8 @@ use crate::hub::Hub;
 use crate::pending::Peer;
 use crate::{handshake, http, process, stdio};
 
+mod health;
+
 /// Whom an actor's connection serves.
 #[derive(Clone)]
 pub(crate) enum Role {
@@ -98,6 +100,8 @@ pub struct UpstreamActor {
     listen_planned: bool,
     /// Restarts are counted here (shared by every connection to this upstream).
     counters: Arc<manifold_telemetry::UpstreamCounters>,
+    /// Pings, the breaker's probe, the restart of an upstream that stopped answering.
+    health: health::Health,
 }
 
 /// Lists to re-fetch, gathered while a refresh is scheduled or running.
@@ -142,6 +146,7 @@ impl UpstreamActor {
             listen_backoff: LISTEN_BACKOFF,
             listen_planned: false,
             counters,
+            health: health::Health::default(),
         }
     }
 }
@@ -155,6 +160,7 @@ impl Actor for UpstreamActor {
                 conn.expire(Instant::now());
             }
         });
+        ctx.run_interval(health::CHECK_EVERY, Self::check_health);
         self.start(ctx);
     }
 }
@@ -259,6 +265,7 @@ impl UpstreamActor {
             Err(reason) => return self.stopped_with(ctx, reason),
         };
         self.link = Some(link);
+        conn.set_breaker(Arc::clone(&self.published.breaker));
         self.current = Some(Arc::clone(&conn));
         let capabilities = match &self.role {
             Role::Shared | Role::Team => None,
@@ -318,6 +325,7 @@ impl UpstreamActor {
                 let slice = Arc::new(slice);
                 self.slice = Some(Arc::clone(&slice));
                 self.up_since = Some(Instant::now());
+                self.health_ready(generation);
                 self.mark_staleness();
                 match self.role {
                     Role::Shared => {

@@ -990,7 +990,10 @@ mod tests {
 
     #[test]
     fn request_ids_name_the_replica_that_sent_them() {
-        assert_eq!(replica_of("\"mf-0a1b2c3d4e5f6071-12\""), Some("0a1b2c3d4e5f6071"));
+        assert_eq!(
+            replica_of("\"mf-0a1b2c3d4e5f6071-12\""),
+            Some("0a1b2c3d4e5f6071")
+        );
         // Ids of a session no store shares, and anything else, name none.
         assert_eq!(replica_of("\"mf-12\""), None);
         assert_eq!(replica_of("\"mf--12\""), None);
