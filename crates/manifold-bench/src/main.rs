@@ -49,6 +49,8 @@ enum Scenario {
     HttpLatency,
     HttpThroughput,
     HttpRss,
+    /// Upstreams killed (kill -9) and stopped (SIGSTOP) under 16 HTTP hosts; not in `all`.
+    Faults,
 }
 
 impl Scenario {
@@ -57,13 +59,15 @@ impl Scenario {
             one,
             Scenario::HttpLatency | Scenario::HttpThroughput | Scenario::HttpRss
         );
-        self == Scenario::All || self == one || (self == Scenario::Http && http)
+        (self == Scenario::All && one != Scenario::Faults)
+            || self == one
+            || (self == Scenario::Http && http)
     }
 }
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 11] = [
+const RUNS: [(Scenario, &str, Run); 12] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
@@ -83,6 +87,7 @@ const RUNS: [(Scenario, &str, Run); 11] = [
         scenario::http_throughput,
     ),
     (Scenario::HttpRss, "http-rss", scenario::http_rss),
+    (Scenario::Faults, "faults", scenario::faults),
 ];
 
 #[derive(Debug, Parser)]
