@@ -77,8 +77,8 @@ fn run(server: &Arc<HttpServer>, pids: &std::path::Path, kills: usize) -> Result
     let victim_pid = || -> Result<u32> {
         let text = std::fs::read_to_string(pids).unwrap_or_default();
         text.lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .last()
+            .rev()
+            .find_map(|l| l.trim().parse().ok())
             .context("the victim wrote no pid")
     };
     let mut probe = http_session(server, "faults-probe")?;
