@@ -546,6 +546,8 @@ fn http_upstream_fault(mode: &str) {
         codes.keys().all(|c| [-32010, -32011, -32017].contains(c)),
         "{codes:?}"
     );
+    // Its breaker opened: calls were refused without being sent.
+    assert!(codes.get(&-32017).is_some_and(|n| *n > 0), "{codes:?}");
     assert_eq!(steady_errors, 0, "the other upstream is unaffected");
     assert!(steady_ok > 0);
 }

@@ -455,6 +455,12 @@ mod tests {
                 codes::INVALID_REQUEST,
                 None,
             ),
+            (
+                RouteError::SlowBody(std::time::Duration::from_secs(10)),
+                408,
+                codes::INVALID_REQUEST,
+                None,
+            ),
             (method, 405, codes::INVALID_REQUEST, None),
             (
                 RouteError::Busy("b".into()),
