@@ -58,7 +58,8 @@ enum Link {
 
 /// An upstream that stayed up this long starts its next backoff from the beginning.
 const HEALTHY_AFTER: Duration = Duration::from_secs(30);
-/// How often pending requests are checked against their deadlines.
+/// How often pending requests are checked against their deadlines, and the upstream's health
+/// (pings due, the breaker's cooldown, `restart_after`).
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// `list_changed` notifications that come within this of each other make one refresh (and at
 /// most one notification to hosts): servers often send several in a burst.
@@ -155,12 +156,12 @@ impl Actor for UpstreamActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(SWEEP_EVERY, |act, _| {
+        ctx.run_interval(SWEEP_EVERY, |act, ctx| {
             if let Some(conn) = &act.current {
                 conn.expire(Instant::now());
             }
+            act.check_health(ctx);
         });
-        ctx.run_interval(health::CHECK_EVERY, Self::check_health);
         self.start(ctx);
     }
 }

@@ -105,7 +105,7 @@ impl Breaker {
             _ => {
                 let at = self.retry_at.load(Ordering::Relaxed);
                 let now = clock_ms(Instant::now());
-                // Rounded up to 10 ms: the actor's check is no more precise than that.
+                // Rounded up to 10 ms (the actor looks every 100 ms anyway).
                 Some(Duration::from_millis(
                     at.saturating_sub(now).div_ceil(10) * 10,
                 ))

@@ -19,10 +19,6 @@ use super::{Link, UpstreamActor};
 use crate::error::UpstreamError;
 use crate::process;
 
-/// How often the actor looks at its upstream's health (pings due, the breaker's cooldown,
-/// the restart threshold). Cheap: a few comparisons.
-pub(super) const CHECK_EVERY: Duration = Duration::from_millis(50);
-
 /// What the actor keeps about its connection's health.
 #[derive(Default)]
 pub(super) struct Health {
@@ -58,7 +54,7 @@ impl UpstreamActor {
         self.health.next_ping = self.cfg.health.interval.map(|i| Instant::now() + i);
     }
 
-    /// Runs every [`CHECK_EVERY`].
+    /// Runs with the sweep of deadlines (`SWEEP_EVERY`, 100 ms): a few comparisons.
     pub(super) fn check_health(&mut self, ctx: &mut Context<Self>) {
         if self.stopping || self.health.ready != self.generation || self.current.is_none() {
             return;
