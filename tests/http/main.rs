@@ -7,6 +7,7 @@
 mod auth;
 mod cache;
 mod drain;
+mod faults;
 mod health;
 mod legacy;
 mod protocol;

@@ -40,13 +40,13 @@ fn dashboards_have_data_from_a_real_prometheus() {
     let prometheus_bin = prometheus_on_path();
 
     // Manifold over stdio with three fixture upstreams: alpha's `sleep` times out after
-    // 200 ms, beta's `sleep` is left to be cancelled, gamma is crashed and restarted. Results
+    // 200 ms (and alpha is pinged every 200 ms), beta's `sleep` is left to be cancelled, gamma is crashed and restarted. Results
     // are cached: alpha's `echo` for an hour, its `add` in a budget of 1 KiB of its own (a
     // dozen different calls overflow it: evictions by size), beta's `echo` for 500 ms
     // (expired), gamma's `echo` until gamma restarts (invalidated).
     let config = format!(
         "[server]\nrequest_timeout_ms = 10000\n\n\
-         {}tool_timeouts = {{ sleep = 200 }}\n\n{}\n\
+         {}tool_timeouts = {{ sleep = 200 }}\nhealth_interval = \"200ms\"\n\n{}\n\
          {}restart_initial_backoff_ms = 50\nrestart_max_backoff_ms = 200\n\n\
          [upstreams.alpha.tool_cache.echo]\nttl = \"1h\"\n\n\
          [upstreams.alpha.tool_cache.add]\nttl = \"1h\"\nmax_bytes = 1024\n\n\

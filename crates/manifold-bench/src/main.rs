@@ -54,6 +54,8 @@ enum Scenario {
     /// replica and the fixture called directly; and what adopting a session costs. Needs
     /// HAProxy and redis-server; not part of `all`.
     Replicas,
+    /// Upstreams killed (kill -9) and stopped (SIGSTOP) under 16 HTTP hosts; not in `all`.
+    Faults,
 }
 
 impl Scenario {
@@ -62,14 +64,14 @@ impl Scenario {
             one,
             Scenario::HttpLatency | Scenario::HttpThroughput | Scenario::HttpRss
         );
-        let all = self == Scenario::All && one != Scenario::Replicas;
+        let all = self == Scenario::All && !matches!(one, Scenario::Replicas | Scenario::Faults);
         all || self == one || (self == Scenario::Http && http)
     }
 }
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 12] = [
+const RUNS: [(Scenario, &str, Run); 13] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
@@ -90,6 +92,7 @@ const RUNS: [(Scenario, &str, Run); 12] = [
     ),
     (Scenario::HttpRss, "http-rss", scenario::http_rss),
     (Scenario::Replicas, "replicas", scenario::replicas),
+    (Scenario::Faults, "faults", scenario::faults),
 ];
 
 #[derive(Debug, Parser)]

@@ -4,6 +4,7 @@
 
 pub(crate) mod cache;
 mod counted;
+mod faults;
 mod http_latency;
 mod http_rss;
 mod http_throughput;
@@ -21,6 +22,7 @@ use anyhow::{bail, Result};
 use serde_json::Value;
 
 pub use cache::cache;
+pub use faults::faults;
 pub use http_latency::http_latency;
 pub use http_rss::http_rss;
 pub use http_throughput::http_throughput;

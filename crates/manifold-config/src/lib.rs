@@ -207,6 +207,11 @@ pub struct HttpSettings {
     /// Then, how long requests in progress may take to finish while new ones are refused;
     /// what is left is answered with an error.
     pub drain_timeout: Duration,
+    /// A host's request head, and then its body, must arrive within this; a slower one is
+    /// answered 408 and its connection closed.
+    pub client_timeout: Duration,
+    /// A connection idle between requests is closed after this.
+    pub keep_alive: Duration,
 }
 
 /// The certificate chain and private key the HTTP listener serves TLS with (PEM files). Only
@@ -242,6 +247,8 @@ pub struct UpstreamConfig {
     pub tools: NameFilter,
     pub prompts: NameFilter,
     pub restart: RestartPolicy,
+    /// Pings, the circuit breaker and the restart of an upstream that stopped answering.
+    pub health: HealthPolicy,
     /// Overrides `server.request_timeout` for this upstream.
     pub request_timeout: Option<Duration>,
     /// Overrides of the request timeout for single tools, by the upstream's tool name.
@@ -350,6 +357,37 @@ pub struct NameFilter {
 pub struct RestartPolicy {
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+}
+
+/// How an upstream's health is watched (`health_interval`, `health_timeout`,
+/// `breaker_failures`, `breaker_cooldown`, `restart_after`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthPolicy {
+    /// A `ping` (`server/discover` to a stateless-era upstream) is sent this long after the
+    /// last one was answered; `None` (`"0s"`): no periodic ping.
+    pub interval: Option<Duration>,
+    /// A ping unanswered for this long failed.
+    pub timeout: Duration,
+    /// Consecutive failures (calls that timed out or were refused, pings that failed) that
+    /// open the circuit breaker; `None` (0): no breaker.
+    pub breaker_failures: Option<u32>,
+    /// How long an open breaker refuses calls before one probe decides whether it closes.
+    pub breaker_cooldown: Duration,
+    /// An upstream whose breaker has stayed open this long is restarted; `None` (`"0s"`):
+    /// never.
+    pub restart_after: Option<Duration>,
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        Self {
+            interval: Some(Duration::from_secs(10)),
+            timeout: Duration::from_secs(5),
+            breaker_failures: Some(5),
+            breaker_cooldown: Duration::from_secs(10),
+            restart_after: Some(Duration::from_secs(60)),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -31,6 +31,8 @@ pub(crate) struct RawServer {
     pub(crate) replay_events: Option<u64>,
     pub(crate) drain_delay: Option<String>,
     pub(crate) drain_timeout: Option<String>,
+    pub(crate) client_timeout: Option<String>,
+    pub(crate) keep_alive: Option<String>,
     pub(crate) admin: Option<String>,
     pub(crate) metrics_token: Option<String>,
     pub(crate) team: Option<String>,
@@ -100,6 +102,11 @@ pub(crate) struct RawUpstream {
     pub(crate) resource_cache: Option<RawCacheRule>,
     pub(crate) restart_initial_backoff_ms: Option<u64>,
     pub(crate) restart_max_backoff_ms: Option<u64>,
+    pub(crate) health_interval: Option<String>,
+    pub(crate) health_timeout: Option<String>,
+    pub(crate) breaker_failures: Option<u64>,
+    pub(crate) breaker_cooldown: Option<String>,
+    pub(crate) restart_after: Option<String>,
     #[serde(default)]
     pub(crate) tools: RawFilter,
     #[serde(default)]

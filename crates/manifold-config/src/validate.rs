@@ -11,8 +11,8 @@ use std::time::Duration;
 use crate::error::{self, child};
 use crate::schema::{RawFilter, RawNames, RawServer, RawTelemetry, RawTls, RawUpstream};
 use crate::{
-    ConfigError, EnvLookup, EraChoice, HttpConfig, HttpKind, HttpSettings, Isolation, LogFormat,
-    NameFilter, NameSettings, OtlpProtocol, RestartPolicy, ServerSettings, StdioConfig,
+    ConfigError, EnvLookup, EraChoice, HealthPolicy, HttpConfig, HttpKind, HttpSettings, Isolation,
+    LogFormat, NameFilter, NameSettings, OtlpProtocol, RestartPolicy, ServerSettings, StdioConfig,
     TelemetryConfig, TlsSettings, Transport, UpstreamConfig, SAMPLERS,
 };
 
@@ -46,6 +46,11 @@ pub(crate) const DEFAULT_DRAIN_DELAY: Duration = Duration::ZERO;
 /// Long enough for most tool calls to finish; a Kubernetes pod's default grace period (30 s)
 /// must then be raised to cover it with `drain_delay` and `shutdown_grace_ms`.
 pub(crate) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// actix-web's own default for the request head, applied to the body too: a host that
+/// trickles either holds a connection no longer than this.
+pub(crate) const DEFAULT_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Hosts pause between calls; a connection they keep should not be closed under them.
+pub(crate) const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(75);
 pub(crate) const DEFAULT_ISOLATION_LIMIT: u64 = 64;
 pub(crate) const DEFAULT_MAX_BACKOFF_MS: u64 = 30_000;
 
@@ -272,6 +277,10 @@ fn http_settings(ctx: &Ctx<'_>, raw: &RawServer) -> Result<HttpSettings, ConfigE
             .unwrap_or(DEFAULT_DRAIN_DELAY),
         drain_timeout: duration(ctx, "server.drain_timeout", raw.drain_timeout.as_deref())?
             .unwrap_or(DEFAULT_DRAIN_TIMEOUT),
+        client_timeout: positive(ctx, "server.client_timeout", raw.client_timeout.as_deref())?
+            .unwrap_or(DEFAULT_CLIENT_TIMEOUT),
+        keep_alive: positive(ctx, "server.keep_alive", raw.keep_alive.as_deref())?
+            .unwrap_or(DEFAULT_KEEP_ALIVE),
     })
 }
 
@@ -286,6 +295,15 @@ fn duration(ctx: &Ctx<'_>, key: &str, text: Option<&str>) -> Result<Option<Durat
             format!("{text:?} is not a duration: use a number and ms, s, m, h or d (\"30s\")"),
         )
     })
+}
+
+/// A duration written as text that must not be 0.
+fn positive(ctx: &Ctx<'_>, key: &str, text: Option<&str>) -> Result<Option<Duration>, ConfigError> {
+    let value = duration(ctx, key, text)?;
+    if value.is_some_and(|d| d.is_zero()) {
+        return Err(ctx.err(key, "must be greater than 0"));
+    }
+    Ok(value)
 }
 
 /// The paths of `[server.tls]`, interpolated and resolved like `cwd`. The files themselves are
@@ -430,6 +448,7 @@ pub(crate) fn upstream(
         prefix: raw.prefix.clone().unwrap_or_else(|| key.to_owned()),
         uri_prefix: raw.uri_prefix.clone(),
         restart: restart(ctx, path, &raw)?,
+        health: health(ctx, path, &raw)?,
         request_timeout: raw.request_timeout_ms.map(Duration::from_millis),
         tool_timeouts,
         max_message_bytes: to_usize(ctx, &child(path, "max_message_bytes"), max_message_bytes)?,
@@ -622,6 +641,52 @@ fn restart(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<RestartPolicy
     Ok(RestartPolicy {
         initial_backoff: Duration::from_millis(initial),
         max_backoff: Duration::from_millis(max),
+    })
+}
+
+/// An upstream's health settings; a duration of `"0s"` turns its part off (but
+/// `health_timeout` and `breaker_cooldown` must be positive).
+fn health(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<HealthPolicy, ConfigError> {
+    let defaults = HealthPolicy::default();
+    let interval = duration(
+        ctx,
+        &child(path, "health_interval"),
+        raw.health_interval.as_deref(),
+    )?;
+    let timeout = positive(
+        ctx,
+        &child(path, "health_timeout"),
+        raw.health_timeout.as_deref(),
+    )?;
+    let cooldown = positive(
+        ctx,
+        &child(path, "breaker_cooldown"),
+        raw.breaker_cooldown.as_deref(),
+    )?;
+    let restart_after = duration(
+        ctx,
+        &child(path, "restart_after"),
+        raw.restart_after.as_deref(),
+    )?;
+    let failures =
+        match raw.breaker_failures {
+            None => defaults.breaker_failures,
+            Some(0) => None,
+            Some(n) => Some(u32::try_from(n).map_err(|_| {
+                ctx.err(child(path, "breaker_failures"), format!("{n} is too large"))
+            })?),
+        };
+    let off = |d: Option<Duration>, default: Option<Duration>| match d {
+        None => default,
+        Some(d) if d.is_zero() => None,
+        Some(d) => Some(d),
+    };
+    Ok(HealthPolicy {
+        interval: off(interval, defaults.interval),
+        timeout: timeout.unwrap_or(defaults.timeout),
+        breaker_failures: failures,
+        breaker_cooldown: cooldown.unwrap_or(defaults.breaker_cooldown),
+        restart_after: off(restart_after, defaults.restart_after),
     })
 }
 

@@ -12,7 +12,9 @@
 //! for Manifold's own tests: `--client-tools` (tools that ask the client something, see
 //! `client_tools`), `--tasks` (task-augmented tools/call, see `tasks`),
 //! `--subscriptions` (resource subscriptions per client, see `subscriptions`) and `--hints`
-//! (tool annotations, which decide what a result cache may keep, see `tools::hints`).
+//! (tool annotations, which decide what a result cache may keep, see `tools::hints`);
+//! `--faults` (HTTP faults switched at run time: 500s, dropped connections, stalled
+//! streams, see `http::fault`).
 //!
 //! `--era` chooses the protocol era: the session era of 2024-11-05 .. 2025-11-25 (the
 //! default), the stateless era of 2026-07-28, or both (see `era`; stateless-era routing in
@@ -141,6 +143,13 @@ pub struct Args {
     /// Stateless era: the `cacheScope` of those results.
     #[arg(long, value_enum, default_value_t = CacheScope::Private)]
     pub cache_scope: CacheScope,
+    /// Over HTTP: serve `POST /fault?mode=none|status500|reset|stall`, which makes every
+    /// later POST carrying a request fail that way (see `http::fault`).
+    #[arg(long)]
+    pub faults: bool,
+    /// With `--faults`: the fault on from the start.
+    #[arg(long, value_enum, default_value_t = http::fault::Fault::None)]
+    pub fault: http::fault::Fault,
 }
 
 fn main() {
@@ -160,6 +169,7 @@ fn main() {
     }
     eprintln!("manifold-fixture {} started pid={pid}", args.name);
     if let Some(addr) = args.http {
+        http::fault::set(args.fault);
         if let Err(e) = http::serve(args, pid, addr) {
             eprintln!("manifold-fixture: cannot serve HTTP on {addr}: {e}");
             std::process::exit(1);

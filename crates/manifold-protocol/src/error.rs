@@ -46,9 +46,12 @@ pub mod codes {
     /// Manifold: a tool call refused because its limits could not be checked (the shared
     /// store is unreachable and `limits.fail_open` is false).
     pub const LIMIT_STORE_UNAVAILABLE: i64 = -32016;
+    /// Manifold: refused at once because the upstream's circuit breaker is open (it stopped
+    /// answering); `data.retryAfterMs` says when it will be tried again.
+    pub const UPSTREAM_CIRCUIT_OPEN: i64 = -32017;
 
     /// Every code of Manifold's own (not JSON-RPC's or MCP's).
-    pub const MANIFOLD_OWN: [i64; 7] = [
+    pub const MANIFOLD_OWN: [i64; 8] = [
         UPSTREAM_UNAVAILABLE,
         UPSTREAM_TIMEOUT,
         UPSTREAM_ANSWER_TOO_LARGE,
@@ -56,6 +59,7 @@ pub mod codes {
         RATE_LIMITED,
         QUOTA_EXCEEDED,
         LIMIT_STORE_UNAVAILABLE,
+        UPSTREAM_CIRCUIT_OPEN,
     ];
 }
 

@@ -99,6 +99,9 @@ pub enum RouteError {
     /// HTTP: no message could be read from the body (400, as a parse error).
     #[error("{0}")]
     Body(String),
+    /// HTTP: the body did not arrive within `server.client_timeout` (408).
+    #[error("the body did not arrive within {}ms (server.client_timeout)", .0.as_millis())]
+    SlowBody(std::time::Duration),
     /// HTTP: the body is over `server.max_message_bytes` (413).
     #[error("the body is over the limit of {0} bytes (server.max_message_bytes)")]
     BodyTooLarge(usize),
@@ -198,6 +201,7 @@ impl RouteError {
             | RouteError::NotFound(_)
             | RouteError::BadRequest(_)
             | RouteError::BodyTooLarge(_)
+            | RouteError::SlowBody(_)
             | RouteError::MethodNotAllowed { .. }
             | RouteError::NotAcceptable(_) => codes::INVALID_REQUEST,
             RouteError::Body(_) => codes::PARSE_ERROR,
@@ -264,6 +268,7 @@ impl RouteError {
             | RouteError::MissingCapability { .. } => 400,
             RouteError::Message(_) => 400,
             RouteError::BodyTooLarge(_) => 413,
+            RouteError::SlowBody(_) => 408,
             RouteError::MethodNotAllowed { .. } => 405,
             RouteError::NotAcceptable(_) => 406,
             RouteError::Busy(_) => 429,
@@ -318,8 +323,14 @@ pub(crate) fn upstream_error_object(err: &UpstreamError) -> ErrorObject {
         | UpstreamError::Overloaded { .. }
         | UpstreamError::Cancelled { .. } => codes::UPSTREAM_UNAVAILABLE,
         UpstreamError::AnswerTooLarge { .. } => codes::UPSTREAM_ANSWER_TOO_LARGE,
+        UpstreamError::CircuitOpen { .. } => codes::UPSTREAM_CIRCUIT_OPEN,
     };
     let data = match err {
+        UpstreamError::CircuitOpen { retry_in, .. } => serde_json::json!({
+            "upstream": err.upstream(), "retryable": true,
+            // While a probe is under way: as soon as it is answered.
+            "retryAfterMs": retry_in.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }),
         UpstreamError::AnswerTooLarge { len, max, .. } => serde_json::json!({
             "upstream": err.upstream(), "retryable": false, "size": len, "limit": max,
         }),
@@ -346,7 +357,8 @@ pub fn upstream_outcome(e: &UpstreamError) -> Outcome {
         UpstreamError::Cancelled { .. } => Outcome::Cancelled,
         UpstreamError::Unavailable { .. }
         | UpstreamError::Closed { .. }
-        | UpstreamError::Overloaded { .. } => Outcome::Unavailable,
+        | UpstreamError::Overloaded { .. }
+        | UpstreamError::CircuitOpen { .. } => Outcome::Unavailable,
         UpstreamError::AnswerTooLarge { .. } => Outcome::ProtocolError,
     }
 }
@@ -379,6 +391,31 @@ mod tests {
         ] {
             assert_eq!((e.fault(), e.retryable()), (fault, retry), "{e}");
         }
+    }
+
+    #[test]
+    fn an_open_breaker_has_its_own_code_and_says_when_to_retry() {
+        let open = RouteError::Upstream(UpstreamError::CircuitOpen {
+            upstream: "a".into(),
+            reason: "5 failures in a row, the last: timed out".into(),
+            retry_in: Some(std::time::Duration::from_millis(1500)),
+        });
+        let obj = open.to_error_object();
+        assert_eq!(obj.code, codes::UPSTREAM_CIRCUIT_OPEN);
+        assert!(
+            obj.message.contains("tried again in 1500ms"),
+            "{}",
+            obj.message
+        );
+        let data: serde_json::Value =
+            serde_json::from_str(obj.data.as_ref().unwrap().get()).unwrap();
+        assert_eq!(
+            data,
+            serde_json::json!({"upstream": "a", "retryable": true, "retryAfterMs": 1500})
+        );
+        assert_eq!((open.fault(), open.retryable()), (Fault::Upstream, true));
+        assert_eq!(open.outcome(), Outcome::Unavailable);
+        assert_eq!(open.http_status(), None);
     }
 
     #[test]
@@ -415,6 +452,12 @@ mod tests {
             (
                 RouteError::BodyTooLarge(10),
                 413,
+                codes::INVALID_REQUEST,
+                None,
+            ),
+            (
+                RouteError::SlowBody(std::time::Duration::from_secs(10)),
+                408,
                 codes::INVALID_REQUEST,
                 None,
             ),

@@ -1,6 +1,7 @@
 //! What `/metrics` answers: everything recorded (see `manifold_telemetry::metrics`), and what
 //! is read at scrape time instead of being recorded on the request path: which upstreams are
-//! up, requests in flight, catalog sizes, pinning drift and open sessions.
+//! up, their circuit breakers, requests in flight, catalog sizes, pinning drift and open
+//! sessions.
 
 use manifold_catalog::{Catalog, Kind, UpstreamState};
 use manifold_telemetry::exposition::Exposition;
@@ -19,6 +20,15 @@ pub fn render(router: &Router) -> String {
     for (i, def) in defs.iter().enumerate() {
         let up = u64::from(*catalog.state(i) == UpstreamState::Up);
         e.sample(&names::UPSTREAM_UP, &[(label::UPSTREAM, &def.key)], up);
+    }
+    e.metric(&names::UPSTREAM_BREAKER_STATE);
+    for (def, handle) in defs.iter().zip(router.upstreams()) {
+        let state = handle.breaker().state as u64;
+        e.sample(
+            &names::UPSTREAM_BREAKER_STATE,
+            &[(label::UPSTREAM, &def.key)],
+            state,
+        );
     }
     e.metric(&names::UPSTREAM_INFLIGHT);
     for (i, def) in defs.iter().enumerate() {

@@ -13,6 +13,6 @@ pub mod spans;
 pub mod trace;
 
 pub use metrics::{
-    metrics, CacheCounters, Direction, Eviction, HostTransport, OpLabels, Outcome, StoreOp, Tier,
-    UpstreamCounters,
+    metrics, BreakerState, CacheCounters, Direction, Eviction, HealthCheck, HostTransport,
+    OpLabels, Outcome, StoreOp, Tier, UpstreamCounters,
 };

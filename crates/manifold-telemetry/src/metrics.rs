@@ -112,11 +112,76 @@ pub struct OpLabels {
 
 /// Counters of one upstream, shared by all its connections (a restart or a session's own
 /// connection adds to the same ones).
-#[derive(Default)]
 pub struct UpstreamCounters {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub restarts: AtomicU64,
+    /// Health pings by [`HealthCheck`].
+    pub health_checks: [AtomicU64; 3],
+    /// How long answered health pings took.
+    pub ping: Histogram,
+    /// Entries into each breaker state, by [`BreakerState`] (the shared connection's).
+    pub breaker_transitions: [AtomicU64; 3],
+    /// Calls refused by an open breaker.
+    pub breaker_rejections: AtomicU64,
+}
+
+impl Default for UpstreamCounters {
+    fn default() -> Self {
+        Self {
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
+            health_checks: Default::default(),
+            ping: Histogram::new(OPERATION_BUCKETS),
+            breaker_transitions: Default::default(),
+            breaker_rejections: AtomicU64::new(0),
+        }
+    }
+}
+
+/// How a health ping ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthCheck {
+    /// Answered (with a result or an error: either way the upstream answers).
+    Ok,
+    /// Could not be sent, or failed before its time ran out.
+    Error,
+    /// Not answered within `health_timeout`.
+    Timeout,
+}
+
+impl HealthCheck {
+    pub const ALL: [Self; 3] = [Self::Ok, Self::Error, Self::Timeout];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Error => "error",
+            Self::Timeout => "timeout",
+        }
+    }
+}
+
+/// A circuit breaker's state, as `manifold_upstream_breaker_state` gives it (the value is
+/// the gauge's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed = 0,
+    HalfOpen = 1,
+    Open = 2,
+}
+
+impl BreakerState {
+    pub const ALL: [Self; 3] = [Self::Closed, Self::HalfOpen, Self::Open];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::HalfOpen => "half_open",
+            Self::Open => "open",
+        }
+    }
 }
 
 impl UpstreamCounters {
@@ -545,6 +610,36 @@ impl Metrics {
         for (key, c) in &upstreams {
             let n = c.restarts.load(Ordering::Relaxed);
             e.sample(&names::UPSTREAM_RESTARTS, &[(label::UPSTREAM, key)], n);
+        }
+        e.metric(&names::UPSTREAM_HEALTH_CHECKS);
+        for (key, c) in &upstreams {
+            for check in HealthCheck::ALL {
+                let n = c.health_checks[check as usize].load(Ordering::Relaxed);
+                let labels = [(label::UPSTREAM, &**key), (label::OUTCOME, check.label())];
+                e.sample(&names::UPSTREAM_HEALTH_CHECKS, &labels, n);
+            }
+        }
+        e.metric(&names::UPSTREAM_PING_DURATION);
+        for (key, c) in &upstreams {
+            let labels = [(label::UPSTREAM, &**key)];
+            e.histogram(&names::UPSTREAM_PING_DURATION, &labels, &c.ping.snapshot());
+        }
+        e.metric(&names::UPSTREAM_BREAKER_TRANSITIONS);
+        for (key, c) in &upstreams {
+            for state in BreakerState::ALL {
+                let n = c.breaker_transitions[state as usize].load(Ordering::Relaxed);
+                let labels = [(label::UPSTREAM, &**key), (label::STATE, state.label())];
+                e.sample(&names::UPSTREAM_BREAKER_TRANSITIONS, &labels, n);
+            }
+        }
+        e.metric(&names::UPSTREAM_BREAKER_REJECTIONS);
+        for (key, c) in &upstreams {
+            let n = c.breaker_rejections.load(Ordering::Relaxed);
+            e.sample(
+                &names::UPSTREAM_BREAKER_REJECTIONS,
+                &[(label::UPSTREAM, key)],
+                n,
+            );
         }
     }
 }

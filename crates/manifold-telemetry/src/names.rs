@@ -85,6 +85,36 @@ pub const UPSTREAM_RESTARTS: Metric = Metric {
     kind: Kind::Counter,
 };
 
+pub const UPSTREAM_HEALTH_CHECKS: Metric = Metric {
+    name: "manifold_upstream_health_checks_total",
+    help: "Health pings sent to upstreams (ping, or server/discover in the stateless era), by upstream and outcome (ok, error, timeout).",
+    kind: Kind::Counter,
+};
+
+pub const UPSTREAM_PING_DURATION: Metric = Metric {
+    name: "manifold_upstream_ping_duration_seconds",
+    help: "How long answered health pings took, by upstream.",
+    kind: Kind::Histogram,
+};
+
+pub const UPSTREAM_BREAKER_STATE: Metric = Metric {
+    name: "manifold_upstream_breaker_state",
+    help: "An upstream's circuit breaker: 0 closed (calls pass), 1 half-open (one probe decides), 2 open (calls refused at once).",
+    kind: Kind::Gauge,
+};
+
+pub const UPSTREAM_BREAKER_TRANSITIONS: Metric = Metric {
+    name: "manifold_upstream_breaker_transitions_total",
+    help: "Times an upstream's circuit breaker entered a state, by upstream and state (closed, half_open, open).",
+    kind: Kind::Counter,
+};
+
+pub const UPSTREAM_BREAKER_REJECTIONS: Metric = Metric {
+    name: "manifold_upstream_breaker_rejections_total",
+    help: "Calls refused at once because the upstream's circuit breaker was open, by upstream.",
+    kind: Kind::Counter,
+};
+
 pub const UPSTREAM_INFLIGHT: Metric = Metric {
     name: "manifold_upstream_inflight_requests",
     help: "Requests sent to an upstream and not yet answered.",
@@ -188,6 +218,8 @@ pub mod label {
     pub const TIER: &str = "tier";
     /// What the cache asked of its shared store: `lookup`, `store` or `invalidate`.
     pub const OPERATION: &str = "operation";
+    /// A circuit breaker's state: `closed`, `half_open` or `open`.
+    pub const STATE: &str = "state";
     /// The build's version.
     pub const VERSION: &str = "version";
 }

@@ -19,6 +19,8 @@ use crate::hub::Hub;
 use crate::pending::Peer;
 use crate::{handshake, http, process, stdio};
 
+mod health;
+
 /// Whom an actor's connection serves.
 #[derive(Clone)]
 pub(crate) enum Role {
@@ -56,7 +58,8 @@ enum Link {
 
 /// An upstream that stayed up this long starts its next backoff from the beginning.
 const HEALTHY_AFTER: Duration = Duration::from_secs(30);
-/// How often pending requests are checked against their deadlines.
+/// How often pending requests are checked against their deadlines, and the upstream's health
+/// (pings due, the breaker's cooldown, `restart_after`).
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// `list_changed` notifications that come within this of each other make one refresh (and at
 /// most one notification to hosts): servers often send several in a burst.
@@ -98,6 +101,8 @@ pub struct UpstreamActor {
     listen_planned: bool,
     /// Restarts are counted here (shared by every connection to this upstream).
     counters: Arc<manifold_telemetry::UpstreamCounters>,
+    /// Pings, the breaker's probe, the restart of an upstream that stopped answering.
+    health: health::Health,
 }
 
 /// Lists to re-fetch, gathered while a refresh is scheduled or running.
@@ -142,6 +147,7 @@ impl UpstreamActor {
             listen_backoff: LISTEN_BACKOFF,
             listen_planned: false,
             counters,
+            health: health::Health::default(),
         }
     }
 }
@@ -150,10 +156,11 @@ impl Actor for UpstreamActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(SWEEP_EVERY, |act, _| {
+        ctx.run_interval(SWEEP_EVERY, |act, ctx| {
             if let Some(conn) = &act.current {
                 conn.expire(Instant::now());
             }
+            act.check_health(ctx);
         });
         self.start(ctx);
     }
@@ -259,6 +266,7 @@ impl UpstreamActor {
             Err(reason) => return self.stopped_with(ctx, reason),
         };
         self.link = Some(link);
+        conn.set_breaker(Arc::clone(&self.published.breaker));
         self.current = Some(Arc::clone(&conn));
         let capabilities = match &self.role {
             Role::Shared | Role::Team => None,
@@ -318,6 +326,7 @@ impl UpstreamActor {
                 let slice = Arc::new(slice);
                 self.slice = Some(Arc::clone(&slice));
                 self.up_since = Some(Instant::now());
+                self.health_ready(generation);
                 self.mark_staleness();
                 match self.role {
                     Role::Shared => {

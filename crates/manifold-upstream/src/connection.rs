@@ -23,6 +23,7 @@ mod stateless;
 pub(crate) use stateless::{error_code, meta_members, ListenEnd, ListenFilter};
 
 use crate::error::UpstreamError;
+use crate::health::Breaker;
 use crate::pending::{
     Answer, Entry, Exchange, Forward, Outcome, Peer, Pending, Reply, ServerReply, ServerRequest,
 };
@@ -91,6 +92,9 @@ pub struct Connection {
     /// The `subscriptions/listen` stream of a stateless-era upstream: what it asks for and
     /// which request it is.
     listen: Mutex<stateless::Listen>,
+    /// The upstream's circuit breaker (kept by the actor across connections): checked before
+    /// each call is sent, told how each ended.
+    breaker: OnceLock<Arc<Breaker>>,
 }
 
 #[derive(Default)]
@@ -118,7 +122,13 @@ impl Connection {
             stateless: OnceLock::new(),
             probing: AtomicBool::new(false),
             listen: Mutex::new(stateless::Listen::default()),
+            breaker: OnceLock::new(),
         }
+    }
+
+    /// Puts the connection's calls behind `breaker` (set once, before it is published).
+    pub(crate) fn set_breaker(&self, breaker: Arc<Breaker>) {
+        let _ = self.breaker.set(breaker);
     }
 
     /// Sends one message (see [`Wire::send`]), counting its bytes.
@@ -174,6 +184,10 @@ impl Connection {
     /// [`Connection::with_request_meta`]); a line without it gets it added here, at the cost
     /// of rewriting the line.
     pub fn forward(&self, id: u64, line: &[u8], fwd: Forward) {
+        // An open breaker refuses at once; closed, this is one atomic load.
+        if let Some(Err(refused)) = self.breaker.get().map(|b| b.admit()) {
+            return fwd.exchange.finish(Outcome::Failed(refused));
+        }
         let completed = self.completed_line(line);
         let line = completed.as_deref().unwrap_or(line);
         let timeout = fwd.timeout;
@@ -193,9 +207,35 @@ impl Connection {
         if let Err(e) = self.write(line) {
             // If the entry is gone, the answer or a failure already reached the exchange.
             if let Some(entry) = self.lock().table.entries.remove(&id) {
-                self.fail(entry.reply, self.write_error(e));
+                // An upstream that does not read its input counts against its breaker; a
+                // closed input is its end, which the restart deals with.
+                let counted = matches!(e, WriteError::Full(_));
+                let err = self.write_error(e);
+                match counted {
+                    true => self.fail(entry.reply, err),
+                    false => self.fail_uncounted(entry.reply, err),
+                }
             }
         }
+    }
+
+    /// A health ping: `ping`, or in the stateless era `server/discover` (which that revision
+    /// answers in its place), waiting at most `limit` (`Ok(None)`: no answer in time; the
+    /// request is forgotten). It passes no breaker: it is how an open one is probed.
+    pub(crate) async fn ping(&self, limit: Duration) -> Result<Option<Answer>, UpstreamError> {
+        match self.stateless.get() {
+            None => self.send_request("ping", None, Some(limit)).await,
+            Some(_) => {
+                let params = self.with_request_meta("{}");
+                self.send_request("server/discover", Some(&params), Some(limit))
+                    .await
+            }
+        }
+    }
+
+    /// Whether the connection was closed (its end is the restart's to deal with).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed.is_some()
     }
 
     /// Sends a request and waits for its answer (handshake, list fetches, fan-outs).
@@ -586,6 +626,10 @@ impl Connection {
     fn deliver(&self, reply: Reply, result: Option<&str>, error: Option<&str>) {
         match reply {
             Reply::Forward(fwd) => {
+                // Whatever it answered, it answers.
+                if let Some(breaker) = self.breaker.get() {
+                    breaker.succeeded();
+                }
                 let outcome = match (result, error) {
                     (_, Some(e)) => Outcome::Error(e),
                     (r, None) => Outcome::Result(r.unwrap_or("null")),
@@ -654,11 +698,29 @@ impl Connection {
         };
         self.wire.close(reason);
         for entry in drained {
-            self.fail(entry.reply, self.closed_error(reason));
+            // The connection's end is not counted against the breaker: the actor restarts it,
+            // and a new connection starts with the breaker closed.
+            self.fail_uncounted(entry.reply, self.closed_error(reason));
         }
     }
 
+    /// Fails a request; a failure that says the upstream is not answering (a timeout, a
+    /// refusal, a lost answer) counts against its breaker.
     fn fail(&self, reply: Reply, err: UpstreamError) {
+        let counted = matches!(reply, Reply::Forward(_))
+            && !matches!(
+                err,
+                UpstreamError::Cancelled { .. } | UpstreamError::AnswerTooLarge { .. }
+            );
+        if let (true, Some(breaker)) = (counted, self.breaker.get()) {
+            if breaker.failed(&err.to_string()) {
+                tracing::warn!(upstream = %self.name, "circuit breaker opened: {err}; calls to it are refused until a probe finds it answering");
+            }
+        }
+        self.fail_uncounted(reply, err);
+    }
+
+    fn fail_uncounted(&self, reply: Reply, err: UpstreamError) {
         match reply {
             Reply::Channel(tx) => {
                 let _ = tx.send(Err(err));

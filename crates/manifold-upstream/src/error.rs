@@ -24,6 +24,20 @@ pub enum UpstreamError {
     },
     #[error("the request to upstream {upstream:?} was cancelled: {reason}")]
     Cancelled { upstream: String, reason: String },
+    /// Refused without being sent: the upstream's circuit breaker is open.
+    #[error(
+        "upstream {upstream:?} is not answering ({reason}); calls to it are refused {}",
+        match .retry_in {
+            Some(d) => format!("until it is tried again in {}", humanize(*d)),
+            None => "while a probe now under way finds out whether it answers again".to_owned(),
+        }
+    )]
+    CircuitOpen {
+        upstream: String,
+        reason: String,
+        /// When it will be tried again; `None`: a probe is under way.
+        retry_in: Option<Duration>,
+    },
 }
 
 impl UpstreamError {
@@ -31,7 +45,10 @@ impl UpstreamError {
     pub fn retryable(&self) -> bool {
         matches!(
             self,
-            Self::Unavailable { .. } | Self::Closed { .. } | Self::Overloaded { .. }
+            Self::Unavailable { .. }
+                | Self::Closed { .. }
+                | Self::Overloaded { .. }
+                | Self::CircuitOpen { .. }
         )
     }
 
@@ -43,7 +60,8 @@ impl UpstreamError {
             | Self::Timeout { upstream, .. }
             | Self::Overloaded { upstream, .. }
             | Self::AnswerTooLarge { upstream, .. }
-            | Self::Cancelled { upstream, .. } => upstream,
+            | Self::Cancelled { upstream, .. }
+            | Self::CircuitOpen { upstream, .. } => upstream,
         }
     }
 }

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 use crate::actor::{RefreshStale, Role, Shutdown, UpstreamActor};
 use crate::connection::{Connection, Timing};
+use crate::health::{Breaker, BreakerView};
 use crate::hub::Hub;
 use crate::pending::Peer;
 
@@ -37,20 +38,23 @@ pub(crate) struct Published {
     /// When the first of the upstream's lists goes stale by its caching hint, in
     /// milliseconds on [`clock_ms`]; `u64::MAX`: none will (or a refresh is asked for).
     stale_at: AtomicU64,
+    /// The circuit breaker every connection of this actor passes its calls through.
+    pub(crate) breaker: Arc<Breaker>,
 }
 
 /// A monotonic clock in milliseconds, cheap to compare against from any thread.
-fn clock_ms(at: Instant) -> u64 {
+pub(crate) fn clock_ms(at: Instant) -> u64 {
     static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
     u64::try_from(at.saturating_duration_since(*EPOCH).as_millis()).unwrap_or(u64::MAX - 1)
 }
 
 impl Published {
-    pub(crate) fn new() -> Arc<Self> {
+    pub(crate) fn new(breaker: Arc<Breaker>) -> Arc<Self> {
         Arc::new(Self {
             current: ArcSwapOption::empty(),
             changed: watch::channel(0).0,
             stale_at: AtomicU64::new(u64::MAX),
+            breaker,
         })
     }
 
@@ -174,6 +178,11 @@ impl UpstreamHandle {
         }
     }
 
+    /// Its circuit breaker: the state, and why it is not closed.
+    pub fn breaker(&self) -> BreakerView {
+        self.published.breaker.view()
+    }
+
     /// Stops the upstream; returns once its processes are gone (or the grace ran out).
     pub async fn shutdown(&self) {
         let _ = self.addr.send(Shutdown).await;
@@ -295,7 +304,11 @@ fn spawn(
             http.headers.insert(name.clone(), value.clone());
         }
     }
-    let published = Published::new();
+    // Only the shared connection's breaker is the upstream's in metrics.
+    let exported = matches!(variant.role, Role::Shared);
+    let counters = manifold_telemetry::metrics().upstream(&cfg.key);
+    let breaker = Breaker::new(&cfg.key, &cfg.health, counters, exported);
+    let published = Published::new(breaker);
     let key: Arc<str> = cfg.key.as_str().into();
     let timing = timing(&cfg, defaults);
     let transport = transport_label(&cfg);

@@ -47,6 +47,8 @@ const NAME_HEADER: &str = "mcp-name";
 /// Consecutive failed attempts to (re)open the GET stream before the upstream counts as
 /// unreachable.
 const STREAM_ATTEMPTS: u32 = 3;
+/// How often an open answer stream checks whether its request is still waiting.
+const STREAM_CHECK: Duration = Duration::from_secs(1);
 
 /// What the actor is told, once, when the connection ends.
 type OnExit = Box<dyn FnOnce(String) + Send>;
@@ -559,10 +561,27 @@ impl Client {
     ) -> Parser {
         let mut parser = Parser::new(self.max);
         let mut closed = self.closed.subscribe();
+        // A request's stream is dropped once the request is over (answered, timed out,
+        // cancelled) even if the upstream keeps it open: a stalled stream holds nothing
+        // longer than its request's deadline and a check.
+        let mut check = tokio::time::interval(STREAM_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        check.reset();
         loop {
             let chunk = tokio::select! {
                 chunk = response.chunk() => chunk,
                 _ = closed.wait_for(|c| *c) => return parser,
+                _ = check.tick(), if via.is_some() && !initialize => {
+                    let over = match (via, self.conn()) {
+                        (Some(id), Some(conn)) => !conn.is_pending(id),
+                        _ => true,
+                    };
+                    if over {
+                        tracing::debug!(upstream = %self.key, "a request's stream dropped: the request is over");
+                        return parser;
+                    }
+                    continue;
+                }
             };
             match chunk {
                 Ok(Some(bytes)) => {

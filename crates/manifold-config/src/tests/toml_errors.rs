@@ -87,6 +87,32 @@ fn command_is_required_and_non_empty() {
 }
 
 #[test]
+fn health_settings_are_checked() {
+    for (body, key, problem) in [
+        (
+            "health_timeout = \"0s\"",
+            "upstreams.up.health_timeout",
+            "must be greater than 0",
+        ),
+        (
+            "breaker_cooldown = \"0ms\"",
+            "upstreams.up.breaker_cooldown",
+            "must be greater than 0",
+        ),
+        (
+            "health_interval = \"10\"",
+            "upstreams.up.health_interval",
+            "\"10\" is not a duration: use a number and ms, s, m, h or d (\"30s\")",
+        ),
+        ("restart_after = 5", "upstreams.up.restart_after", ""),
+    ] {
+        let (k, p) = upstream_err(body);
+        assert_eq!(k, key, "{body}");
+        assert!(p.contains(problem), "{body}: {p}");
+    }
+}
+
+#[test]
 fn upstream_settings_are_range_checked() {
     let (key, problem) =
         upstream_err("restart_initial_backoff_ms = 500\nrestart_max_backoff_ms = 499");
@@ -346,6 +372,12 @@ fn http_server_settings_are_checked() {
             "server.drain_timeout",
             "not a duration",
         ),
+        (
+            "client_timeout = \"0s\"",
+            "server.client_timeout",
+            "must be greater than 0",
+        ),
+        ("keep_alive = \"x\"", "server.keep_alive", "not a duration"),
     ];
     for (body, want_key, says) in cases {
         let (key, problem) = toml_err(&format!("[server]\n{body}\n"));

@@ -253,6 +253,8 @@ max_requests_per_session = 6
 replay_events = 7
 drain_delay = "5s"
 drain_timeout = "1500ms"
+client_timeout = "3s"
+keep_alive = "20s"
 
 [upstreams.remote]
 url = "https://example.com/${HOME}/mcp"
@@ -284,6 +286,10 @@ url = "http://127.0.0.1:9000/mcp"
     assert_eq!(
         (h.drain_delay, h.drain_timeout),
         (Duration::from_secs(5), Duration::from_millis(1500))
+    );
+    assert_eq!(
+        (h.client_timeout, h.keep_alive),
+        (Duration::from_secs(3), Duration::from_secs(20))
     );
     let remote = http(&config, 1);
     assert_eq!(remote.url, "https://example.com//home/me/mcp");
@@ -422,4 +428,54 @@ fn each_upstream_names_its_protocol_era() {
     .unwrap();
     let eras: Vec<_> = config.upstreams.iter().map(|u| u.era.name()).collect();
     assert_eq!(eras, ["session", "stateless", "auto"]);
+}
+
+#[test]
+fn health_settings_are_read_and_zero_turns_a_part_off() {
+    let config = toml(
+        r#"
+[upstreams.a]
+command = "x"
+
+[upstreams.b]
+command = "x"
+health_interval = "250ms"
+health_timeout = "100ms"
+breaker_failures = 3
+breaker_cooldown = "2s"
+restart_after = "1m"
+
+[upstreams.c]
+command = "x"
+health_interval = "0s"
+breaker_failures = 0
+restart_after = "0s"
+"#,
+    )
+    .unwrap();
+    let by_key = |k: &str| {
+        let up = config.upstreams.iter().find(|u| u.key == k).unwrap();
+        up.health.clone()
+    };
+    assert_eq!(by_key("a"), crate::HealthPolicy::default());
+    let d = crate::HealthPolicy::default();
+    assert_eq!(
+        (d.interval, d.timeout, d.breaker_failures),
+        (
+            Some(Duration::from_secs(10)),
+            Duration::from_secs(5),
+            Some(5)
+        )
+    );
+    let b = by_key("b");
+    assert_eq!(b.interval, Some(Duration::from_millis(250)));
+    assert_eq!(b.timeout, Duration::from_millis(100));
+    assert_eq!(b.breaker_failures, Some(3));
+    assert_eq!(b.breaker_cooldown, Duration::from_secs(2));
+    assert_eq!(b.restart_after, Some(Duration::from_secs(60)));
+    let c = by_key("c");
+    assert_eq!(
+        (c.interval, c.breaker_failures, c.restart_after),
+        (None, None, None)
+    );
 }

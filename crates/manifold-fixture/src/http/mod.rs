@@ -13,6 +13,7 @@
 // so its size does not matter.
 #![allow(clippy::result_large_err)]
 
+pub mod fault;
 mod legacy;
 mod session;
 mod sink;
@@ -102,6 +103,7 @@ fn app(
                 .route(web::delete().to(streamable::delete)),
         )
         .service(web::resource("/sse").route(web::get().to(legacy::open)))
+        .service(web::resource("/fault").route(web::post().to(fault::switch)))
         .service(web::resource("/messages").route(web::post().to(legacy::post)))
 }
 

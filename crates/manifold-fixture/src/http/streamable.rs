@@ -30,6 +30,9 @@ pub(super) async fn post(
     body: web::Bytes,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
+    if let Some(faulty) = super::fault::answer(&shared, &body) {
+        return faulty;
+    }
     let era = shared.state.args.era;
     // The session era checks the version header first, as it always did; the others only
     // once they know the era of the POST.

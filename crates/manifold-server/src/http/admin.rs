@@ -11,6 +11,7 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use manifold_catalog::UpstreamState;
 use manifold_config::{KeyHash, ServerSettings};
+use manifold_upstream::{BreakerState, BreakerView};
 
 use super::drain::{Drain, Phase};
 use crate::router::Router;
@@ -107,40 +108,52 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok\n")
 }
 
-/// 200 when every upstream marked `required` is up, else 503; 503 in any case once the
-/// process drains (`"draining": true`). The body counts upstreams; on the admin address it
-/// also lists each one with its state.
+/// 200 when every upstream marked `required` is up with its circuit breaker closed, else
+/// 503; 503 in any case once the process drains (`"draining": true`). The body counts
+/// upstreams; on the admin address it also lists each one with its state and its breaker.
 async fn readyz(admin: web::Data<Admin>) -> HttpResponse {
     let catalog = admin.router.hub().catalog();
+    let handles = admin.router.upstreams();
     let (mut required_up, mut required_total, mut up) = (0, 0, 0);
+    let (mut broken, mut required_broken) = (0, 0);
     let mut upstreams = serde_json::Map::new();
     for (i, def) in catalog.defs().iter().enumerate() {
         let state = catalog.state(i);
         let required = admin.required.get(i).copied().unwrap_or(false);
         let is_up = *state == UpstreamState::Up;
+        let breaker = handles.get(i).map(|h| h.breaker());
+        // Open or half-open: calls to it are refused.
+        let refusing = breaker
+            .as_ref()
+            .is_some_and(|b| b.state != BreakerState::Closed);
         up += usize::from(is_up);
         required_total += usize::from(required);
         required_up += usize::from(required && is_up);
+        broken += usize::from(refusing);
+        required_broken += usize::from(required && refusing);
         if admin.detail {
             let state = match state {
                 UpstreamState::Up => "up".to_owned(),
                 UpstreamState::Starting => "starting".to_owned(),
                 UpstreamState::Down { reason } => format!("down: {reason}"),
             };
-            upstreams.insert(
-                def.key.clone(),
-                serde_json::json!({ "state": state, "required": required }),
-            );
+            let mut entry = serde_json::json!({ "state": state, "required": required });
+            if let Some(b) = breaker {
+                entry["breaker"] = breaker_detail(&b);
+            }
+            upstreams.insert(def.key.clone(), entry);
         }
     }
     let draining = admin.drain.phase() != Phase::Serving;
-    let ready = required_up == required_total && !draining;
+    let ready = required_up == required_total && required_broken == 0 && !draining;
     let mut body = serde_json::json!({
         "ready": ready,
         "draining": draining,
         "up": up,
         "total": catalog.defs().len(),
         "required": { "up": required_up, "total": required_total },
+        // Open or half-open breakers: of every upstream, of the required ones.
+        "breakers_open": { "all": broken, "required": required_broken },
     });
     if admin.detail {
         body["upstreams"] = serde_json::Value::Object(upstreams);
@@ -151,6 +164,22 @@ async fn readyz(admin: web::Data<Admin>) -> HttpResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     HttpResponse::build(status).json(body)
+}
+
+/// A breaker as `/readyz` on the admin address shows it.
+fn breaker_detail(b: &BreakerView) -> serde_json::Value {
+    let ms = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut detail = serde_json::json!({ "state": b.state.label(), "failures": b.failures });
+    if let Some(reason) = &b.reason {
+        detail["reason"] = reason.as_str().into();
+    }
+    if let Some(open) = ms(b.open_for) {
+        detail["open_ms"] = open.into();
+    }
+    if let Some(retry) = ms(b.retry_in) {
+        detail["retry_in_ms"] = retry.into();
+    }
+    detail
 }
 
 async fn scrape(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {

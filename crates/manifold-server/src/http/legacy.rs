@@ -78,7 +78,7 @@ pub(super) async fn post(
             "session not found (its SSE stream closed): open a new one at /sse".into(),
         ));
     };
-    let body = match read_body(payload, shared.router.settings().max_message_bytes).await {
+    let body = match read_body(payload, &shared).await {
         Ok(b) => b,
         Err(refusal) => return refusal,
     };

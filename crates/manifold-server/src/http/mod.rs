@@ -90,6 +90,7 @@ pub fn serve(
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
     let workers = settings.workers;
+    let (keep_alive, client_timeout) = (settings.keep_alive, settings.client_timeout);
     let (auth, resource) = match auth {
         Some(a) if a.authenticator.required() => (Some(a.authenticator), a.resource),
         _ => (None, None),
@@ -158,8 +159,11 @@ pub fn serve(
     })
     .workers(workers)
     .on_connect(peer::on_connect)
-    // Hosts pause between calls; a connection they keep should not be closed under them.
-    .keep_alive(Duration::from_secs(75))
+    // Hosts pause between calls; a connection they keep should not be closed under them, but
+    // one left idle is not kept forever. A request's head must arrive within the client
+    // timeout (408 otherwise), and so must its body (`read_body`).
+    .keep_alive(keep_alive)
+    .client_request_timeout(client_timeout)
     .disable_signals()
     .shutdown_timeout(1);
     let server = match tls {
@@ -421,8 +425,24 @@ fn backlogged(shared: &Shared, outlet: &dyn crate::outlet::Outlet) -> Option<Htt
     Some(r)
 }
 
-/// Reads a request body of at most `max` bytes.
-async fn read_body(mut payload: web::Payload, max: usize) -> Result<Bytes, HttpResponse> {
+/// Reads a request body of at most `shared`'s `max_message_bytes`, within
+/// `server.client_timeout`: a host that trickles its body gets 408 and its connection closed
+/// (actix-web bounds the head the same way).
+async fn read_body(payload: web::Payload, shared: &Shared) -> Result<Bytes, HttpResponse> {
+    let max = shared.router.settings().max_message_bytes;
+    let within = shared.settings.client_timeout;
+    match tokio::time::timeout(within, read_body_of(payload, max)).await {
+        Ok(read) => read,
+        Err(_) => {
+            let mut r = refuse(&RouteError::SlowBody(within));
+            r.head_mut()
+                .set_connection_type(actix_web::http::ConnectionType::Close);
+            Err(r)
+        }
+    }
+}
+
+async fn read_body_of(mut payload: web::Payload, max: usize) -> Result<Bytes, HttpResponse> {
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk

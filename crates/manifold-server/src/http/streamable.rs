@@ -30,7 +30,7 @@ pub(super) async fn post(
     payload: web::Payload,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
-    match read_body(payload, shared.router.settings().max_message_bytes).await {
+    match read_body(payload, &shared).await {
         Err(refusal) => refusal,
         Ok(body) => handle_post(&req, &shared, &body, admitted.caller).await,
     }
