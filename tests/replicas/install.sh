@@ -33,4 +33,4 @@ for deb in "$tmp"/*.deb; do
 done
 
 libs=("$dir"/usr/lib/*-linux-gnu)
-LD_LIBRARY_PATH="${libs[0]}" "$dir/usr/sbin/haproxy" -v | head -1
+LD_LIBRARY_PATH="${libs[0]}" "$dir/usr/sbin/haproxy" -v | sed -n 1p
