@@ -573,7 +573,7 @@ impl Client {
                 _ = closed.wait_for(|c| *c) => return parser,
                 _ = check.tick(), if via.is_some() && !initialize => {
                     let over = match (via, self.conn()) {
-                        (Some(id), Some(conn)) => !conn.is_pending(id),
+                        (Some(id), Some(conn)) => !conn.is_pending(id) && !conn.is_listen(id),
                         _ => true,
                     };
                     if over {

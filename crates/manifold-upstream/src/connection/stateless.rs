@@ -317,6 +317,12 @@ impl Connection {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether `id` is the request of the open `subscriptions/listen` stream (which stays open
+    /// past its acknowledgement, with no entry among the requests waiting for an answer).
+    pub(crate) fn is_listen(&self, id: u64) -> bool {
+        self.listen().current == Some(id)
+    }
+
     /// Starts the `subscriptions/listen` stream, asking for `filter` and the resources
     /// subscribed to so far (no stream while nothing is wanted).
     pub(crate) fn start_listening(&self, filter: ListenFilter) {
