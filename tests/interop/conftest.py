@@ -58,6 +58,19 @@ def _print_manifold_stderr_after_each_test():
         print(f"--- manifold stderr (so far) ---\n{text[-8000:] or '<empty>'}", file=sys.stderr)
 
 
+class Inbox:
+    """Every message the SDK hands a host that is not an answer (pass it as `message_handler`)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    async def __call__(self, message: Any) -> None:
+        self.items.append(message)
+
+    def of(self, kind: type) -> list[Any]:
+        return [m for m in self.items if isinstance(m, kind)]
+
+
 def manifold_bin() -> Path:
     env = os.environ.get("MANIFOLD_BIN")
     return Path(env) if env else REPO / "target" / "debug" / "manifold"

@@ -24,6 +24,7 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 from conftest import (
+    Inbox,
     HERE,
     REQUEST_TIMEOUT_S,
     START_TIMEOUT_S,
@@ -76,19 +77,6 @@ def manifold() -> Iterator[tuple[str, Path]]:
                 yield f"http://127.0.0.1:{port}/mcp", log
         finally:
             _stop(server)
-
-
-class Inbox:
-    """Notifications a session received."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-
-    async def __call__(self, message: Any) -> None:
-        self.items.append(message)
-
-    def of(self, kind: type) -> list[Any]:
-        return [m for m in self.items if isinstance(m, kind)]
 
 
 @asynccontextmanager

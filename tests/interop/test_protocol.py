@@ -22,7 +22,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _check_prerequisites, _serving_http, config_text
+from conftest import Inbox, REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _check_prerequisites, _serving_http, config_text
 
 # These tests drive the session-based era on purpose; the SDK warns that later revisions
 # replace logging levels and subscriptions.
@@ -180,19 +180,6 @@ def manifold_url() -> Iterator[str]:
         config.write_text(config_text())
         with _serving_http(bin_, config, Path(tmp) / "manifold.stderr") as port:
             yield f"http://127.0.0.1:{port}/mcp"
-
-
-class Inbox:
-    """Notifications a session received."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-
-    async def __call__(self, message: Any) -> None:
-        self.items.append(message)
-
-    def of(self, kind: type) -> list[Any]:
-        return [m for m in self.items if isinstance(m, kind)]
 
 
 @asynccontextmanager

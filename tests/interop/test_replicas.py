@@ -34,7 +34,7 @@ from mcp import ClientSession, MCPError
 from mcp import types
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import REQUEST_TIMEOUT_S, START_TIMEOUT_S, _toml_str
+from conftest import Inbox, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _toml_str
 from replicas import Cluster, Fixture, Redis
 
 pytestmark = pytest.mark.anyio
@@ -70,19 +70,6 @@ def fixture(tmp: Path) -> Iterator[Fixture]:
 
 def config(fixture: Fixture, extra: str = "") -> str:
     return f"{extra}[upstreams.fx]\nurl = {_toml_str(fixture.url)}\n"
-
-
-class Inbox:
-    """Every message the SDK hands the host that is not an answer."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-
-    async def __call__(self, message: Any) -> None:
-        self.items.append(message)
-
-    def of(self, kind: type) -> list[Any]:
-        return [m for m in self.items if isinstance(m, kind)]
 
 
 async def sampling(_ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
