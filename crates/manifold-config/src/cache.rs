@@ -19,7 +19,7 @@ pub(crate) const DEFAULT_MAX_ARGUMENT_BYTES: u64 = 16 * 1024;
 pub(crate) const DEFAULT_REDIS_TIMEOUT_MS: u64 = 100;
 
 /// `[cache]`: what every cache shares.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CacheSettings {
     /// The budget of every cache together, in bytes of stored answers.
     pub max_bytes: u64,
@@ -40,7 +40,7 @@ impl Default for CacheSettings {
 }
 
 /// `[cache] backend`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum CacheBackend {
     /// Entries are this process's own.
     #[default]
@@ -51,7 +51,7 @@ pub enum CacheBackend {
 }
 
 /// The caches of one upstream.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct UpstreamCaches {
     /// `cache`: the tools the upstream annotates `readOnlyHint: true` and
     /// `openWorldHint: false`.

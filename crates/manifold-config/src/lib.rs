@@ -20,6 +20,7 @@ mod interpolate;
 mod pinning;
 mod policy;
 mod redact;
+pub mod reload;
 mod schema;
 mod sessions;
 mod toml_format;
@@ -69,7 +70,7 @@ pub struct Config {
     pub skipped: Vec<(String, String)>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ServerSettings {
     /// Downstream page size for list results; 0 means one page holding everything.
     pub page_size: usize,
@@ -104,6 +105,9 @@ pub struct ServerSettings {
     /// (`server.request_state_key`); replicas that serve the same hosts share it. `None`: a
     /// random key of the process's own.
     pub request_state_key: Option<StateKey>,
+    /// Whether the config file (and the files it names: the pinning lock file, the TLS
+    /// certificate and key) is watched, and loaded again when it changes.
+    pub watch_config: bool,
 }
 
 /// A secret key, at least [`StateKey::MIN_LEN`] bytes; its `Debug` shows none of it.
@@ -124,7 +128,7 @@ impl std::fmt::Debug for StateKey {
 /// Logs, metrics and traces (`[telemetry]`). The standard environment variables
 /// (`MANIFOLD_LOG`, `RUST_LOG`, `OTEL_*`) take precedence over these, so that a deployment can
 /// change them without editing the file.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TelemetryConfig {
     /// An env-filter directive such as `info` or `info,manifold_upstream=debug`.
     pub log_level: Option<String>,
@@ -178,7 +182,7 @@ pub const SAMPLERS: [&str; 6] = [
 
 /// The HTTP listener's settings. Hosts are served over HTTP only when `listen` is set (in
 /// the file, or with `manifold serve --listen`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HttpSettings {
     pub listen: Option<std::net::SocketAddr>,
     /// Allows a non-loopback `listen` address without authentication configured.
@@ -226,7 +230,7 @@ pub struct TlsSettings {
     pub key: PathBuf,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NameSettings {
     /// Between prefix and name. Only `[A-Za-z0-9_-]`, 1..=8 characters.
     pub separator: String,
@@ -234,7 +238,7 @@ pub struct NameSettings {
     pub max_length: usize,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct UpstreamConfig {
     /// The key under `[upstreams.KEY]` (TOML) or `mcpServers.KEY` (JSON), verbatim.
     pub key: String,
@@ -304,14 +308,14 @@ pub enum Isolation {
     Session { limit: usize },
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Transport {
     Stdio(StdioConfig),
     Http(HttpConfig),
 }
 
 /// An upstream reached over HTTP.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct HttpConfig {
     /// `http://` or `https://`, after interpolation.
     pub url: String,
@@ -332,7 +336,7 @@ pub enum HttpKind {
     Sse,
 }
 
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct StdioConfig {
     /// After `${VAR}` interpolation. A bare name (no `/`) is looked up on PATH, then in the
     /// directory holding the running `manifold` executable (see `resolve_command`).
@@ -346,14 +350,14 @@ pub struct StdioConfig {
 
 /// Include/exclude globs (`*` matches any run of characters) and renames, all keyed by the
 /// upstream's original name. A rename value is the full exposed name (no prefix added).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct NameFilter {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
     pub rename: BTreeMap<String, String>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RestartPolicy {
     pub initial_backoff: Duration,
     pub max_backoff: Duration,

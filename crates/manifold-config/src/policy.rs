@@ -26,7 +26,7 @@ use crate::{ConfigError, Transport, UpstreamConfig};
 pub const ANONYMOUS: &str = "anonymous";
 
 /// Authentication of HTTP hosts (`[auth]`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct AuthConfig {
     /// This server's resource URI (RFC 9728 / RFC 8707): the `resource` of the protected
     /// resource metadata and the default JWT audience.
@@ -37,7 +37,7 @@ pub struct AuthConfig {
 }
 
 /// JWT bearer tokens (`[auth.jwt]`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct JwtConfig {
     /// Required `iss`.
     pub issuer: String,
@@ -57,7 +57,7 @@ pub struct JwtConfig {
 }
 
 /// A team (`[teams.NAME]`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TeamConfig {
     pub name: String,
     /// SHA-256 of each API key that selects this team (keys are never kept in clear).
@@ -98,7 +98,7 @@ impl TeamConfig {
 
 /// Include/exclude globs over exposed names: an empty include list admits everything, and an
 /// exclude match wins.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Visibility {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
@@ -168,7 +168,7 @@ pub struct QuotaConfig {
 }
 
 /// `[limits]`: where counts are kept, and the global per-tool limits.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LimitsConfig {
     pub backend: LimitBackend,
     /// With the Redis backend: what a call gets while Redis cannot be reached (true: allowed,
@@ -178,7 +178,7 @@ pub struct LimitsConfig {
     pub tools: BTreeMap<String, LimitConfig>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum LimitBackend {
     /// Counted in this process only.
     #[default]
@@ -186,7 +186,7 @@ pub enum LimitBackend {
     Redis(RedisConfig),
 }
 
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct RedisConfig {
     /// `redis://[user:password@]host:port[/db]`.
     pub url: String,

@@ -38,6 +38,7 @@ pub(crate) struct RawServer {
     pub(crate) team: Option<String>,
     pub(crate) tls: Option<RawTls>,
     pub(crate) request_state_key: Option<String>,
+    pub(crate) watch_config: Option<bool>,
 }
 
 /// `[server.tls]`: both files are required once the table is there, so that a half-written

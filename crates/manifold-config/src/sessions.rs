@@ -10,7 +10,7 @@ use crate::validate::Ctx;
 use crate::ConfigError;
 
 /// Where sessions are kept.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum SessionStore {
     /// In this process.
     #[default]

@@ -129,6 +129,7 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
             .map(|t| crate::policy::secret_token(ctx, "server.metrics_token", t))
             .transpose()?,
         team: raw.team.clone(),
+        watch_config: raw.watch_config.unwrap_or(false),
         request_state_key: raw
             .request_state_key
             .as_deref()
