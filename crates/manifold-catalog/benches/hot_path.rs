@@ -42,6 +42,8 @@ fn catalog(upstreams: usize, tools: usize) -> Catalog {
             prompts: NameFilter::default(),
             tool_timeouts: Default::default(),
             pinning: None,
+            required: false,
+        retired: false,
         })
         .collect();
     let slices = (0..upstreams)

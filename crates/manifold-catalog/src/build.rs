@@ -27,6 +27,11 @@ pub struct UpstreamDef {
     /// Its pins, when `[pinning]` is configured: its tools and prompts are checked against
     /// them at every catalog build.
     pub pinning: Option<Arc<Pinning>>,
+    /// Whether `/readyz` waits for it (`required`).
+    pub required: bool,
+    /// Removed by a configuration reload. Its place stays (an upstream's index never
+    /// changes while Manifold runs), but it lists nothing and claims no prefix.
+    pub retired: bool,
 }
 
 impl UpstreamDef {
@@ -46,6 +51,24 @@ impl UpstreamDef {
             prompts: cfg.prompts.clone(),
             tool_timeouts: cfg.tool_timeouts.clone(),
             pinning: None,
+            required: cfg.required,
+            retired: false,
+        }
+    }
+
+    /// The same upstream, removed by a reload: it keeps its key (for logs and metrics) and
+    /// nothing else.
+    pub fn retire(&self) -> Self {
+        Self {
+            key: self.key.clone(),
+            prefix: String::new(),
+            uri_prefix: String::new(),
+            tools: NameFilter::default(),
+            prompts: NameFilter::default(),
+            tool_timeouts: Default::default(),
+            pinning: None,
+            required: false,
+            retired: true,
         }
     }
 
@@ -278,10 +301,12 @@ impl Catalog {
         let uri_prefixes = defs
             .iter()
             .enumerate()
-            .filter(|(_, d)| !d.uri_prefix.is_empty())
+            .filter(|(_, d)| !d.uri_prefix.is_empty() && !d.retired)
             .map(|(i, d)| (d.uri_prefix.clone(), i))
             .collect();
-        let unprefixed = defs.iter().position(|d| d.uri_prefix.is_empty());
+        let unprefixed = defs
+            .iter()
+            .position(|d| d.uri_prefix.is_empty() && !d.retired);
         Self {
             generation,
             defs,
@@ -398,7 +423,9 @@ fn merge_kind(
 ) -> Vec<Item> {
     let mut items = Vec::new();
     for (upstream, (def, slice)) in defs.iter().zip(slices).enumerate() {
-        let Some(slice) = slice else { continue };
+        let Some(slice) = slice.as_ref().filter(|_| !def.retired) else {
+            continue;
+        };
         for raw in slice.items(kind) {
             match expose_item(kind, def, names, raw) {
                 Ok(Some((exposed, original, ..))) if shadowed(defs, def, &exposed) => {
@@ -457,7 +484,7 @@ fn passes_pin(def: &UpstreamDef, kind: Kind, item: &Item, raw: &str, found: &mut
 fn shadowed(defs: &[UpstreamDef], def: &UpstreamDef, exposed: &str) -> bool {
     def.uri_prefix.is_empty()
         && uri::split(exposed)
-            .is_some_and(|(prefix, _)| defs.iter().any(|d| d.uri_prefix == prefix))
+            .is_some_and(|(prefix, _)| defs.iter().any(|d| d.uri_prefix == prefix && !d.retired))
 }
 
 type Exposed = (String, String, NameOrigin, Box<str>);

@@ -401,7 +401,7 @@ impl Cache {
                 || catalog
                     .defs()
                     .get(target.upstream)
-                    .is_some_and(|d| t.config.headers.contains_key(&d.key))
+                    .is_some_and(|d| t.config().headers.contains_key(&d.key))
         });
         Ok(Plan::Use(Box::new(Lookup {
             key: Key::new(

@@ -276,7 +276,7 @@ impl Fanout {
             let admitted = listen
                 .caller
                 .restricted()
-                .is_none_or(|t| t.config.admits_upstream(key));
+                .is_none_or(|t| t.config().admits_upstream(key));
             if admitted && listen.wants.uris.iter().any(|u| u == uri) {
                 listen.send("notifications/resources/updated", &members);
             }
@@ -347,7 +347,7 @@ impl Fanout {
                 .filter(|s| {
                     s.caller()
                         .restricted()
-                        .is_none_or(|t| t.config.admits_upstream(key))
+                        .is_none_or(|t| t.config().admits_upstream(key))
                 })
                 .collect()
         };
@@ -423,7 +423,7 @@ impl Fanout {
             .filter(|l| {
                 l.caller
                     .restricted()
-                    .is_none_or(|t| t.config.admits_upstream(key))
+                    .is_none_or(|t| t.config().admits_upstream(key))
             })
             .cloned()
             .collect();

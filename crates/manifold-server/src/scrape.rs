@@ -16,13 +16,19 @@ pub fn render(router: &Router) -> String {
     metrics().render(&mut e);
     let catalog = router.hub().catalog();
     let defs = catalog.defs();
+    // A removed upstream keeps its place in the catalog, not its series.
+    let live = || defs.iter().enumerate().filter(|(_, d)| !d.retired);
     e.metric(&names::UPSTREAM_UP);
-    for (i, def) in defs.iter().enumerate() {
+    for (i, def) in live() {
         let up = u64::from(*catalog.state(i) == UpstreamState::Up);
         e.sample(&names::UPSTREAM_UP, &[(label::UPSTREAM, &def.key)], up);
     }
     e.metric(&names::UPSTREAM_BREAKER_STATE);
-    for (def, handle) in defs.iter().zip(router.upstreams()) {
+    let handles = router.upstreams();
+    for (i, def) in live() {
+        let Some(handle) = handles.get(i) else {
+            continue;
+        };
         let state = handle.breaker().state as u64;
         e.sample(
             &names::UPSTREAM_BREAKER_STATE,
@@ -31,7 +37,7 @@ pub fn render(router: &Router) -> String {
         );
     }
     e.metric(&names::UPSTREAM_INFLIGHT);
-    for (i, def) in defs.iter().enumerate() {
+    for (i, def) in live() {
         let n = router.in_flight(i) as u64;
         e.sample(&names::UPSTREAM_INFLIGHT, &[(label::UPSTREAM, &def.key)], n);
     }
@@ -48,7 +54,7 @@ pub fn render(router: &Router) -> String {
                 *c += 1;
             }
         }
-        for (def, n) in defs.iter().zip(counts) {
+        for (def, n) in defs.iter().zip(counts).filter(|(d, _)| !d.retired) {
             let labels = [
                 (label::UPSTREAM, def.key.as_str()),
                 (label::KIND, kind_label),

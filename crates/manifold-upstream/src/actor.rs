@@ -20,6 +20,9 @@ use crate::pending::Peer;
 use crate::{handshake, http, process, stdio};
 
 mod health;
+mod reconfigure;
+
+pub(crate) use reconfigure::Reconfigure;
 
 /// Whom an actor's connection serves.
 #[derive(Clone)]
@@ -103,6 +106,13 @@ pub struct UpstreamActor {
     counters: Arc<manifold_telemetry::UpstreamCounters>,
     /// Pings, the breaker's probe, the restart of an upstream that stopped answering.
     health: health::Health,
+    /// While a new configuration's connection starts: the connection it replaces, which
+    /// callers keep using until the new one is ready.
+    replacing: Option<reconfigure::Serving>,
+    /// Replaced connections finishing their calls in flight.
+    retiring: Vec<reconfigure::Retiring>,
+    /// How long a replaced connection may take to finish its calls in flight.
+    drain: Duration,
 }
 
 /// Lists to re-fetch, gathered while a refresh is scheduled or running.
@@ -148,6 +158,9 @@ impl UpstreamActor {
             listen_planned: false,
             counters,
             health: health::Health::default(),
+            replacing: None,
+            retiring: Vec::new(),
+            drain: reconfigure::DEFAULT_DRAIN,
         }
     }
 }
@@ -157,9 +170,11 @@ impl Actor for UpstreamActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(SWEEP_EVERY, |act, ctx| {
+            let now = Instant::now();
             if let Some(conn) = &act.current {
-                conn.expire(Instant::now());
+                conn.expire(now);
             }
+            act.sweep_retiring(now);
             act.check_health(ctx);
         });
         self.start(ctx);
@@ -277,8 +292,9 @@ impl UpstreamActor {
                 Some(Arc::clone(capabilities))
             }
         };
-        if matches!(self.role, Role::Shared) {
+        if matches!(self.role, Role::Shared) && self.replacing.is_none() {
             // Calls may be sent before the handshake ends; the catalog gates them meanwhile.
+            // A connection that replaces another is published once ready (`handshake_done`).
             self.published.store(Some(Arc::clone(&conn)));
         }
         let era = self.era_plan();
@@ -328,8 +344,12 @@ impl UpstreamActor {
                 self.up_since = Some(Instant::now());
                 self.health_ready(generation);
                 self.mark_staleness();
+                let replaced = self.replacing.take();
                 match self.role {
                     Role::Shared => {
+                        if replaced.is_some() {
+                            self.published.store(self.current.clone());
+                        }
                         self.hub.update(self.index, UpstreamState::Up, Some(slice));
                         self.hub.settle(self.index);
                         self.hub.ready(self.index);
@@ -337,6 +357,10 @@ impl UpstreamActor {
                     Role::Isolated { .. } | Role::Team => {
                         self.published.store(self.current.clone());
                     }
+                }
+                if let Some(old) = replaced {
+                    tracing::info!(upstream = %self.key, "its new configuration serves; the old connection finishes its calls in flight");
+                    self.retire(old);
                 }
                 if let Some(Link::Http(client)) = &self.link {
                     client.ready();
@@ -369,8 +393,11 @@ impl UpstreamActor {
             && matches!(self.cfg.transport, Transport::Stdio(_))
             && self.current.as_ref().is_some_and(|c| c.died_probing());
         self.current = None;
-        self.published.store(None);
         self.link = None;
+        if self.replacing.is_some() && !self.stopping {
+            return self.replacement_failed(ctx, reason, died_probing);
+        }
+        self.published.store(None);
         if matches!(self.role, Role::Shared) {
             self.hub.update(
                 self.index,
@@ -394,7 +421,18 @@ impl UpstreamActor {
         }
         let delay = self.next_backoff();
         tracing::warn!(upstream = %self.key, "stopped: {reason}; restarting in {}ms", delay.as_millis());
-        ctx.run_later(delay, |act, ctx| act.start(ctx));
+        self.start_later(ctx, delay);
+    }
+
+    /// Starts the upstream again after `delay`, unless something else started it meanwhile
+    /// (a reload that changed its configuration).
+    fn start_later(&mut self, ctx: &mut Context<Self>, delay: Duration) {
+        let generation = self.generation;
+        ctx.run_later(delay, move |act, ctx| {
+            if act.generation == generation && act.current.is_none() {
+                act.start(ctx);
+            }
+        });
     }
 
     fn next_backoff(&mut self) -> Duration {
@@ -613,6 +651,7 @@ impl Handler<Shutdown> for UpstreamActor {
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
+        self.stop_replaced("Manifold is shutting down");
         let Some(link) = &self.link else {
             return Box::pin(async {});
         };

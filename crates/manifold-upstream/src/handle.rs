@@ -4,17 +4,17 @@
 //! `isolation = "session"`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, ArbiterHandle};
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use manifold_config::UpstreamConfig;
 use manifold_protocol::version::Era;
 use tokio::sync::watch;
 
-use crate::actor::{RefreshStale, Role, Shutdown, UpstreamActor};
+use crate::actor::{Reconfigure, RefreshStale, Role, Shutdown, UpstreamActor};
 use crate::connection::{Connection, Timing};
 use crate::health::{Breaker, BreakerView};
 use crate::hub::Hub;
@@ -25,8 +25,6 @@ use crate::pending::Peer;
 pub struct UpstreamHandle {
     index: usize,
     key: Arc<str>,
-    /// `stdio`, `http` or `sse`, as configured.
-    transport: &'static str,
     addr: Addr<UpstreamActor>,
     published: Arc<Published>,
 }
@@ -40,7 +38,13 @@ pub(crate) struct Published {
     stale_at: AtomicU64,
     /// The circuit breaker every connection of this actor passes its calls through.
     pub(crate) breaker: Arc<Breaker>,
+    /// How it is reached, as configured: an index into [`TRANSPORTS`] (a reload may change
+    /// it).
+    transport: AtomicU8,
 }
+
+/// The transports' labels, as metrics and spans name them.
+const TRANSPORTS: [&str; 3] = ["stdio", "http", "sse"];
 
 /// A monotonic clock in milliseconds, cheap to compare against from any thread.
 pub(crate) fn clock_ms(at: Instant) -> u64 {
@@ -49,13 +53,23 @@ pub(crate) fn clock_ms(at: Instant) -> u64 {
 }
 
 impl Published {
-    pub(crate) fn new(breaker: Arc<Breaker>) -> Arc<Self> {
-        Arc::new(Self {
+    pub(crate) fn new(breaker: Arc<Breaker>, cfg: &UpstreamConfig) -> Arc<Self> {
+        let published = Arc::new(Self {
             current: ArcSwapOption::empty(),
             changed: watch::channel(0).0,
             stale_at: AtomicU64::new(u64::MAX),
             breaker,
-        })
+            transport: AtomicU8::new(0),
+        });
+        published.set_transport(cfg);
+        published
+    }
+
+    /// Records how `cfg` reaches the upstream.
+    pub(crate) fn set_transport(&self, cfg: &UpstreamConfig) {
+        let label = transport_label(cfg);
+        let index = TRANSPORTS.iter().position(|t| *t == label).unwrap_or(0);
+        self.transport.store(index as u8, Ordering::Relaxed);
     }
 
     /// When the first list goes stale (`None`: never).
@@ -124,7 +138,7 @@ impl UpstreamHandle {
 
     /// How Manifold reaches it: `stdio`, `http` (Streamable HTTP, or its fallback) or `sse`.
     pub fn transport(&self) -> &'static str {
-        self.transport
+        TRANSPORTS[usize::from(self.published.transport.load(Ordering::Relaxed)) % TRANSPORTS.len()]
     }
 
     /// The live connection, or `None` while the upstream is down or restarting.
@@ -183,6 +197,14 @@ impl UpstreamHandle {
         self.published.breaker.view()
     }
 
+    /// Replaces the upstream's connection with one started from `cfg` (a reloaded
+    /// configuration): the current one serves until the new one is ready, then finishes its
+    /// calls in flight, for up to `drain`. `defaults` apply as in [`UpstreamHandle::start`].
+    pub fn reconfigure(&self, cfg: UpstreamConfig, defaults: Timing, drain: Duration) {
+        let timing = timing(&cfg, defaults);
+        self.addr.do_send(Reconfigure { cfg, timing, drain });
+    }
+
     /// Stops the upstream; returns once its processes are gone (or the grace ran out).
     pub async fn shutdown(&self) {
         let _ = self.addr.send(Shutdown).await;
@@ -195,7 +217,8 @@ impl UpstreamHandle {
 pub struct Isolation {
     arbiter: ArbiterHandle,
     hub: Arc<Hub>,
-    configs: Arc<[UpstreamConfig]>,
+    /// By upstream index; a reload swaps in the new ones (a removed upstream keeps its last).
+    configs: Arc<ArcSwap<Vec<UpstreamConfig>>>,
     defaults: Timing,
     grace: Duration,
 }
@@ -205,22 +228,27 @@ impl Isolation {
     /// isolated connections.
     pub fn new(
         hub: Arc<Hub>,
-        configs: Arc<[UpstreamConfig]>,
+        configs: Vec<UpstreamConfig>,
         defaults: Timing,
         grace: Duration,
     ) -> Self {
         Self {
             arbiter: actix::Arbiter::current(),
             hub,
-            configs,
+            configs: Arc::new(ArcSwap::from_pointee(configs)),
             defaults,
             grace,
         }
     }
 
+    /// The upstream configurations connections are started with from now on, by index.
+    pub fn set_configs(&self, configs: Vec<UpstreamConfig>) {
+        self.configs.store(Arc::new(configs));
+    }
+
     /// How many connections of its own upstream `index` may have, if it gives each session one.
     pub fn limit(&self, index: usize) -> Option<usize> {
-        match self.configs.get(index)?.isolation {
+        match self.configs.load().get(index)?.isolation {
             manifold_config::Isolation::Shared => None,
             manifold_config::Isolation::Session { limit } => Some(limit),
         }
@@ -265,7 +293,7 @@ impl Isolation {
     /// Starts a connection of upstream `index` on the system's arbiter; `None` for an index
     /// with no upstream.
     fn spawn(&self, index: usize, variant: Variant<'_>) -> Option<UpstreamHandle> {
-        let cfg = self.configs.get(index)?.clone();
+        let cfg = self.configs.load().get(index)?.clone();
         let hub = Arc::clone(&self.hub);
         Some(spawn(index, cfg, self.defaults, self.grace, hub, variant))
     }
@@ -308,10 +336,9 @@ fn spawn(
     let exported = matches!(variant.role, Role::Shared);
     let counters = manifold_telemetry::metrics().upstream(&cfg.key);
     let breaker = Breaker::new(&cfg.key, &cfg.health, counters, exported);
-    let published = Published::new(breaker);
+    let published = Published::new(breaker, &cfg);
     let key: Arc<str> = cfg.key.as_str().into();
     let timing = timing(&cfg, defaults);
-    let transport = transport_label(&cfg);
     let slot = Arc::clone(&published);
     let role = variant.role;
     let addr = match variant.arbiter {
@@ -323,7 +350,6 @@ fn spawn(
     UpstreamHandle {
         index,
         key,
-        transport,
         addr,
         published,
     }

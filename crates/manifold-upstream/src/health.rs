@@ -28,9 +28,11 @@ const OPEN: u8 = BreakerState::Open as u8;
 /// One connection's circuit breaker (kept across its restarts by the actor).
 pub(crate) struct Breaker {
     upstream: Box<str>,
-    /// Failures in a row that open it; `None`: it never opens.
-    threshold: Option<u32>,
-    cooldown: Duration,
+    /// Failures in a row that open it; 0: it never opens. Set again when a reload changes
+    /// the upstream's health settings.
+    threshold: AtomicU32,
+    /// How long it stays open before a probe, in milliseconds; set again like `threshold`.
+    cooldown_ms: AtomicU64,
     state: AtomicU8,
     /// Failures in a row while closed.
     failures: AtomicU32,
@@ -60,8 +62,8 @@ impl Breaker {
     ) -> Arc<Self> {
         Arc::new(Self {
             upstream: upstream.into(),
-            threshold: policy.breaker_failures,
-            cooldown: policy.breaker_cooldown,
+            threshold: AtomicU32::new(policy.breaker_failures.unwrap_or(0)),
+            cooldown_ms: AtomicU64::new(millis(policy.breaker_cooldown)),
             state: AtomicU8::new(CLOSED),
             failures: AtomicU32::new(0),
             retry_at: AtomicU64::new(0),
@@ -69,6 +71,16 @@ impl Breaker {
             counters,
             exported,
         })
+    }
+
+    /// Takes the settings of a reloaded configuration, and closes: the connection that
+    /// follows a change of them is a new one.
+    pub(crate) fn configure(&self, policy: &HealthPolicy) {
+        let threshold = policy.breaker_failures.unwrap_or(0);
+        self.threshold.store(threshold, Ordering::Relaxed);
+        let cooldown = millis(policy.breaker_cooldown);
+        self.cooldown_ms.store(cooldown, Ordering::Relaxed);
+        self.reset();
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -130,9 +142,10 @@ impl Breaker {
     /// A call or a ping failed (`why`): counted while closed; the breaker opens at its
     /// threshold. Returns whether it opened now.
     pub(crate) fn failed(&self, why: &str) -> bool {
-        let Some(threshold) = self.threshold else {
+        let threshold = self.threshold.load(Ordering::Relaxed);
+        if threshold == 0 {
             return false;
-        };
+        }
         let mut inner = self.inner();
         if self.state.load(Ordering::Relaxed) != CLOSED {
             return false;
@@ -152,7 +165,8 @@ impl Breaker {
 
     /// Opens (again), for a cooldown from now (called with the lock held).
     fn open(&self, _held: &Inner) {
-        let at = clock_ms(Instant::now() + self.cooldown);
+        let cooldown = Duration::from_millis(self.cooldown_ms.load(Ordering::Relaxed));
+        let at = clock_ms(Instant::now() + cooldown);
         self.retry_at.store(at, Ordering::Relaxed);
         self.enter(OPEN);
     }
@@ -259,6 +273,11 @@ pub struct BreakerView {
     pub open_for: Option<Duration>,
     /// While open: when the probe will be sent.
     pub retry_in: Option<Duration>,
+}
+
+/// A duration in whole milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -111,19 +111,66 @@ impl Hub {
             if let Some(slice) = slice {
                 inputs.slices[upstream] = Some(slice);
             }
-            inputs.generation += 1;
-            let old = self.catalog.load_full();
-            let new = Arc::new(Catalog::build(
-                Arc::clone(old.defs()),
-                &self.names,
-                self.page_size,
-                inputs.generation,
-                inputs.states.clone(),
-                inputs.slices.clone(),
-            ));
-            self.catalog.store(Arc::clone(&new));
-            (old, new)
+            let defs = Arc::clone(self.catalog.load().defs());
+            self.rebuild(&mut inputs, defs)
         };
+        self.report(&old, &new);
+        if let (true, Some(l)) = (changed, self.listener()) {
+            l.upstream_changed(upstream);
+        }
+        self.announce_changes(&old, &new);
+    }
+
+    /// Swaps in the upstreams' definitions of a reloaded configuration: one more for each
+    /// upstream added, a retired one in the place of each removed one. Indexes never move, so
+    /// `defs` holds at least as many as the catalog has. Hosts hear of the lists that changed.
+    pub fn set_defs(&self, defs: Arc<[UpstreamDef]>) {
+        let (old, new) = {
+            let mut inputs = self.inputs();
+            let n = defs.len();
+            inputs.states.resize(n, UpstreamState::Starting);
+            inputs.slices.resize(n, None);
+            inputs.settled.resize(n, false);
+            for (i, def) in defs.iter().enumerate() {
+                // A removed upstream is not waited for: it will never start.
+                if def.retired {
+                    inputs.settled[i] = true;
+                }
+            }
+            let count = inputs.settled.iter().filter(|s| **s).count();
+            self.settled.send_replace(count);
+            self.rebuild(&mut inputs, defs)
+        };
+        self.report(&old, &new);
+        if let Some(l) = self.listener() {
+            let now_retired = new.defs().iter().enumerate().filter(|(i, d)| {
+                d.retired && old.defs().get(*i).is_some_and(|o| !o.retired)
+            });
+            for (i, _) in now_retired {
+                l.upstream_changed(i);
+            }
+        }
+        self.announce_changes(&old, &new);
+    }
+
+    /// Builds the catalog of `inputs` over `defs` and swaps it in; returns the old and new.
+    fn rebuild(&self, inputs: &mut Inputs, defs: Arc<[UpstreamDef]>) -> (Arc<Catalog>, Arc<Catalog>) {
+        inputs.generation += 1;
+        let old = self.catalog.load_full();
+        let new = Arc::new(Catalog::build(
+            defs,
+            &self.names,
+            self.page_size,
+            inputs.generation,
+            inputs.states.clone(),
+            inputs.slices.clone(),
+        ));
+        self.catalog.store(Arc::clone(&new));
+        (old, new)
+    }
+
+    /// Logs the collisions and pinning drift a build found that the one before did not.
+    fn report(&self, old: &Catalog, new: &Catalog) {
         for c in new.collisions() {
             if !old.collisions().contains(c) {
                 tracing::error!(name = %c.exposed, owners = ?c.owners, "name collision: none of the claimants is exposed; rename one in the config");
@@ -133,13 +180,9 @@ impl Hub {
         // change is logged when it first appears, not at every build that still sees it.
         for d in new.drift() {
             if !old.drift().iter().any(|o| o.same_change(d)) {
-                log_drift(&new, d);
+                log_drift(new, d);
             }
         }
-        if let (true, Some(l)) = (changed, self.listener()) {
-            l.upstream_changed(upstream);
-        }
-        self.announce_changes(&old, &new);
     }
 
     /// Swaps in an upstream's new slice that offers the same lists as the one it replaces (a
@@ -148,17 +191,8 @@ impl Hub {
     pub(crate) fn replace_slice(&self, upstream: usize, slice: Arc<UpstreamSlice>) {
         let mut inputs = self.inputs();
         inputs.slices[upstream] = Some(slice);
-        inputs.generation += 1;
-        let old = self.catalog.load_full();
-        let new = Catalog::build(
-            Arc::clone(old.defs()),
-            &self.names,
-            self.page_size,
-            inputs.generation,
-            inputs.states.clone(),
-            inputs.slices.clone(),
-        );
-        self.catalog.store(Arc::new(new));
+        let defs = Arc::clone(self.catalog.load().defs());
+        self.rebuild(&mut inputs, defs);
     }
 
     /// Marks an upstream's first start attempt as finished.

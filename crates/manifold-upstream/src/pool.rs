@@ -5,12 +5,16 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use arc_swap::{ArcSwap, Guard};
+
 use crate::{Connection, Isolation, Peer, UpstreamError, UpstreamHandle};
 
 /// Every upstream's connections.
 pub struct Pool {
-    /// The shared connection of each upstream, by index.
-    shared: Vec<UpstreamHandle>,
+    /// The shared connection of each upstream, by index. Only grows (a reload adds
+    /// upstreams at the end; a removed one keeps its place), so an index from any catalog is
+    /// valid in it.
+    shared: ArcSwap<Vec<UpstreamHandle>>,
     /// Starts the other connections; `None`: every request uses the shared one.
     isolation: Option<Isolation>,
     /// Sessions' own connections, by (upstream, session). Locked to look one up, add or
@@ -41,16 +45,68 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Pool {
     pub fn new(shared: Vec<UpstreamHandle>, isolation: Option<Isolation>) -> Self {
         Self {
-            shared,
+            shared: ArcSwap::from_pointee(shared),
             isolation,
             sessions: Mutex::new(HashMap::new()),
             teams: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Every upstream's shared connection, by index.
-    pub fn upstreams(&self) -> &[UpstreamHandle] {
-        &self.shared
+    /// Every upstream's shared connection, by index. Cheap: no lock, no copy.
+    pub fn upstreams(&self) -> Guard<Arc<Vec<UpstreamHandle>>> {
+        self.shared.load()
+    }
+
+    /// Adds the shared connection of an upstream a reload added, at the next index; call it
+    /// before the catalog names that index.
+    pub fn push(&self, handle: UpstreamHandle) {
+        self.shared.rcu(|shared| {
+            let mut grown = Vec::clone(shared);
+            grown.push(handle.clone());
+            grown
+        });
+    }
+
+    /// Takes every connection of its own (sessions', teams') to `upstream`, for a reload
+    /// that removed or changed it: later requests start new ones. The caller lets them
+    /// finish their calls and stops them.
+    pub fn take_own(&self, upstream: usize) -> Vec<UpstreamHandle> {
+        let mut taken: Vec<UpstreamHandle> = Vec::new();
+        lock(&self.sessions).retain(|(u, _), h| {
+            let keep = *u != upstream;
+            if !keep {
+                taken.push(h.clone());
+            }
+            keep
+        });
+        lock(&self.teams).retain(|(u, _), h| {
+            let keep = *u != upstream;
+            if !keep {
+                taken.push(h.clone());
+            }
+            keep
+        });
+        taken
+    }
+
+    /// Takes the connections a team has of its own (its headers changed, or it is gone).
+    pub fn take_team(&self, team: &str) -> Vec<UpstreamHandle> {
+        let mut taken = Vec::new();
+        lock(&self.teams).retain(|(_, t), h| {
+            let keep = &**t != team;
+            if !keep {
+                taken.push(h.clone());
+            }
+            keep
+        });
+        taken
+    }
+
+    /// Starts connections of their own with these upstream configurations from now on.
+    pub fn set_configs(&self, configs: Vec<manifold_config::UpstreamConfig>) {
+        if let Some(isolation) = &self.isolation {
+            isolation.set_configs(configs);
+        }
     }
 
     /// The connection of its own that a request of `team` and `session` to `upstream` must
@@ -128,6 +184,7 @@ impl Pool {
     pub fn in_flight(&self, upstream: usize) -> usize {
         let shared = self
             .shared
+            .load()
             .get(upstream)
             .and_then(UpstreamHandle::connection)
             .map_or(0, |c| c.in_flight());
@@ -145,6 +202,7 @@ impl Pool {
     pub fn connections_of(&self, session: u64) -> Vec<Arc<Connection>> {
         let mut conns: Vec<Arc<Connection>> = self
             .shared
+            .load()
             .iter()
             .filter_map(UpstreamHandle::connection)
             .collect();
@@ -164,13 +222,16 @@ impl Pool {
         keys.iter().filter_map(|k| own.remove(k)).collect()
     }
 
-    fn key(&self, upstream: usize) -> &str {
-        self.shared.get(upstream).map_or("", UpstreamHandle::key)
+    fn key(&self, upstream: usize) -> String {
+        self.shared
+            .load()
+            .get(upstream)
+            .map_or_else(String::new, |h| h.key().to_owned())
     }
 
     fn unavailable(&self, upstream: usize, reason: String) -> UpstreamError {
         UpstreamError::Unavailable {
-            upstream: self.key(upstream).to_owned(),
+            upstream: self.key(upstream),
             reason,
         }
     }

@@ -199,9 +199,8 @@ pub fn serve(
         };
         let (sessions, ending) = Sessions::new(limit);
         let (hub, handles) = start_upstreams(&config, &defs);
-        let (released, released_rx) = tokio::sync::mpsc::unbounded_channel();
-        let cache =
-            Cache::new(&config.cache, &config.upstreams, &released).map(|c| (c, released_rx));
+        let released = manifold_server::router::releases();
+        let cache = Cache::new(&config.cache, &config.upstreams, &released.0);
         let timing = Timing {
             request: config.server.request_timeout,
             max: config.server.max_request_timeout,
@@ -224,6 +223,7 @@ pub fn serve(
             teams: Arc::new(Teams::new(&config.teams)),
             stdio_team: config.server.team.clone(),
             cache,
+            released,
         });
         // Begun only by a signal while serving HTTP; the admin address's /readyz reads it too.
         let drain = Drain::new();
@@ -243,7 +243,8 @@ pub fn serve(
         for session in router.sessions().all() {
             router.end_session(session.id(), "Manifold is shutting down");
         }
-        stop_upstreams(&handles).await;
+        // Every upstream, those a reload added included.
+        stop_upstreams(&router.upstreams()).await;
         served
     })?;
     Ok(ExitCode::SUCCESS)
@@ -290,8 +291,7 @@ fn serve_admin(
     addr: std::net::SocketAddr,
     drain: &Arc<Drain>,
 ) -> anyhow::Result<actix_web::dev::ServerHandle> {
-    let required = config.upstreams.iter().map(|u| u.required).collect();
-    let (server, bound) = http::serve_admin(Arc::clone(router), addr, required, drain)
+    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain)
         .with_context(|| format!("cannot listen on {addr} (admin)"))?;
     tracing::info!("admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz");
     let handle = server.handle();
@@ -307,7 +307,6 @@ async fn serve_http(
     tls: Option<http::tls::ServerConfig>,
     drain: &Arc<Drain>,
 ) -> anyhow::Result<()> {
-    let required = config.upstreams.iter().map(|u| u.required).collect();
     let auth = http::HttpAuth {
         authenticator: Arc::new(Authenticator::new(&config.auth, &config.teams)),
         resource: config.auth.resource.clone(),
@@ -316,7 +315,6 @@ async fn serve_http(
     let (server, bound) = http::serve(
         Arc::clone(router),
         addr,
-        required,
         Some(auth),
         tls,
         drain,
@@ -412,7 +410,7 @@ async fn drain_listener(
     // upstreams: what they still wait for fails at once.
     let soon = tokio::time::Instant::now() + Duration::from_millis(200);
     if drain.settled(soon).await > 0 {
-        stop_upstreams(router.upstreams()).await;
+        stop_upstreams(&router.upstreams()).await;
     }
 }
 

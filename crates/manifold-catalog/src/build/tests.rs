@@ -14,6 +14,8 @@ fn def(key: &str) -> UpstreamDef {
         prompts: NameFilter::default(),
         tool_timeouts: Default::default(),
         pinning: None,
+        required: false,
+        retired: false,
     }
 }
 
@@ -351,4 +353,24 @@ fn app_tools_name_their_exposed_resource() {
     // App-only tools stay listed; without a URI prefix the URI is unchanged.
     let plain = c.listing(Kind::Tools).get("plain__show_time").unwrap();
     assert!(plain.raw.contains(r#""resourceUri":"ui://clock/app.html""#));
+}
+
+#[test]
+fn a_retired_upstream_lists_nothing_and_frees_its_prefixes() {
+    let defs: Arc<[UpstreamDef]> = vec![def("a").retire(), def("a")].into();
+    let catalog = Catalog::build(
+        defs,
+        &names(),
+        0,
+        1,
+        vec![UpstreamState::Up; 2],
+        vec![slice(&["x"]), slice(&["x"])],
+    );
+    let tools = catalog.listing(Kind::Tools).items();
+    assert_eq!(tools.len(), 1, "no collision with the retired one");
+    assert_eq!((tools[0].exposed.as_str(), tools[0].upstream), ("a__x", 1));
+    let resources = catalog.listing(Kind::Resources).items();
+    assert_eq!(resources.len(), 1);
+    let (upstream, _) = catalog.resolve_uri(&resources[0].exposed).unwrap();
+    assert_eq!(upstream, 1);
 }

@@ -31,6 +31,8 @@ fn catalog(pins: UpstreamPins, on_change: OnChange, on_new: OnNew, tools: &[&str
             on_new,
             pins,
         })),
+        required: false,
+        retired: false,
     };
     let slice = UpstreamSlice {
         tools: tools.iter().map(|t| raw(t)).collect(),

@@ -21,8 +21,6 @@ pub(super) struct Admin {
     router: Arc<Router>,
     /// Once it has begun, `/readyz` fails whatever the upstreams.
     drain: Arc<Drain>,
-    /// Which upstreams `/readyz` waits for (by index).
-    required: Vec<bool>,
     /// Whether `/readyz` names each upstream and its state: on the admin address only, so
     /// that the address hosts use tells nobody which upstreams exist.
     detail: bool,
@@ -70,7 +68,6 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig) {
 
 pub(super) fn data(
     router: Arc<Router>,
-    required: Vec<bool>,
     detail: bool,
     metrics: MetricsAccess,
     drain: &Arc<Drain>,
@@ -78,7 +75,6 @@ pub(super) fn data(
     web::Data::new(Admin {
         router,
         drain: Arc::clone(drain),
-        required,
         detail,
         metrics,
     })
@@ -89,11 +85,10 @@ pub(super) fn data(
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
-    required: Vec<bool>,
     drain: &Arc<Drain>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let metrics = MetricsAccess::on_admin(router.settings());
-    let admin = data(router, required, true, metrics, drain);
+    let admin = data(router, true, metrics, drain);
     let server = HttpServer::new(move || App::new().app_data(admin.clone()).configure(routes))
         .workers(1)
         .keep_alive(Duration::from_secs(75))
@@ -118,8 +113,11 @@ async fn readyz(admin: web::Data<Admin>) -> HttpResponse {
     let (mut broken, mut required_broken) = (0, 0);
     let mut upstreams = serde_json::Map::new();
     for (i, def) in catalog.defs().iter().enumerate() {
+        if def.retired {
+            continue;
+        }
         let state = catalog.state(i);
-        let required = admin.required.get(i).copied().unwrap_or(false);
+        let required = def.required;
         let is_up = *state == UpstreamState::Up;
         let breaker = handles.get(i).map(|h| h.breaker());
         // Open or half-open: calls to it are refused.
@@ -150,7 +148,7 @@ async fn readyz(admin: web::Data<Admin>) -> HttpResponse {
         "ready": ready,
         "draining": draining,
         "up": up,
-        "total": catalog.defs().len(),
+        "total": catalog.defs().iter().filter(|d| !d.retired).count(),
         "required": { "up": required_up, "total": required_total },
         // Open or half-open breakers: of every upstream, of the required ones.
         "breakers_open": { "all": broken, "required": required_broken },

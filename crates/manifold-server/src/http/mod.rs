@@ -82,7 +82,6 @@ pub struct HttpAuth {
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
-    required: Vec<bool>,
     auth: Option<HttpAuth>,
     tls: Option<tls::ServerConfig>,
     drain: &Arc<drain::Drain>,
@@ -116,7 +115,7 @@ pub fn serve(
         store: store.clone(),
     });
     let store_for_sweeper = store;
-    let admin = admin::data(Arc::clone(&router), required, false, metrics, drain);
+    let admin = admin::data(Arc::clone(&router), false, metrics, drain);
     let server = HttpServer::new(move || {
         // Every method an MCP endpoint serves is wrapped, preflight included; what no route
         // serves gets its 405 as it is, origin or not. Inside the origin check, the drain's

@@ -52,7 +52,7 @@ impl Caller {
 
     /// The team, if its view hides anything.
     pub fn restricted(&self) -> Option<&Arc<Team>> {
-        self.team.as_ref().filter(|t| t.config.restricts())
+        self.team.as_ref().filter(|t| t.config().restricts())
     }
 }
 

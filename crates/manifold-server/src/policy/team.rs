@@ -4,14 +4,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwap, ArcSwapOption, Guard};
 use manifold_catalog::{Catalog, Item, Kind, Listing};
 use manifold_config::{TeamConfig, Visibility};
 
-/// A configured team.
+/// A configured team. Sessions keep the team they were created for; a reload that changes
+/// the team's settings changes them in place, so that its sessions follow.
 pub struct Team {
     pub name: Arc<str>,
-    pub config: TeamConfig,
+    /// Its settings, swapped whole by a reload.
+    config: ArcSwap<TeamConfig>,
     /// The team's view of the latest catalog it was asked about (only for teams whose view
     /// hides something; the others see the catalog itself).
     view: ArcSwapOption<View>,
@@ -21,30 +23,37 @@ impl Team {
     pub fn new(config: TeamConfig) -> Arc<Self> {
         Arc::new(Self {
             name: config.name.as_str().into(),
-            config,
+            config: ArcSwap::from_pointee(config),
             view: ArcSwapOption::empty(),
         })
     }
 
+    /// Its current settings. Cheap: no lock, no copy.
+    pub fn config(&self) -> Guard<Arc<TeamConfig>> {
+        self.config.load()
+    }
+
+    /// Takes the settings of a reloaded configuration; its next view is built from them.
+    pub fn reconfigure(&self, config: TeamConfig) {
+        self.config.store(Arc::new(config));
+    }
+
     /// Whether the team may see the item of `kind` exposed as `exposed` by upstream `key`.
     pub fn sees(&self, kind: Kind, key: &str, exposed: &str) -> bool {
-        self.config.admits_upstream(key) && self.visibility(kind).admits(exposed)
+        let c = self.config();
+        c.admits_upstream(key) && visibility(&c, kind).admits(exposed)
     }
 
-    /// The globs over exposed names (or URIs) of `kind`.
-    pub fn visibility(&self, kind: Kind) -> &Visibility {
-        let c = &self.config;
-        match kind {
-            Kind::Tools => &c.tools,
-            Kind::Prompts => &c.prompts,
-            Kind::Resources | Kind::ResourceTemplates => &c.resources,
-        }
+    /// Whether the team's globs over exposed names (or URIs) of `kind` admit `exposed`.
+    pub fn admits(&self, kind: Kind, exposed: &str) -> bool {
+        visibility(&self.config(), kind).admits(exposed)
     }
 
-    /// The team's view of `catalog`: built once per catalog generation.
+    /// The team's view of `catalog`: built once per catalog generation and settings.
     pub fn view(&self, catalog: &Catalog) -> Arc<View> {
         if let Some(view) = self.view.load_full() {
-            if view.generation == catalog.generation() {
+            let config = self.config.load();
+            if view.generation == catalog.generation() && Arc::ptr_eq(&view.config, &config) {
                 return view;
             }
         }
@@ -69,9 +78,20 @@ impl Team {
     }
 }
 
+/// The globs of `config` over exposed names (or URIs) of `kind`.
+fn visibility(config: &TeamConfig, kind: Kind) -> &Visibility {
+    match kind {
+        Kind::Tools => &config.tools,
+        Kind::Prompts => &config.prompts,
+        Kind::Resources | Kind::ResourceTemplates => &config.resources,
+    }
+}
+
 /// What one team sees of one catalog generation.
 pub struct View {
     generation: u64,
+    /// The team's settings it was built from.
+    config: Arc<TeamConfig>,
     listings: [Listing; 4],
     /// Which upstreams (by index) the team may know of: named in `initialize`, counted in
     /// its capabilities.
@@ -81,17 +101,19 @@ pub struct View {
 impl View {
     fn of(team: &Team, catalog: &Catalog) -> Self {
         let defs = catalog.defs();
+        let config = team.config.load_full();
+        let c = &*config;
         let keep = |kind: Kind| {
             move |item: &Item| {
-                defs.get(item.upstream)
-                    .is_some_and(|d| team.sees(kind, &d.key, &item.exposed))
+                defs.get(item.upstream).is_some_and(|d| {
+                    c.admits_upstream(&d.key) && visibility(c, kind).admits(&item.exposed)
+                })
             }
         };
         let listings = Kind::ALL.map(|kind| catalog.listing(kind).filtered(keep(kind)));
         // An upstream the team may use is known to it when the team sees everything it
         // serves, or when at least one of its items is in the view: the existence of an
         // upstream whose every item is hidden is not told either.
-        let c = &team.config;
         let unfiltered = c.tools.is_empty() && c.prompts.is_empty() && c.resources.is_empty();
         let mut upstreams: Vec<bool> = defs
             .iter()
@@ -104,6 +126,7 @@ impl View {
         }
         Self {
             generation: catalog.generation(),
+            config: Arc::clone(&config),
             listings,
             upstreams,
         }
@@ -138,5 +161,32 @@ impl Teams {
 
     pub fn get(&self, name: &str) -> Option<&Arc<Team>> {
         self.by_name.get(name)
+    }
+
+    /// Every team.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Team>> {
+        self.by_name.values()
+    }
+
+    /// The teams of a reloaded configuration. A team that stays keeps its `Team`, given the
+    /// new settings, so that its sessions follow them; a removed team's sessions keep the
+    /// settings they had (its credentials no longer open anything).
+    pub fn reloaded(&self, configs: &[TeamConfig]) -> Teams {
+        let by_name = configs
+            .iter()
+            .map(|c| {
+                let team = match self.by_name.get(c.name.as_str()) {
+                    Some(team) => {
+                        if **team.config() != *c {
+                            team.reconfigure(c.clone());
+                        }
+                        Arc::clone(team)
+                    }
+                    None => Team::new(c.clone()),
+                };
+                (c.name.as_str().into(), team)
+            })
+            .collect();
+        Teams { by_name }
     }
 }

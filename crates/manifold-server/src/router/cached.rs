@@ -28,7 +28,8 @@ fn take(slot: &Slot) -> Option<(Context, Target)> {
 impl Router {
     /// Sends the request upstream, or answers it from the cache.
     pub(super) fn dispatch(self: &Arc<Self>, ctx: Context, target: Target) {
-        let Some(cache) = &self.cache else {
+        let live = self.live();
+        let Some(cache) = &live.cache else {
             return self.send(ctx, target, None);
         };
         match cache.plan(&ctx, &target, &self.hub.catalog()) {

@@ -16,7 +16,7 @@ use super::mrtr::Park;
 use super::{resolve, Router};
 use crate::context::{Context, Route};
 use crate::error::RouteError;
-use crate::layer::Check;
+use crate::layer::{Check, Layer};
 use crate::target::Target;
 use crate::{request_state, stateless};
 
@@ -38,26 +38,38 @@ impl Router {
             _ => resolve::read(&catalog, env, sight),
         };
         match target {
-            Ok(target) => self.admit(ctx, target, 0),
+            Ok(target) => self.admit(ctx, target),
             Err(e) => ctx.fail(&e),
         }
     }
 
-    /// Passes the request through the layers from `from` on, then sends it upstream. A layer
-    /// that must wait continues the request on the runtime.
-    pub(super) fn admit(self: &Arc<Self>, mut ctx: Context, target: Target, from: usize) {
+    /// Passes the request through the layers, then sends it upstream.
+    pub(super) fn admit(self: &Arc<Self>, ctx: Context, target: Target) {
+        let layers = Arc::clone(&self.live().layers);
+        self.admit_from(ctx, target, &layers, 0);
+    }
+
+    /// Passes the request through `layers` from `from` on, then sends it upstream. A layer
+    /// that must wait continues the request on the runtime, with the same layers.
+    fn admit_from(
+        self: &Arc<Self>,
+        mut ctx: Context,
+        target: Target,
+        layers: &Arc<[Arc<dyn Layer>]>,
+        from: usize,
+    ) {
         if from == 0 {
             self.note_route(&mut ctx, &target);
         }
-        for (i, layer) in self.layers.iter().enumerate().skip(from) {
+        for (i, layer) in layers.iter().enumerate().skip(from) {
             match layer.check(&ctx, &target) {
                 Check::Pass => {}
                 Check::Refuse(e) => return ctx.fail(&e),
                 Check::Wait(decision) => {
-                    let router = Arc::clone(self);
+                    let (router, layers) = (Arc::clone(self), Arc::clone(layers));
                     self.runtime.spawn(async move {
                         match decision.await {
-                            Ok(()) => router.admit(ctx, target, i + 1),
+                            Ok(()) => router.admit_from(ctx, target, &layers, i + 1),
                             Err(e) => ctx.fail(&e),
                         }
                     });
@@ -133,10 +145,12 @@ impl Router {
         ctx: &Context,
         upstream: usize,
     ) -> Result<Option<UpstreamHandle>, RouteError> {
-        let key = self.pool.upstreams()[upstream].key();
-        let team = ctx.caller.team.as_ref().map(|team| TeamFor {
+        let upstreams = self.pool.upstreams();
+        let key = upstreams[upstream].key();
+        let config = ctx.caller.team.as_ref().map(|team| team.config());
+        let team = ctx.caller.team.as_ref().zip(config.as_ref()).map(|(team, config)| TeamFor {
             name: &team.name,
-            headers: team.config.headers.get(key),
+            headers: config.headers.get(key),
         });
         let session = ctx.session.as_ref().map(|s| SessionFor {
             id: s.id(),
@@ -353,7 +367,7 @@ impl Router {
                         manifold_protocol::object::json_string(upstream_state),
                     );
                     target.params = obj.to_text();
-                    self.admit(ctx, target, 0)
+                    self.admit(ctx, target)
                 }
                 Err(e) => ctx.fail(&e),
             };

@@ -19,8 +19,9 @@ impl Listener for Router {
         method: &str,
         params: Option<&str>,
     ) {
+        let live = self.live();
         if let ("notifications/resources/updated", Some(cache), Some(p)) =
-            (method, &self.cache, params)
+            (method, &live.cache, params)
         {
             let uri = RawObject::parse(p)
                 .ok()
@@ -36,7 +37,7 @@ impl Listener for Router {
     }
 
     fn upstream_changed(&self, upstream: usize) {
-        if let Some(cache) = &self.cache {
+        if let Some(cache) = &self.live().cache {
             cache.upstream_changed(upstream, &self.hub.catalog());
         }
     }

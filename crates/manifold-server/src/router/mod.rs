@@ -22,6 +22,8 @@ mod resolve;
 
 use std::sync::{Arc, Weak};
 
+use arc_swap::ArcSwap;
+
 use manifold_config::ServerSettings;
 use manifold_protocol::envelope::{canonical_id, is_valid_id};
 use manifold_protocol::{version, write, Envelope, Kind, MessageError, Params, Place, RawObject};
@@ -77,9 +79,28 @@ pub struct Parts {
     pub teams: Arc<Teams>,
     /// The team a stdio host runs as (`server.team`, `--team`); none: anonymous.
     pub stdio_team: Option<String>,
-    /// The result caches, when any upstream has one, and where the upstream subscriptions
-    /// their entries held arrive when the entries go.
-    pub cache: Option<(Arc<Cache>, Released)>,
+    /// The result caches, when any upstream has one.
+    pub cache: Option<Arc<Cache>>,
+    /// Where caches send the upstream subscriptions their entries held when the entries go,
+    /// and where the router hears of them (made by [`releases`]).
+    pub released: (Releases, Released),
+}
+
+/// Where caches send the upstream subscriptions their entries no longer hold.
+pub type Releases = mpsc::UnboundedSender<(usize, Box<str>)>;
+
+/// A channel for [`Parts::released`].
+pub fn releases() -> (Releases, Released) {
+    mpsc::unbounded_channel()
+}
+
+/// What a configuration reload replaces, read once for each request that needs it: a
+/// request goes on with the parts it started with.
+pub struct Live {
+    /// What every forwarded request passes through, in order.
+    pub layers: Arc<[Arc<dyn Layer>]>,
+    pub teams: Arc<Teams>,
+    pub cache: Option<Arc<Cache>>,
 }
 
 /// Routes every session's messages to the upstreams.
@@ -90,11 +111,12 @@ pub struct Router {
     sessions: Arc<Sessions>,
     settings: ServerSettings,
     runtime: tokio::runtime::Handle,
-    layers: Vec<Arc<dyn Layer>>,
-    teams: Arc<Teams>,
+    /// The layers, teams and caches, swapped whole by a reload.
+    live: ArcSwap<Live>,
     /// Who a stdio host runs as.
     stdio_caller: Arc<Caller>,
-    cache: Option<Arc<Cache>>,
+    /// Given to the caches a reload makes.
+    releases: Releases,
     /// Which sessions hear what upstreams say.
     fanout: Fanout,
     /// What upstreams were asked on the hosts' behalf (log levels, subscriptions).
@@ -119,9 +141,7 @@ impl Router {
                 let id: Arc<str> = format!("stdio:{}", team.name).into();
                 Caller::of_team(Arc::clone(team), id)
             });
-        let (cache, released) = parts
-            .cache
-            .map_or((None, None), |(c, r)| (Some(c), Some(r)));
+        let (releases, released) = parts.released;
         let keys = parts
             .upstreams
             .iter()
@@ -142,10 +162,13 @@ impl Router {
             sessions: parts.sessions,
             settings: parts.settings,
             runtime: parts.runtime,
-            layers: parts.layers,
-            teams: parts.teams,
+            live: ArcSwap::from_pointee(Live {
+                layers: parts.layers.into(),
+                teams: parts.teams,
+                cache: parts.cache,
+            }),
             stdio_caller,
-            cache,
+            releases,
             interest: interest::Interest::default(),
             tasks,
             parked,
@@ -155,15 +178,28 @@ impl Router {
         let listener: Weak<dyn manifold_upstream::Listener> = router.this.clone();
         router.hub.set_listener(listener);
         router.run_reaper(parts.ending);
-        if let Some(released) = released {
-            router.maintain_cache(released);
-        }
+        router.maintain_cache(released);
         router
     }
 
     /// The configured teams.
-    pub fn teams(&self) -> &Arc<Teams> {
-        &self.teams
+    pub fn teams(&self) -> Arc<Teams> {
+        Arc::clone(&self.live.load().teams)
+    }
+
+    /// The layers, teams and caches now. Cheap: no lock, no copy.
+    pub(crate) fn live(&self) -> arc_swap::Guard<Arc<Live>> {
+        self.live.load()
+    }
+
+    /// Swaps in the layers, teams and caches of a reloaded configuration.
+    pub fn set_live(&self, live: Live) {
+        self.live.store(Arc::new(live));
+    }
+
+    /// Where a cache made for this router sends the subscriptions its entries release.
+    pub fn releases(&self) -> &Releases {
+        &self.releases
     }
 
     /// Who a stdio host runs as.
@@ -188,7 +224,8 @@ impl Router {
         &self.settings
     }
 
-    pub fn upstreams(&self) -> &[UpstreamHandle] {
+    /// Every upstream's shared connection, by index (a reload adds to them; none leaves).
+    pub fn upstreams(&self) -> arc_swap::Guard<Arc<Vec<UpstreamHandle>>> {
         self.pool.upstreams()
     }
 
@@ -219,17 +256,21 @@ impl Router {
     /// Keeps the cache within its bounds once a second, and releases the upstream
     /// subscriptions its entries held as they go.
     fn maintain_cache(self: &Arc<Self>, mut released: Released) {
-        let Some(cache) = &self.cache else { return };
-        let maintained = Arc::downgrade(cache);
+        let maintained = Arc::downgrade(self);
         self.runtime.spawn(async move {
             let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
-                let Some(cache) = maintained.upgrade() else {
+                let Some(router) = maintained.upgrade() else {
                     return;
                 };
-                cache.maintain().await;
+                // Whichever cache serves now (a reload may have replaced it).
+                let cache = router.live().cache.clone();
+                drop(router);
+                if let Some(cache) = cache {
+                    cache.maintain().await;
+                }
             }
         });
         let router = Arc::downgrade(self);

@@ -164,7 +164,7 @@ fn resolve_named<'c>(
             Resolved::Held(drift) => sees(team, catalog, kind, drift.upstream, name),
             // A collision's claimants are named in its error: only for names the team sees.
             Resolved::Ambiguous(c) => c.owners.iter().all(|(key, _)| {
-                team.config.admits_upstream(key) && team.visibility(kind).admits(name)
+                team.config().admits_upstream(key) && team.admits(kind, name)
             }),
             Resolved::Unknown => true,
         };

@@ -43,6 +43,13 @@ enum Pinged {
     Closed,
 }
 
+impl Health {
+    /// The generation whose handshake succeeded last (0: none yet).
+    pub(super) fn ready_generation(&self) -> u64 {
+        self.ready
+    }
+}
+
 impl UpstreamActor {
     /// The connection of `generation` finished its handshake: it answers, so the breaker
     /// closes, and pings start.

@@ -17,7 +17,7 @@ impl Router {
     ) {
         let sight = ctx.caller.restricted().map(|t| &**t);
         match resolve::complete(&self.hub.catalog(), env, params, sight) {
-            Ok(target) => self.admit(ctx, target, 0),
+            Ok(target) => self.admit(ctx, target),
             Err(e) => ctx.fail(&e),
         }
     }

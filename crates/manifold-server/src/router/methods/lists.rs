@@ -92,7 +92,7 @@ impl Router {
         };
         // A list an upstream said is fresh only so long is fetched again once it is not
         // (in the background: this answer is what Manifold has now).
-        for handle in self.pool.upstreams() {
+        for handle in self.pool.upstreams().iter() {
             handle.refresh_if_stale();
         }
         let catalog = self.hub.catalog();

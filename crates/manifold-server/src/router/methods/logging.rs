@@ -84,7 +84,7 @@ impl Router {
             return;
         };
         let catalog = self.hub.catalog();
-        let targets: Vec<&UpstreamHandle> = self
+        let targets: Vec<UpstreamHandle> = self
             .pool
             .upstreams()
             .iter()
@@ -95,6 +95,7 @@ impl Router {
                     .is_some_and(|s| s.has_capability("logging"))
             })
             .filter(|h| only.is_some() || self.interest.level_of(h.index()) != Some(wanted))
+            .cloned()
             .collect();
         let params = format!("{{\"level\":\"{}\"}}", LOG_LEVELS[usize::from(wanted)]);
         for handle in targets {

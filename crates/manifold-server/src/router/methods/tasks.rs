@@ -31,7 +31,7 @@ impl Router {
             _ => "tasks/cancel",
         };
         match self.task_request(&ctx, method, env.params, &self.hub.catalog()) {
-            Ok(target) => self.admit(ctx, target, 0),
+            Ok(target) => self.admit(ctx, target),
             Err(e) => ctx.fail(&e),
         }
     }
@@ -64,7 +64,7 @@ impl Router {
             .is_some_and(|e| e == manifold_protocol::version::Era::Stateless);
         if stateless_upstream {
             // The upstream speaks the extension itself: the request goes to it as it is.
-            return self.admit(ctx, target, 0);
+            return self.admit(ctx, target);
         }
         if method == "tasks/update" {
             return ctx.fail(&RouteError::InvalidParams(
