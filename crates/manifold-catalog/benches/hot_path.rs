@@ -43,7 +43,7 @@ fn catalog(upstreams: usize, tools: usize) -> Catalog {
             tool_timeouts: Default::default(),
             pinning: None,
             required: false,
-        retired: false,
+            retired: false,
         })
         .collect();
     let slices = (0..upstreams)

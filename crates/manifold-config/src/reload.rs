@@ -169,8 +169,9 @@ fn server_changes(old: &ServerSettings, new: &ServerSettings, out: &mut Vec<Stri
     differs("drain_timeout", o.drain_timeout != n.drain_timeout);
     differs("client_timeout", o.client_timeout != n.client_timeout);
     differs("keep_alive", o.keep_alive != n.keep_alive);
-    // The TLS files are read again at every reload; only where they are is fixed.
-    differs("tls", o.tls != n.tls);
+    // The TLS files are read again at every reload (from where the new file says); only
+    // whether the listener speaks TLS at all is fixed.
+    differs("tls", o.tls.is_some() != n.tls.is_some());
 }
 
 fn telemetry_changes(old: &TelemetryConfig, new: &TelemetryConfig, out: &mut Vec<String>) {

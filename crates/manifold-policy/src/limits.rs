@@ -118,6 +118,36 @@ impl Limits {
         (!tools.is_empty() || !teams.is_empty()).then_some(Self { tools, teams })
     }
 
+    /// Takes over `previous`'s counters of the limits that did not change (same id, same
+    /// rates and quotas), with what they counted: a reload of the configuration does not give
+    /// a team its quota again. Changed and new limits start from zero.
+    pub fn carry_over(&mut self, previous: &Limits) {
+        let old: HashMap<&str, &Arc<Counter>> =
+            previous.counters().map(|c| (&*c.def.id, c)).collect();
+        let take = |c: &mut Arc<Counter>| {
+            if let Some(old) = old.get(&*c.def.id).filter(|o| o.def == c.def) {
+                *c = Arc::clone(old);
+            }
+        };
+        self.tools.values_mut().for_each(take);
+        for t in self.teams.values_mut() {
+            t.all.iter_mut().for_each(take);
+            t.tools.values_mut().for_each(take);
+            t.upstreams.values_mut().for_each(take);
+        }
+    }
+
+    /// Every counter.
+    fn counters(&self) -> impl Iterator<Item = &Arc<Counter>> {
+        let teams = self.teams.values().flat_map(|t| {
+            t.all
+                .iter()
+                .chain(t.tools.values())
+                .chain(t.upstreams.values())
+        });
+        self.tools.values().chain(teams)
+    }
+
     /// The limits a call of `tool` (its exposed name) on `upstream` by `team` counts against,
     /// in a fixed order: the tool's, the team's, the team's on the upstream, the team's on the
     /// tool.
@@ -132,5 +162,62 @@ impl Limits {
             found.extend(t.tools.get(tool).map(|c| &**c));
         }
         found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use manifold_config::{LimitConfig, LimitsConfig, QuotaConfig};
+
+    use super::Limits;
+    use crate::memory::check;
+
+    fn quota(count: u64) -> LimitConfig {
+        LimitConfig {
+            rate: None,
+            quotas: vec![QuotaConfig {
+                count,
+                window: Duration::from_secs(3600),
+            }],
+        }
+    }
+
+    fn limits(tools: &[(&str, u64)]) -> Limits {
+        let config = LimitsConfig {
+            tools: tools
+                .iter()
+                .map(|(t, n)| ((*t).to_owned(), quota(*n)))
+                .collect::<BTreeMap<_, _>>(),
+            ..LimitsConfig::default()
+        };
+        Limits::new(&config, &[]).unwrap()
+    }
+
+    fn calls_admitted(limits: &Limits, tool: &str, tries: usize) -> usize {
+        (0..tries)
+            .filter(|_| check(&limits.applicable(None, "up", tool)).is_none())
+            .count()
+    }
+
+    #[test]
+    fn a_reload_keeps_what_unchanged_limits_counted_and_restarts_changed_ones() {
+        let old = limits(&[("a", 3), ("b", 3)]);
+        assert_eq!(calls_admitted(&old, "a", 2), 2);
+        assert_eq!(calls_admitted(&old, "b", 2), 2);
+        let mut new = limits(&[("a", 3), ("b", 5)]);
+        new.carry_over(&old);
+        assert_eq!(
+            calls_admitted(&new, "a", 5),
+            1,
+            "a's quota was not given again"
+        );
+        assert_eq!(
+            calls_admitted(&new, "b", 9),
+            5,
+            "b's quota changed: counted anew"
+        );
     }
 }

@@ -53,7 +53,13 @@ type ToolNames = HashSet<Box<str>>;
 
 /// Every cache of the process.
 pub struct Cache {
-    upstreams: Vec<UpstreamCache>,
+    /// By upstream index. Shared with the cache a reload makes, for each upstream whose
+    /// caches did not change (its entries stay).
+    upstreams: Vec<Arc<UpstreamCache>>,
+    /// What it was made from, for the next reload to compare with.
+    settings: CacheSettings,
+    /// The store of the rules without a budget of their own, and the bytes it holds at most.
+    common: (Store, u64),
     max_argument_bytes: usize,
     /// The tier shared with other replicas, when configured.
     shared: Option<Arc<shared::Shared>>,
@@ -61,6 +67,8 @@ pub struct Cache {
 
 /// The caches of one upstream.
 struct UpstreamCache {
+    /// As configured.
+    config: UpstreamCaches,
     tools: Option<Rule>,
     named: HashMap<String, Rule>,
     resources: Option<Rule>,
@@ -264,10 +272,58 @@ fn store(capacity: u64, released: &mpsc::UnboundedSender<(usize, Box<str>)>) -> 
         .build()
 }
 
+impl UpstreamCache {
+    /// Empty caches for upstream `u`: rules with a budget of their own get a store of their
+    /// own, the others share `common`.
+    fn new(
+        u: &UpstreamConfig,
+        common: &Store,
+        released: &mpsc::UnboundedSender<(usize, Box<str>)>,
+    ) -> Self {
+        let rule = |r: &CacheRule| Rule {
+            ttl: r.ttl,
+            scope: r.scope,
+            store: match r.max_bytes {
+                Some(n) => store(n, released),
+                None => common.clone(),
+            },
+        };
+        UpstreamCache {
+            config: u.caches.clone(),
+            tools: u.caches.read_only_tools.as_ref().map(rule),
+            named: u
+                .caches
+                .tools
+                .iter()
+                .map(|(name, r)| (name.clone(), rule(r)))
+                .collect(),
+            resources: u.caches.resources.as_ref().map(rule),
+            epoch: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
+            hinted: Mutex::new(None),
+            counters: [Family::Tools, Family::Resources]
+                .map(|f| metrics().cache(f.label(), &u.key)),
+            served: AtomicBool::new(false),
+        }
+    }
+}
+
 impl Cache {
     /// The caches `upstreams` configure, or `None` when none does (then the forwarding path
     /// has nothing to ask). Subscriptions that entries no longer need are sent to `released`.
     pub fn new(
+        settings: &CacheSettings,
+        upstreams: &[UpstreamConfig],
+        released: &mpsc::UnboundedSender<(usize, Box<str>)>,
+    ) -> Option<Arc<Self>> {
+        Self::reloaded(None, settings, upstreams, released)
+    }
+
+    /// The caches of a reloaded configuration (`upstreams` by index, a removed upstream's
+    /// without caches). With the same `[cache]` settings and budgets, an upstream whose
+    /// caches did not change keeps them, entries and all; the rest start empty.
+    pub fn reloaded(
+        previous: Option<&Cache>,
         settings: &CacheSettings,
         upstreams: &[UpstreamConfig],
         released: &mpsc::UnboundedSender<(usize, Box<str>)>,
@@ -279,14 +335,12 @@ impl Cache {
             .iter()
             .flat_map(|u| u.caches.rules().filter_map(|(_, r)| r.max_bytes))
             .sum();
-        let shared = store(settings.max_bytes.saturating_sub(reserved).max(1), released);
-        let rule = |r: &CacheRule| Rule {
-            ttl: r.ttl,
-            scope: r.scope,
-            store: match r.max_bytes {
-                Some(n) => store(n, released),
-                None => shared.clone(),
-            },
+        let capacity = settings.max_bytes.saturating_sub(reserved).max(1);
+        // Entries are kept only where nothing they were stored under changed.
+        let previous = previous.filter(|p| p.settings == *settings && p.common.1 == capacity);
+        let common = match previous {
+            Some(p) => p.common.0.clone(),
+            None => store(capacity, released),
         };
         let shared = match &settings.backend {
             CacheBackend::Memory => None,
@@ -300,25 +354,22 @@ impl Cache {
         };
         let upstreams = upstreams
             .iter()
-            .map(|u| UpstreamCache {
-                tools: u.caches.read_only_tools.as_ref().map(rule),
-                named: u
-                    .caches
-                    .tools
-                    .iter()
-                    .map(|(name, r)| (name.clone(), rule(r)))
-                    .collect(),
-                resources: u.caches.resources.as_ref().map(rule),
-                epoch: AtomicU64::new(0),
-                changes: AtomicU64::new(0),
-                hinted: Mutex::new(None),
-                counters: [Family::Tools, Family::Resources]
-                    .map(|f| metrics().cache(f.label(), &u.key)),
-                served: AtomicBool::new(false),
+            .enumerate()
+            .map(|(i, u)| {
+                // An index always names the same upstream (a reload only adds to them).
+                let kept = previous
+                    .and_then(|p| p.upstreams.get(i))
+                    .filter(|c| c.config == u.caches);
+                match kept {
+                    Some(kept) => Arc::clone(kept),
+                    None => Arc::new(UpstreamCache::new(u, &common, released)),
+                }
             })
             .collect();
         let cache = Arc::new(Self {
             upstreams,
+            settings: settings.clone(),
+            common: (common, capacity),
             max_argument_bytes: settings.max_argument_bytes,
             shared,
         });
@@ -326,6 +377,25 @@ impl Cache {
             shared.listen(Arc::downgrade(&cache));
         }
         Some(cache)
+    }
+
+    /// After a reload replaced this cache with `new`: drops the entries of every upstream
+    /// whose caches `new` did not keep, releasing the upstream subscriptions they held (a
+    /// store `new` still uses keeps the entries of the upstreams it kept).
+    pub async fn retire(&self, new: Option<&Cache>) {
+        for (i, up) in self.upstreams.iter().enumerate() {
+            let kept = new
+                .and_then(|n| n.upstreams.get(i))
+                .is_some_and(|n| Arc::ptr_eq(n, up));
+            if !kept {
+                self.drop_upstream(i);
+            }
+        }
+        for up in &self.upstreams {
+            for store in up.stores() {
+                store.run_pending_tasks().await;
+            }
+        }
     }
 
     /// How `target` (a request about to be forwarded for `ctx`) uses the cache.

@@ -24,8 +24,9 @@ use crate::tasks::Tasks;
 /// Who hears what.
 pub struct Fanout {
     sessions: Arc<Sessions>,
-    /// Each upstream's key, by index (loggers are named after it; team views admit by it).
-    keys: Vec<Arc<str>>,
+    /// Each upstream's key, by index (loggers are named after it; team views admit by it);
+    /// a reload adds to them.
+    keys: arc_swap::ArcSwap<Vec<Arc<str>>>,
     /// Which session owns each task.
     tasks: Arc<Tasks>,
     /// The stateless hosts' `subscriptions/listen` streams.
@@ -128,6 +129,23 @@ impl Listen {
         self.outlet.notify(&[&line]);
     }
 
+    /// Tells the stream of the lists among `changed` it asked to hear of.
+    fn lists_changed(&self, changed: &[Kind]) {
+        let mut sent: Vec<&str> = Vec::new();
+        for kind in changed {
+            let wanted = match kind {
+                Kind::Tools => self.wants.tools,
+                Kind::Prompts => self.wants.prompts,
+                Kind::Resources | Kind::ResourceTemplates => self.wants.resources,
+            };
+            let method = kind.list_changed();
+            if wanted && !sent.contains(&method) {
+                sent.push(method);
+                self.send(method, "");
+            }
+        }
+    }
+
     /// Ends the stream with its closing result (Manifold is shutting down).
     fn close(&self) {
         let ctx = self
@@ -150,11 +168,23 @@ impl Fanout {
     pub fn new(sessions: Arc<Sessions>, keys: Vec<Arc<str>>, tasks: Arc<Tasks>) -> Self {
         Self {
             sessions,
-            keys,
+            keys: arc_swap::ArcSwap::from_pointee(keys),
             tasks,
             listens: Mutex::new(Vec::new()),
             loggers: Arc::default(),
         }
+    }
+
+    /// Each upstream's key, by index, after a reload added upstreams.
+    pub fn set_keys(&self, keys: Vec<Arc<str>>) {
+        self.keys.store(Arc::new(keys));
+    }
+
+    fn key(&self, upstream: usize) -> Arc<str> {
+        self.keys
+            .load()
+            .get(upstream)
+            .map_or_else(|| Arc::from(""), Arc::clone)
     }
 
     fn loggers(&self) -> MutexGuard<'_, Vec<Arc<Logger>>> {
@@ -237,19 +267,7 @@ impl Fanout {
                     .or_insert_with(|| team.changed(catalog, kinds))
                     .clone(),
             };
-            let mut sent: Vec<&str> = Vec::new();
-            for kind in changed {
-                let wanted = match kind {
-                    Kind::Tools => listen.wants.tools,
-                    Kind::Prompts => listen.wants.prompts,
-                    Kind::Resources | Kind::ResourceTemplates => listen.wants.resources,
-                };
-                let method = kind.list_changed();
-                if wanted && !sent.contains(&method) {
-                    sent.push(method);
-                    listen.send(method, "");
-                }
-            }
+            listen.lists_changed(&changed);
         }
     }
 
@@ -300,25 +318,31 @@ impl Fanout {
             };
             hearing.push((session, changed));
         }
-        for kind in kinds {
-            let method = kind.list_changed();
-            // Templates share the resources notification.
-            if kinds
-                .iter()
-                .take_while(|k| *k != kind)
-                .any(|k| k.list_changed() == method)
-            {
-                continue;
+        tell_sessions(&hearing);
+    }
+
+    /// After a reload changed what teams may see: tells the sessions and listen streams of
+    /// each team in `changed` of the lists that differ in its view (by team name).
+    pub fn views_changed(&self, changed: &HashMap<Arc<str>, Vec<Kind>>) {
+        let of = |caller: &Caller| caller.team.as_ref().and_then(|t| changed.get(&t.name));
+        let listens: Vec<Arc<Listen>> = self
+            .listens()
+            .iter()
+            .filter(|l| l.is_acknowledged())
+            .cloned()
+            .collect();
+        for listen in listens {
+            if let Some(kinds) = of(&listen.caller) {
+                listen.lists_changed(kinds);
             }
-            let mut line = Vec::new();
-            write::notification(&mut line, method, None);
-            let recipients: Vec<Arc<Session>> = hearing
-                .iter()
-                .filter(|(_, changed)| changed.iter().any(|k| k.list_changed() == method))
-                .map(|(s, _)| Arc::clone(s))
-                .collect();
-            send_to(&recipients, &line);
         }
+        let hearing: Vec<(Arc<Session>, Vec<Kind>)> = self
+            .sessions
+            .ready()
+            .into_iter()
+            .filter_map(|s| of(s.caller()).map(|k| (Arc::clone(&s), k.clone())))
+            .collect();
+        tell_sessions(&hearing);
     }
 
     /// What upstream `upstream` said (`session`: on a session's own connection), to the
@@ -332,7 +356,8 @@ impl Fanout {
     ) {
         // A session's own connection speaks to that session alone; a team that may not use
         // the upstream hears nothing from it.
-        let key = self.keys.get(upstream).map_or("", |k| &**k);
+        let key = self.key(upstream);
+        let key = &*key;
         let recipients = || -> Vec<Arc<Session>> {
             let all = match session {
                 Some(id) => self
@@ -400,7 +425,8 @@ impl Fanout {
             .and_then(|l| LOG_LEVELS.iter().position(|x| *x == l))
             .and_then(|i| u8::try_from(i).ok())
             .unwrap_or(0);
-        let key = self.keys.get(upstream).map_or("", |k| &**k);
+        let key = self.key(upstream);
+        let key = &*key;
         let logger = match obj.get_str("logger") {
             Some(l) if !l.is_empty() => format!("{key}/{l}"),
             _ => key.to_owned(),
@@ -415,7 +441,6 @@ impl Fanout {
             .collect();
         send_to(&hearing, &line);
         // And the stateless requests in flight to it that asked for this level.
-        let key = self.keys.get(upstream).map_or("", |k| &**k);
         let loggers: Vec<Arc<Logger>> = self
             .loggers()
             .iter()
@@ -430,6 +455,25 @@ impl Fanout {
         for l in loggers {
             l.outlet.notify(&[&line]);
         }
+    }
+}
+
+/// Sends each session one `list_changed` notification for each of its changed lists
+/// (templates share the resources notification).
+fn tell_sessions(hearing: &[(Arc<Session>, Vec<Kind>)]) {
+    for kind in Kind::ALL {
+        let method = kind.list_changed();
+        if kind == Kind::ResourceTemplates {
+            continue;
+        }
+        let mut line = Vec::new();
+        write::notification(&mut line, method, None);
+        let recipients: Vec<Arc<Session>> = hearing
+            .iter()
+            .filter(|(_, changed)| changed.iter().any(|k| k.list_changed() == method))
+            .map(|(s, _)| Arc::clone(s))
+            .collect();
+        send_to(&recipients, &line);
     }
 }
 

@@ -12,7 +12,7 @@ use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{Layer, Registry};
+use tracing_subscriber::{reload, Layer, Registry};
 
 use crate::names::SPAN_TARGET;
 use crate::spans;
@@ -26,6 +26,30 @@ pub fn level_of(cfg: &TelemetryConfig, env: impl Fn(&str) -> Option<String>) -> 
         .unwrap_or_else(|| "info".to_owned())
 }
 
+/// The log filter in force, for [`set_level`].
+static FILTER: std::sync::OnceLock<reload::Handle<EnvFilter, Registry>> =
+    std::sync::OnceLock::new();
+
+/// Applies a reloaded configuration's `log_level` (the environment still wins, as at start);
+/// returns the directive now in force. An invalid one is refused and the old one stays.
+pub fn set_level(cfg: &TelemetryConfig) -> Result<String, String> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let directive = level_of(cfg, env);
+    let filter = EnvFilter::try_new(&directive).map_err(|e| format!("{directive:?}: {e}"))?;
+    let handle = FILTER.get().ok_or("logging is not set up")?;
+    handle.reload(filter).map_err(|e| e.to_string())?;
+    Ok(directive)
+}
+
+/// Whether `cfg`'s log level (or the environment's, which wins) is a valid filter.
+pub fn check_level(cfg: &TelemetryConfig) -> Result<(), String> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let directive = level_of(cfg, env);
+    EnvFilter::try_new(&directive)
+        .map(drop)
+        .map_err(|e| format!("telemetry.log_level {directive:?}: {e}"))
+}
+
 /// Installs logging and, when an OTLP endpoint is configured, trace export. Keep what it
 /// returns until the process ends: dropping it exports the last spans.
 pub fn init(cfg: &TelemetryConfig) -> Option<Tracing> {
@@ -35,6 +59,9 @@ pub fn init(cfg: &TelemetryConfig) -> Option<Tracing> {
         Ok(f) => (f, None),
         Err(e) => (EnvFilter::new("info"), Some(format!("{directive:?}: {e}"))),
     };
+    // The filter can be swapped while running: a reloaded configuration's `log_level`.
+    let (filter, handle) = reload::Layer::new(filter);
+    let _ = FILTER.set(handle);
     let json = cfg.log_format == LogFormat::Json;
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)

@@ -107,6 +107,10 @@ impl Hub {
         let changed = slice.is_some() || state != UpstreamState::Up;
         let (old, new) = {
             let mut inputs = self.inputs();
+            // An upstream is given its place before it starts (see `set_defs`).
+            if upstream >= inputs.states.len() {
+                return;
+            }
             inputs.states[upstream] = state;
             if let Some(slice) = slice {
                 inputs.slices[upstream] = Some(slice);
@@ -143,9 +147,11 @@ impl Hub {
         };
         self.report(&old, &new);
         if let Some(l) = self.listener() {
-            let now_retired = new.defs().iter().enumerate().filter(|(i, d)| {
-                d.retired && old.defs().get(*i).is_some_and(|o| !o.retired)
-            });
+            let now_retired = new
+                .defs()
+                .iter()
+                .enumerate()
+                .filter(|(i, d)| d.retired && old.defs().get(*i).is_some_and(|o| !o.retired));
             for (i, _) in now_retired {
                 l.upstream_changed(i);
             }
@@ -154,7 +160,11 @@ impl Hub {
     }
 
     /// Builds the catalog of `inputs` over `defs` and swaps it in; returns the old and new.
-    fn rebuild(&self, inputs: &mut Inputs, defs: Arc<[UpstreamDef]>) -> (Arc<Catalog>, Arc<Catalog>) {
+    fn rebuild(
+        &self,
+        inputs: &mut Inputs,
+        defs: Arc<[UpstreamDef]>,
+    ) -> (Arc<Catalog>, Arc<Catalog>) {
         inputs.generation += 1;
         let old = self.catalog.load_full();
         let new = Arc::new(Catalog::build(
@@ -190,7 +200,10 @@ impl Hub {
     /// rebuilt, but nobody is told of a change.
     pub(crate) fn replace_slice(&self, upstream: usize, slice: Arc<UpstreamSlice>) {
         let mut inputs = self.inputs();
-        inputs.slices[upstream] = Some(slice);
+        let Some(place) = inputs.slices.get_mut(upstream) else {
+            return;
+        };
+        *place = Some(slice);
         let defs = Arc::clone(self.catalog.load().defs());
         self.rebuild(&mut inputs, defs);
     }
@@ -198,7 +211,7 @@ impl Hub {
     /// Marks an upstream's first start attempt as finished.
     pub fn settle(&self, upstream: usize) {
         let mut inputs = self.inputs();
-        if !inputs.settled[upstream] {
+        if inputs.settled.get(upstream) == Some(&false) {
             inputs.settled[upstream] = true;
             let count = inputs.settled.iter().filter(|s| **s).count();
             self.settled.send_replace(count);

@@ -4,12 +4,15 @@
 //! over HTTP;
 //! `manifold check --config FILE` validates the config, starts the upstreams and prints the
 //! merged catalog, every renamed or shortened name and every collision;
+//! `manifold reload --admin ADDR` asks a running Manifold to load its configuration again;
 //! `manifold pin --config FILE` starts the upstreams and writes the lock file of their tool and
 //! prompt definitions, which `[pinning]` checks them against.
 #![forbid(unsafe_code)]
 
+mod admin_client;
 mod check;
 mod pin;
+mod reload;
 mod run;
 
 use std::path::PathBuf;
@@ -50,6 +53,18 @@ enum Command {
         #[arg(long)]
         team: Option<String>,
     },
+    /// Ask a running Manifold to load its configuration again (as SIGHUP does), through its
+    /// admin address, and print what changed; exits non-zero when the new configuration was
+    /// refused (the running one stays).
+    Reload {
+        /// The admin address of the running Manifold (`server.admin`, `--admin`): IP:PORT,
+        /// or a port alone for 127.0.0.1.
+        #[arg(long, value_parser = listen_addr)]
+        admin: std::net::SocketAddr,
+        /// `server.metrics_token`, when it is set (or MANIFOLD_METRICS_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
+    },
     /// Validate a config, start its upstreams and print the merged catalog; with
     /// `[pinning]`, also every tool and prompt that differs from its pin (exits non-zero when
     /// any would be held).
@@ -82,7 +97,18 @@ fn main() -> ExitCode {
             listen,
             admin,
             team,
-        } => run::serve(&config, listen, admin, team),
+        } => run::serve(
+            &config,
+            run::Overrides {
+                listen,
+                admin,
+                team,
+            },
+        ),
+        Command::Reload { admin, token } => {
+            let token = token.or_else(|| std::env::var("MANIFOLD_METRICS_TOKEN").ok());
+            reload::ask(admin, token.as_deref())
+        }
         Command::Check { config, no_start } => {
             manifold_telemetry::logs::init(&Default::default());
             check::check(&config, no_start)

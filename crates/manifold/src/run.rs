@@ -13,9 +13,12 @@ use manifold_config::{Config, HttpSettings};
 use manifold_policy::Authenticator;
 use manifold_server::cache::Cache;
 use manifold_server::http::drain::Drain;
+use manifold_server::http::{AuthSlot, HttpAuth};
 use manifold_server::layer::Layer;
 use manifold_server::policy::{LimitLayer, Teams};
 use manifold_server::router::Parts;
+
+use crate::reload;
 use manifold_server::{http, stdio, Router, Sessions};
 use manifold_upstream::{Hub, Isolation, Timing, UpstreamHandle};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -137,42 +140,63 @@ pub async fn stop_upstreams(handles: &[UpstreamHandle]) {
     futures::future::join_all(handles.iter().map(UpstreamHandle::shutdown)).await;
 }
 
-pub fn serve(
+/// What the command line sets over the file (`--listen`, `--admin`, `--team`), applied to
+/// the file at start and at every reload.
+#[derive(Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<std::net::SocketAddr>,
+    pub admin: Option<std::net::SocketAddr>,
+    pub team: Option<String>,
+}
+
+/// Applies `overrides` to `config` (read from `path`), with the checks they need: the team
+/// must exist, and a listener other machines can reach needs authentication or
+/// `server.allow_remote`.
+pub fn apply_overrides(
+    config: &mut Config,
+    overrides: &Overrides,
     path: &Path,
-    listen: Option<std::net::SocketAddr>,
-    admin: Option<std::net::SocketAddr>,
-    team: Option<String>,
-) -> anyhow::Result<ExitCode> {
-    let (mut config, defs) = load(path)?;
-    if let Some(team) = team {
-        if !config.teams.iter().any(|t| t.name == team) {
+) -> anyhow::Result<()> {
+    if let Some(team) = &overrides.team {
+        if !config.teams.iter().any(|t| t.name == *team) {
             anyhow::bail!(
                 "--team: {team:?} names no team under [teams] in {}",
                 path.display()
             );
         }
-        config.server.team = Some(team);
+        config.server.team = Some(team.clone());
     }
-    for (flag, addr) in [("--listen", listen), ("--admin", admin)] {
-        if let Some(problem) = addr.and_then(|a| {
-            let authenticated =
-                flag == "--listen" && manifold_config::auth_required(&config.auth, &config.teams);
-            manifold_config::remote_refusal(a, config.server.http.allow_remote, authenticated)
-        }) {
+    if let Some(addr) = overrides.listen {
+        config.server.http.listen = Some(addr);
+    }
+    if let Some(addr) = overrides.admin {
+        config.server.admin = Some(addr);
+    }
+    // The file's own addresses were checked when it was read.
+    let authenticated = manifold_config::auth_required(&config.auth, &config.teams);
+    let allow = config.server.http.allow_remote;
+    let flags = [
+        ("--listen", overrides.listen, authenticated),
+        ("--admin", overrides.admin, false),
+    ];
+    for (flag, addr, authenticated) in flags {
+        if let Some(problem) =
+            addr.and_then(|a| manifold_config::remote_refusal(a, allow, authenticated))
+        {
             anyhow::bail!("{flag}: {problem}");
         }
     }
-    if let Some(addr) = listen {
-        config.server.http.listen = Some(addr);
-    }
-    if let Some(addr) = admin {
-        config.server.admin = Some(addr);
-    }
+    Ok(())
+}
+
+pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
+    let (mut config, defs) = load(path)?;
+    apply_overrides(&mut config, &overrides, path)?;
     // Read before anything starts, so that a bad certificate or key stops Manifold at once.
     // Over stdio the files are not needed.
-    let tls = match config.server.http.listen {
-        Some(_) => tls(&config)?,
-        None => None,
+    let certificate = match (config.server.http.listen, &config.server.http.tls) {
+        (Some(_), Some(tls)) => Some(http::tls::Certificate::load(&config.source, tls)?),
+        _ => None,
     };
     // Logging (and trace export) before any thread or child exists; kept to the end, when
     // dropping it exports the last spans.
@@ -181,13 +205,13 @@ pub fn serve(
     for (key, why) in &config.skipped {
         tracing::warn!(upstream = %key, "skipped: {why}");
     }
-    warn_of_cleartext(&config, tls.is_some());
+    warn_of_cleartext(&config, certificate.is_some());
     // Before any thread or child exists, so that all of them inherit it.
     pin_to(&config.server.cpus)?;
-    let layers: Vec<Arc<dyn Layer>> = LimitLayer::new(&config.limits, &config.teams)
-        .map_err(anyhow::Error::msg)?
-        .into_iter()
-        .map(|l| l as Arc<dyn Layer>)
+    let limits = LimitLayer::new(&config.limits, &config.teams).map_err(anyhow::Error::msg)?;
+    let layers: Vec<Arc<dyn Layer>> = limits
+        .iter()
+        .map(|l| Arc::clone(l) as Arc<dyn Layer>)
         .collect();
     let system = actix::System::new();
     system.block_on(async move {
@@ -207,13 +231,13 @@ pub fn serve(
         };
         let isolation = Isolation::new(
             Arc::clone(&hub),
-            config.upstreams.clone().into(),
+            config.upstreams.clone(),
             timing,
             config.server.shutdown_grace,
         );
         let router = Router::new(Parts {
             hub,
-            upstreams: handles.clone(),
+            upstreams: handles,
             isolation: Some(isolation),
             sessions,
             ending,
@@ -222,19 +246,41 @@ pub fn serve(
             layers,
             teams: Arc::new(Teams::new(&config.teams)),
             stdio_team: config.server.team.clone(),
-            cache,
+            cache: cache.clone(),
             released,
         });
+        let auth = http.map(|_| {
+            AuthSlot::new(HttpAuth {
+                authenticator: Arc::new(Authenticator::new(&config.auth, &config.teams)),
+                resource: config.auth.resource.clone(),
+            })
+        });
+        let tls = certificate
+            .as_ref()
+            .map(http::tls::Certificate::server_config)
+            .transpose()?;
+        let asks = start_reloader(
+            path,
+            overrides,
+            &router,
+            &auth,
+            certificate,
+            &config,
+            defs,
+            limits,
+            cache,
+        )?;
         // Begun only by a signal while serving HTTP; the admin address's /readyz reads it too.
         let drain = Drain::new();
         let admin = match config.server.admin {
-            Some(addr) => Some(serve_admin(&router, &config, addr, &drain)?),
+            Some(addr) => Some(serve_admin(&router, addr, &drain, &asks)?),
             None => None,
         };
-        let served = match http {
-            Some(addr) => serve_http(&router, &config, addr, tls, &drain).await,
-            None => serve_stdio(&router).await,
+        let served = match (http, auth) {
+            (Some(addr), Some(auth)) => serve_http(&router, &config, addr, auth, tls, &drain).await,
+            _ => serve_stdio(&router).await,
         };
+        drop(asks);
         if let Some(admin) = admin {
             admin.stop(false).await;
         }
@@ -248,6 +294,40 @@ pub fn serve(
         served
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the task that reloads the configuration, asked by `SIGHUP`, by a change of the
+/// watched files (`server.watch_config`) and by `POST /reload` on the admin address; returns
+/// where to ask.
+#[allow(clippy::too_many_arguments)]
+fn start_reloader(
+    path: &Path,
+    overrides: Overrides,
+    router: &Arc<Router>,
+    auth: &Option<AuthSlot>,
+    certificate: Option<http::tls::Certificate>,
+    config: &Config,
+    defs: Arc<[UpstreamDef]>,
+    limits: Option<Arc<LimitLayer>>,
+    cache: Option<Arc<Cache>>,
+) -> anyhow::Result<tokio::sync::mpsc::UnboundedSender<reload::Ask>> {
+    let state = reload::State {
+        config: config.clone(),
+        defs,
+        configs: config.upstreams.clone(),
+        limits,
+        cache,
+    };
+    let reloader = reload::Reloader::new(path, overrides, router, auth.clone(), certificate, state);
+    let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
+    actix::spawn(reloader.run(asked));
+    reload::on_sighup(asks.clone())?;
+    if config.server.watch_config {
+        let files = reload::watched_files(config);
+        tracing::info!(?files, "watching the configuration for changes");
+        reload::watch(asks.clone(), files);
+    }
+    Ok(asks)
 }
 
 /// SIGTERM and SIGINT, watched from before serving starts.
@@ -284,16 +364,20 @@ async fn serve_stdio(router: &Arc<Router>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on the admin address, in the background.
+/// Serves `/metrics`, `/healthz`, `/readyz` and `POST /reload` on the admin address, in the
+/// background.
 fn serve_admin(
     router: &Arc<Router>,
-    config: &Config,
     addr: std::net::SocketAddr,
     drain: &Arc<Drain>,
+    asks: &tokio::sync::mpsc::UnboundedSender<reload::Ask>,
 ) -> anyhow::Result<actix_web::dev::ServerHandle> {
-    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain)
+    let hook = reload::admin_hook(asks.clone());
+    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain, Some(hook))
         .with_context(|| format!("cannot listen on {addr} (admin)"))?;
-    tracing::info!("admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz");
+    tracing::info!(
+        "admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz, POST /reload"
+    );
     let handle = server.handle();
     tokio::spawn(server);
     Ok(handle)
@@ -304,23 +388,13 @@ async fn serve_http(
     router: &Arc<Router>,
     config: &Config,
     addr: std::net::SocketAddr,
+    auth: AuthSlot,
     tls: Option<http::tls::ServerConfig>,
     drain: &Arc<Drain>,
 ) -> anyhow::Result<()> {
-    let auth = http::HttpAuth {
-        authenticator: Arc::new(Authenticator::new(&config.auth, &config.teams)),
-        resource: config.auth.resource.clone(),
-    };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let (server, bound) = http::serve(
-        Arc::clone(router),
-        addr,
-        Some(auth),
-        tls,
-        drain,
-        &config.sessions,
-    )
-    .with_context(|| format!("cannot listen on {addr}"))?;
+    let (server, bound) = http::serve(Arc::clone(router), addr, auth, tls, drain, &config.sessions)
+        .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(
         "listening on {bound}: Streamable HTTP at {scheme}://{bound}/mcp, HTTP+SSE at {scheme}://{bound}/sse"
     );

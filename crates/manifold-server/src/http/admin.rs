@@ -14,6 +14,7 @@ use manifold_config::{KeyHash, ServerSettings};
 use manifold_upstream::{BreakerState, BreakerView};
 
 use super::drain::{Drain, Phase};
+use super::AuthSlot;
 use crate::router::Router;
 
 /// What the admin handlers read.
@@ -25,7 +26,14 @@ pub(super) struct Admin {
     /// that the address hosts use tells nobody which upstreams exist.
     detail: bool,
     metrics: MetricsAccess,
+    /// Loads the configuration again (`POST /reload`, on the admin address only).
+    reload: Option<ReloadHook>,
 }
+
+/// What `POST /reload` calls: the report of what changed, as JSON text, or why the new
+/// configuration was refused.
+pub type ReloadHook =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<String, String>> + Send + Sync>;
 
 /// Who may read `/metrics` where it is served: its labels name teams, tools and upstreams.
 #[derive(Clone)]
@@ -35,21 +43,24 @@ pub(super) enum MetricsAccess {
     Token(KeyHash),
     /// Not served here; the text says where it is.
     Elsewhere(&'static str),
+    /// On the host listener with neither an admin address nor a token: open while hosts
+    /// need no credentials (a reload may change that).
+    UnlessAuthenticated(AuthSlot),
 }
+
+/// Why `/metrics` is not on the host listener while hosts authenticate.
+const AUTHENTICATED_ELSEWHERE: &str = "with authentication configured, /metrics is served on \
+    the admin address (server.admin) or with server.metrics_token\n";
 
 impl MetricsAccess {
     /// On the host listener: never open while hosts need credentials.
-    pub(super) fn on_listener(settings: &ServerSettings, authenticated: bool) -> Self {
+    pub(super) fn on_listener(settings: &ServerSettings, auth: &AuthSlot) -> Self {
         if settings.admin.is_some() {
             return Self::Elsewhere("/metrics is served on the admin address (server.admin)\n");
         }
         match settings.metrics_token {
             Some(token) => Self::Token(token),
-            None if authenticated => Self::Elsewhere(
-                "with authentication configured, /metrics is served on the admin address \
-                 (server.admin) or with server.metrics_token\n",
-            ),
-            None => Self::Open,
+            None => Self::UnlessAuthenticated(auth.clone()),
         }
     }
 
@@ -77,24 +88,37 @@ pub(super) fn data(
         drain: Arc::clone(drain),
         detail,
         metrics,
+        reload: None,
     })
 }
 
 /// Serves the admin endpoints alone on `addr` (one worker: scrapes and probes are rare);
-/// `/readyz` fails once `drain` has begun.
+/// `/readyz` fails once `drain` has begun; `POST /reload` calls `reload`.
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
     drain: &Arc<Drain>,
+    reload: Option<ReloadHook>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let metrics = MetricsAccess::on_admin(router.settings());
-    let admin = data(router, true, metrics, drain);
-    let server = HttpServer::new(move || App::new().app_data(admin.clone()).configure(routes))
-        .workers(1)
-        .keep_alive(Duration::from_secs(75))
-        .disable_signals()
-        .shutdown_timeout(1)
-        .bind(addr)?;
+    let admin = web::Data::new(Admin {
+        router,
+        drain: Arc::clone(drain),
+        detail: true,
+        metrics,
+        reload,
+    });
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(admin.clone())
+            .configure(routes)
+            .route("/reload", web::post().to(reload_config))
+    })
+    .workers(1)
+    .keep_alive(Duration::from_secs(75))
+    .disable_signals()
+    .shutdown_timeout(1)
+    .bind(addr)?;
     let bound = server.addrs().first().copied().unwrap_or(addr);
     Ok((server.run(), bound))
 }
@@ -180,21 +204,59 @@ fn breaker_detail(b: &BreakerView) -> serde_json::Value {
     detail
 }
 
+/// `POST /reload`: 200 with the report of what changed, or 422 with why the configuration
+/// was refused (the running one stays). Behind `server.metrics_token` when it is set.
+async fn reload_config(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
+    if let MetricsAccess::Token(token) = &admin.metrics {
+        if let Some(refusal) = token_refusal(&req, token, "/reload") {
+            return refusal;
+        }
+    }
+    let Some(hook) = &admin.reload else {
+        return HttpResponse::NotFound()
+            .content_type("text/plain")
+            .body("reloading is not served here\n");
+    };
+    match hook().await {
+        Ok(report) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(report),
+        Err(why) => HttpResponse::UnprocessableEntity()
+            .json(serde_json::json!({ "reloaded": false, "error": why })),
+    }
+}
+
+/// The 401 for a request without `server.metrics_token` as its bearer token.
+fn token_refusal(req: &HttpRequest, token: &KeyHash, path: &str) -> Option<HttpResponse> {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| KeyHash::of(t.trim()));
+    (presented.as_ref() != Some(token)).then(|| {
+        HttpResponse::Unauthorized()
+            .insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"metrics\""))
+            .content_type("text/plain")
+            .body(format!(
+                "{path} needs the bearer token of server.metrics_token\n"
+            ))
+    })
+}
+
 async fn scrape(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
     match &admin.metrics {
         MetricsAccess::Open => {}
-        MetricsAccess::Token(token) => {
-            let presented = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(|t| KeyHash::of(t.trim()));
-            if presented.as_ref() != Some(token) {
-                return HttpResponse::Unauthorized()
-                    .insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"metrics\""))
+        MetricsAccess::UnlessAuthenticated(auth) => {
+            if auth.get().is_some() {
+                return HttpResponse::NotFound()
                     .content_type("text/plain")
-                    .body("/metrics needs the bearer token of server.metrics_token\n");
+                    .body(AUTHENTICATED_ELSEWHERE);
+            }
+        }
+        MetricsAccess::Token(token) => {
+            if let Some(refusal) = token_refusal(&req, token, "/metrics") {
+                return refusal;
             }
         }
         MetricsAccess::Elsewhere(why) => {

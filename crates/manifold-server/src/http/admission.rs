@@ -141,9 +141,10 @@ impl<const VERSION: bool> FromRequest for Admitted<VERSION> {
                 "the server's state is missing",
             ))));
         };
-        let Some(auth) = &shared.auth else {
+        let Some(auth) = shared.auth.get() else {
             return Either::Left(ready(Self::finish(req, Ok(Caller::anonymous()))));
         };
+        let auth = &auth.authenticator;
         let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
         if let Some(verdict) = auth.authenticate_now(header("authorization"), header("x-api-key")) {
             return Either::Left(ready(Self::finish(req, caller_from(req, shared, verdict))));

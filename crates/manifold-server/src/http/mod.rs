@@ -51,10 +51,8 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 struct Shared {
     router: Arc<Router>,
     settings: HttpSettings,
-    /// How hosts authenticate; `None`: they do not (everyone is anonymous).
-    auth: Option<Arc<Authenticator>>,
-    /// `auth.resource`: this server's resource URI, if configured.
-    resource: Option<String>,
+    /// How hosts authenticate now (a reload may change it).
+    auth: AuthSlot,
     /// The streams of each Streamable HTTP session, kept here rather than on the session so
     /// that the session core knows no transport's state.
     streams: Arc<streams::Registry>,
@@ -67,11 +65,35 @@ struct Shared {
 /// Where the protected resource metadata (RFC 9728) is served.
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
-/// Authentication of HTTP hosts, as `serve` needs it.
+/// Authentication of HTTP hosts.
 pub struct HttpAuth {
     pub authenticator: Arc<Authenticator>,
     /// This server's resource URI (`auth.resource`); without it, made from the request's host.
     pub resource: Option<String>,
+}
+
+/// How hosts authenticate, swapped whole by a configuration reload. Empty while hosts need
+/// no credentials (everyone is anonymous).
+#[derive(Clone, Default)]
+pub struct AuthSlot(Arc<arc_swap::ArcSwapOption<HttpAuth>>);
+
+impl AuthSlot {
+    pub fn new(auth: HttpAuth) -> Self {
+        let slot = Self::default();
+        slot.set(auth);
+        slot
+    }
+
+    /// From now on hosts authenticate with `auth` (or not at all, when it requires nothing).
+    pub fn set(&self, auth: HttpAuth) {
+        let auth = auth.authenticator.required().then(|| Arc::new(auth));
+        self.0.store(auth);
+    }
+
+    /// How hosts authenticate now; `None`: they do not.
+    pub(crate) fn get(&self) -> Option<Arc<HttpAuth>> {
+        self.0.load_full()
+    }
 }
 
 /// Binds `addr` and returns the server, ready to be awaited (it runs on the current actix
@@ -82,7 +104,7 @@ pub struct HttpAuth {
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
-    auth: Option<HttpAuth>,
+    auth: AuthSlot,
     tls: Option<tls::ServerConfig>,
     drain: &Arc<drain::Drain>,
     sessions: &SessionStore,
@@ -90,11 +112,7 @@ pub fn serve(
     let settings = router.settings().http.clone();
     let workers = settings.workers;
     let (keep_alive, client_timeout) = (settings.keep_alive, settings.client_timeout);
-    let (auth, resource) = match auth {
-        Some(a) if a.authenticator.required() => (Some(a.authenticator), a.resource),
-        _ => (None, None),
-    };
-    let metrics = admin::MetricsAccess::on_listener(router.settings(), auth.is_some());
+    let metrics = admin::MetricsAccess::on_listener(router.settings(), &auth);
     let origins = admission::Origins::new(&settings.allowed_origins);
     let gate = drain::Gate::new(drain, router.settings().max_message_bytes);
     let streams = Arc::new(streams::Registry::default());
@@ -109,7 +127,6 @@ pub fn serve(
         router: Arc::clone(&router),
         settings,
         auth,
-        resource,
         streams: Arc::clone(&streams),
         peer_clock: peer::clock(router.runtime(), stateless::PEER_CHECK),
         store: store.clone(),
@@ -174,7 +191,7 @@ pub fn serve(
     Ok((server.run(), bound))
 }
 
-pub use admin::serve as serve_admin;
+pub use admin::{serve as serve_admin, ReloadHook};
 
 /// The W3C trace context an HTTP request carries in its headers, when traces are exported.
 fn trace_context(req: &HttpRequest) -> Option<Arc<manifold_telemetry::trace::Carrier>> {
@@ -199,7 +216,7 @@ fn caller_from(
     shared: &Shared,
     verdict: Result<Principal, AuthError>,
 ) -> Result<Arc<Caller>, HttpResponse> {
-    let Some(auth) = &shared.auth else {
+    let Some(auth) = shared.auth.get() else {
         return Ok(Caller::anonymous());
     };
     let principal = verdict.and_then(|p| {
@@ -213,7 +230,8 @@ fn caller_from(
             tracing::info!(path = req.path(), "authentication failed: {e}");
             let metadata = format!("{}{METADATA_PATH}", base_url(req));
             let mut r = refuse(&RouteError::Unauthorized(e.to_string()));
-            if let Ok(value) = HeaderValue::from_str(&auth.challenge(&metadata, &e)) {
+            let challenge = auth.authenticator.challenge(&metadata, &e);
+            if let Ok(value) = HeaderValue::from_str(&challenge) {
                 r.headers_mut().insert(header::WWW_AUTHENTICATE, value);
             }
             Err(r)
@@ -229,18 +247,18 @@ fn base_url(req: &HttpRequest) -> String {
 
 /// The OAuth 2.0 protected resource metadata (RFC 9728).
 async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
-    let Some(auth) = &shared.auth else {
+    let Some(auth) = shared.auth.get() else {
         return refuse(&RouteError::NotFound(
             "no authentication is configured".into(),
         ));
     };
-    let resource = shared
+    let resource = auth
         .resource
         .clone()
         .unwrap_or_else(|| format!("{}/mcp", base_url(&req)));
     HttpResponse::Ok()
         .content_type("application/json")
-        .body(auth.metadata(&resource))
+        .body(auth.authenticator.metadata(&resource))
 }
 
 /// Ends HTTP sessions that went idle: no request for `session_idle_timeout`, no request in

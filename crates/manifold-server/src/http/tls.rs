@@ -9,21 +9,74 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use manifold_config::{ConfigError, TlsSettings};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 pub use rustls::ServerConfig;
 
 const CERT_KEY: &str = "server.tls.cert";
 const KEY_KEY: &str = "server.tls.key";
 
-/// The rustls configuration for `settings`, read from disk now. `config_file` is the file the
-/// settings came from, for errors.
+/// The listener's certificate chain and key: read from the PEM files when the listener is
+/// set up, and again at every configuration reload, so that a renewed certificate is served
+/// to new connections without a restart (connections already open keep theirs).
+#[derive(Debug, Clone)]
+pub struct Certificate(Arc<ArcSwap<CertifiedKey>>);
+
+impl Certificate {
+    /// Reads the files `settings` name. `config_file` is the file the settings came from,
+    /// for errors.
+    pub fn load(config_file: &Path, settings: &TlsSettings) -> Result<Self, ConfigError> {
+        let key = certified_key(config_file, settings)?;
+        Ok(Self(Arc::new(ArcSwap::from_pointee(key))))
+    }
+
+    /// Serves `other`'s certificate from now on (one read by a reload, checked already).
+    pub fn replace_with(&self, other: &Certificate) {
+        self.0.store(other.0.load_full());
+    }
+
+    /// The rustls configuration that serves this certificate (and whatever replaces it).
+    pub fn server_config(&self) -> Result<ServerConfig, ConfigError> {
+        // The provider is named here rather than taken from the process default: another
+        // crate in the build may enable a second one, and then rustls cannot pick one.
+        let config = ServerConfig::builder_with_provider(Arc::new(provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ConfigError {
+                file: std::path::PathBuf::new(),
+                key: CERT_KEY.to_owned(),
+                problem: format!("TLS cannot be set up: {e}"),
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Resolver(Arc::clone(&self.0))));
+        Ok(config)
+    }
+}
+
+/// Serves whichever certificate the [`Certificate`] holds when a connection starts.
+#[derive(Debug)]
+struct Resolver(Arc<ArcSwap<CertifiedKey>>);
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.load_full())
+    }
+}
+
+/// The rustls configuration for `settings`, read from disk now (see [`Certificate`]).
 pub fn server_config(
     config_file: &Path,
     settings: &TlsSettings,
 ) -> Result<ServerConfig, ConfigError> {
+    Certificate::load(config_file, settings)?.server_config()
+}
+
+/// The chain and key of `settings`, checked to belong together.
+fn certified_key(config_file: &Path, settings: &TlsSettings) -> Result<CertifiedKey, ConfigError> {
     let err = |key: &str, problem: String| ConfigError {
         file: config_file.to_path_buf(),
         key: key.to_owned(),
@@ -31,24 +84,17 @@ pub fn server_config(
     };
     let chain = certificates(&settings.cert).map_err(|p| err(CERT_KEY, p))?;
     let key = private_key(&settings.key).map_err(|p| err(KEY_KEY, p))?;
-    // The provider is named here rather than taken from the process default: another crate
-    // in the build may enable a second one, and then rustls cannot pick a default at run time.
-    ServerConfig::builder_with_provider(Arc::new(provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| err(CERT_KEY, format!("TLS cannot be set up: {e}")))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| {
-            let problem = match e {
-                rustls::Error::InconsistentKeys(_) => format!(
-                    "{} does not match the certificate in {}",
-                    settings.key.display(),
-                    settings.cert.display()
-                ),
-                other => format!("{} cannot be used: {other}", settings.key.display()),
-            };
-            err(KEY_KEY, problem)
-        })
+    CertifiedKey::from_der(chain, key, &provider()).map_err(|e| {
+        let problem = match e {
+            rustls::Error::InconsistentKeys(_) => format!(
+                "{} does not match the certificate in {}",
+                settings.key.display(),
+                settings.cert.display()
+            ),
+            other => format!("{} cannot be used: {other}", settings.key.display()),
+        };
+        err(KEY_KEY, problem)
+    })
 }
 
 fn provider() -> CryptoProvider {

@@ -18,6 +18,8 @@ use crate::target::Target;
 pub struct LimitLayer {
     limits: Limits,
     store: Store,
+    /// As configured, for a reload to compare with.
+    backend: LimitBackend,
 }
 
 enum Store {
@@ -58,18 +60,44 @@ impl Shared {
 impl LimitLayer {
     /// `None` when no limit is configured: nothing is added to the path.
     pub fn new(config: &LimitsConfig, teams: &[TeamConfig]) -> Result<Option<Arc<Self>>, String> {
-        let Some(limits) = Limits::new(config, teams) else {
+        Self::reloaded(None, config, teams)
+    }
+
+    /// The layer of a reloaded configuration. In memory, a limit that did not change keeps
+    /// what it counted (see [`Limits::carry_over`]); in Redis, counts live under the limits'
+    /// ids and stay anyway. The Redis connections are kept when the backend did not change.
+    pub fn reloaded(
+        previous: Option<&LimitLayer>,
+        config: &LimitsConfig,
+        teams: &[TeamConfig],
+    ) -> Result<Option<Arc<Self>>, String> {
+        let Some(mut limits) = Limits::new(config, teams) else {
             return Ok(None);
         };
-        let store = match &config.backend {
-            LimitBackend::Memory => Store::Memory,
-            LimitBackend::Redis(redis) => Store::Redis(Arc::new(Shared {
+        let store = match (&config.backend, previous.map(|p| (&p.store, &p.backend))) {
+            (LimitBackend::Memory, Some((Store::Memory, _))) => {
+                if let Some(p) = previous {
+                    limits.carry_over(&p.limits);
+                }
+                Store::Memory
+            }
+            (LimitBackend::Memory, _) => Store::Memory,
+            (backend, Some((Store::Redis(shared), old)))
+                if backend == old && shared.fail_open == config.fail_open =>
+            {
+                Store::Redis(Arc::clone(shared))
+            }
+            (LimitBackend::Redis(redis), _) => Store::Redis(Arc::new(Shared {
                 redis: RedisLimiter::new(redis).map_err(|e| format!("limits.redis_url: {e}"))?,
                 fail_open: config.fail_open,
                 down: AtomicBool::new(false),
             })),
         };
-        Ok(Some(Arc::new(Self { limits, store })))
+        Ok(Some(Arc::new(Self {
+            limits,
+            store,
+            backend: config.backend.clone(),
+        })))
     }
 
     fn refuse(team: &str, tool: &str, refusal: Refusal) -> RouteError {

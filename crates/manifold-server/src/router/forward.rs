@@ -148,10 +148,15 @@ impl Router {
         let upstreams = self.pool.upstreams();
         let key = upstreams[upstream].key();
         let config = ctx.caller.team.as_ref().map(|team| team.config());
-        let team = ctx.caller.team.as_ref().zip(config.as_ref()).map(|(team, config)| TeamFor {
-            name: &team.name,
-            headers: config.headers.get(key),
-        });
+        let team = ctx
+            .caller
+            .team
+            .as_ref()
+            .zip(config.as_ref())
+            .map(|(team, config)| TeamFor {
+                name: &team.name,
+                headers: config.headers.get(key),
+            });
         let session = ctx.session.as_ref().map(|s| SessionFor {
             id: s.id(),
             capabilities: s.client().map_or("{}", |c| &*c.capabilities),

@@ -18,6 +18,7 @@ mod interest;
 mod listener;
 mod methods;
 mod mrtr;
+mod reload;
 mod resolve;
 
 use std::sync::{Arc, Weak};
@@ -42,6 +43,7 @@ use crate::stateless;
 use crate::tasks::Tasks;
 
 pub use crate::target::Target;
+pub use reload::Reload;
 
 /// What a message turned out to be, for transports whose answer depends on it (HTTP gives
 /// 202 to notifications and responses, 400 to what it cannot accept).

@@ -163,9 +163,10 @@ fn resolve_named<'c>(
             Resolved::Found(item) => sees(team, catalog, kind, item.upstream, name),
             Resolved::Held(drift) => sees(team, catalog, kind, drift.upstream, name),
             // A collision's claimants are named in its error: only for names the team sees.
-            Resolved::Ambiguous(c) => c.owners.iter().all(|(key, _)| {
-                team.config().admits_upstream(key) && team.admits(kind, name)
-            }),
+            Resolved::Ambiguous(c) => c
+                .owners
+                .iter()
+                .all(|(key, _)| team.config().admits_upstream(key) && team.admits(kind, name)),
             Resolved::Unknown => true,
         };
         if !visible {
