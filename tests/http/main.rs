@@ -11,6 +11,7 @@ mod faults;
 mod health;
 mod legacy;
 mod protocol;
+mod reload;
 mod sessions;
 mod shared_cache;
 mod stateless;

@@ -283,3 +283,41 @@ fn credentials_over_plain_http_beyond_loopback_are_warned_of() {
     let loopback = Server::start_with(&keys, "info", &[], "127.0.0.1");
     assert!(!loopback.stderr().contains("clear text"));
 }
+
+#[test]
+fn a_reload_serves_renewed_certificate_files_to_new_connections() {
+    let (first, second) = (Pki::new(), Pki::new());
+    let served = TempDir::new("served-tls");
+    let put = |cert: &Pki, key: &Pki| {
+        std::fs::copy(cert.file("cert.pem"), served.path().join("cert.pem")).unwrap();
+        std::fs::copy(key.file("key.pem"), served.path().join("key.pem")).unwrap();
+    };
+    put(&first, &first);
+    let table = format!(
+        "[server.tls]\ncert = {:?}\nkey = {:?}\n",
+        served.path().join("cert.pem"),
+        served.path().join("key.pem")
+    );
+    let config = format!("[server]\nadmin = \"127.0.0.1:0\"\n\n{}", upstream());
+    let server = Server::start_https(&config, &table, "127.0.0.1");
+    let healthz = |pki: &Pki| pki.client().get(server.url("/healthz")).send();
+    assert!(healthz(&first).is_ok());
+    assert!(healthz(&second).is_err());
+    let file = std::fs::read_to_string(server.config_path()).unwrap();
+    // A key that is not the certificate's is refused; the old pair serves on.
+    put(&second, &first);
+    let (status, answer) = server.reload(&file);
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("does not match"),
+        "{answer}"
+    );
+    assert!(healthz(&first).is_ok());
+    // The renewed pair is served to new connections.
+    put(&second, &second);
+    let (status, answer) = server.reload(&file);
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["tls_reread"], true, "{answer}");
+    assert!(healthz(&second).is_ok());
+    assert!(healthz(&first).is_err());
+}

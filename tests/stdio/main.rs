@@ -11,6 +11,7 @@ mod hostile;
 mod lifecycle;
 mod pinning;
 mod protocol;
+mod reload;
 mod routing;
 mod stateless;
 mod teams;

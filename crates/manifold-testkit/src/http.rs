@@ -71,6 +71,20 @@ impl Server {
         format!("{}://127.0.0.1:{}{path}", self.scheme, self.port)
     }
 
+    /// The config file it serves (rewrite it, then reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("manifold.toml")
+    }
+
+    /// Writes `config` over the file it serves and asks for a reload on the admin address
+    /// (`server.admin = "127.0.0.1:0"`); returns the status and the answer.
+    pub fn reload(&self, config: &str) -> (StatusCode, Value) {
+        std::fs::write(self.config_path(), config).unwrap();
+        let r = client().post(self.admin_url("/reload")).send().unwrap();
+        let status = r.status();
+        (status, r.json().unwrap_or(Value::Null))
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
