@@ -7,7 +7,9 @@
 //! it. Everything runs synchronously on the thread that read the message; only the handshake,
 //! fan-outs and layers that wait on I/O continue on the async runtime.
 //!
-//! A router is built once, from its [`Parts`], and does not change afterwards.
+//! A router is built once, from its [`Parts`]; a configuration reload swaps whole parts of it
+//! (`reload.rs`): the layers, teams and caches (one [`Live`], read once per request), and
+//! the upstreams' definitions and connections, which only grow.
 
 mod batch;
 mod cached;
