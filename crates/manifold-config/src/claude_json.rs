@@ -57,6 +57,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         limits: Default::default(),
         cache: Default::default(),
         sessions: Default::default(),
+        discovery: Default::default(),
         pinning: None,
         upstreams,
         skipped,

@@ -14,6 +14,7 @@ use std::time::Duration;
 mod cache;
 mod claude_json;
 mod command;
+mod discovery;
 mod error;
 mod glob;
 mod interpolate;
@@ -33,6 +34,7 @@ pub use cache::{
     parse_bytes, parse_duration, CacheBackend, CacheRule, CacheScope, CacheSettings, UpstreamCaches,
 };
 pub use command::resolve_command;
+pub use discovery::{DiscoveryMode, DiscoverySettings, DEFAULT_MAX_TOOLS};
 pub use glob::glob_match;
 pub use pinning::{lock_path, OnChange, OnNew, PinningSettings, DEFAULT_LOCK_FILE};
 pub use policy::{
@@ -60,6 +62,9 @@ pub struct Config {
     pub cache: CacheSettings,
     /// `[sessions]`: where session-era HTTP sessions are kept.
     pub sessions: SessionStore,
+    /// `[discovery]`: how much of the catalog a session without a team lists (each team's
+    /// own is on the team).
+    pub discovery: DiscoverySettings,
     /// `[pinning]`: checking tool and prompt definitions against a lock file; none when the
     /// section is absent.
     pub pinning: Option<PinningSettings>,

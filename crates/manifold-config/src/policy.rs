@@ -79,6 +79,8 @@ pub struct TeamConfig {
     pub tool_limits: BTreeMap<String, LimitConfig>,
     /// Per (team, upstream), by upstream key.
     pub upstream_limits: BTreeMap<String, LimitConfig>,
+    /// `[teams.NAME.discovery]` over `[discovery]`.
+    pub discovery: crate::DiscoverySettings,
 }
 
 impl TeamConfig {
@@ -263,6 +265,7 @@ pub(crate) struct RawTeam {
     tool_limits: BTreeMap<String, RawLimit>,
     #[serde(default)]
     upstream_limits: BTreeMap<String, RawLimit>,
+    discovery: Option<crate::discovery::RawDiscovery>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -405,6 +408,7 @@ pub(crate) fn teams(
     ctx: &Ctx<'_>,
     raw: BTreeMap<String, toml::Value>,
     upstreams: &[UpstreamConfig],
+    discovery: &crate::DiscoverySettings,
 ) -> Result<Vec<TeamConfig>, ConfigError> {
     let mut teams = Vec::new();
     let mut owners: BTreeMap<KeyHash, String> = BTreeMap::new();
@@ -428,7 +432,7 @@ pub(crate) fn teams(
         }
         let team: RawTeam = RawTeam::deserialize(value)
             .map_err(|e| crate::toml_format::value_error(ctx, &path, &e))?;
-        let team = self::team(ctx, &path, name, team, upstreams)?;
+        let team = self::team(ctx, &path, name, team, upstreams, discovery)?;
         for key in &team.api_keys {
             if let Some(other) = owners.insert(*key, team.name.clone()) {
                 return Err(ctx.err(
@@ -448,7 +452,14 @@ fn team(
     name: String,
     raw: RawTeam,
     upstreams: &[UpstreamConfig],
+    discovery: &crate::DiscoverySettings,
 ) -> Result<TeamConfig, ConfigError> {
+    let discovery = crate::discovery::settings(
+        ctx,
+        &child(path, "discovery"),
+        raw.discovery.as_ref(),
+        discovery,
+    )?;
     let mut api_keys = Vec::new();
     for (i, key) in raw.api_keys.iter().enumerate() {
         let key_path = format!("{}[{i}]", child(path, "api_keys"));
@@ -503,6 +514,7 @@ fn team(
         limits,
         tool_limits,
         upstream_limits,
+        discovery,
     })
 }
 

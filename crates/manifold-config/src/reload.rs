@@ -19,8 +19,10 @@ pub struct Changes {
     /// Upstreams whose place in the catalog changed (prefixes, filters, renames, per-tool
     /// timeouts), or their caches or `required`: applied in place, the connection kept.
     pub updated: Vec<String>,
-    /// `[teams]`: views, API keys, claims, headers, limits.
+    /// `[teams]`: views, API keys, claims, headers, limits, discovery.
     pub teams: bool,
+    /// `[discovery]`.
+    pub discovery: bool,
     /// `[auth]`.
     pub auth: bool,
     /// `[limits]`.
@@ -47,6 +49,7 @@ pub fn changes(old: &Config, new: &Config) -> Changes {
     let mut changes = Changes::default();
     upstream_changes(&old.upstreams, &new.upstreams, &mut changes);
     changes.teams = old.teams != new.teams;
+    changes.discovery = old.discovery != new.discovery;
     changes.auth = old.auth != new.auth;
     changes.limits = old.limits != new.limits;
     changes.cache = old.cache != new.cache;

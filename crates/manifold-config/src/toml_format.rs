@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::cache::{self, RawCacheSettings};
+use crate::discovery::{self, RawDiscovery};
 use crate::error::{self, child};
 use crate::pinning::{self, RawPinning};
 use crate::policy::{self, RawAuth, RawLimits};
@@ -36,6 +37,7 @@ struct RawFile {
     #[serde(default)]
     sessions: RawSessions,
     pinning: Option<RawPinning>,
+    discovery: Option<RawDiscovery>,
     /// Kept generic here; see the module comment.
     #[serde(default)]
     upstreams: BTreeMap<String, toml::Value>,
@@ -63,7 +65,13 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         }
     }
     let auth = policy::auth(ctx, raw.auth)?;
-    let teams = policy::teams(ctx, raw.teams, &upstreams)?;
+    let discovery = discovery::settings(
+        ctx,
+        "discovery",
+        raw.discovery.as_ref(),
+        &Default::default(),
+    )?;
+    let teams = policy::teams(ctx, raw.teams, &upstreams, &discovery)?;
     let limits = policy::limits(ctx, raw.limits)?;
     validate::check_listen(ctx, &server.http, policy::auth_required(&auth, &teams))?;
     validate::check_team(ctx, &server, &teams)?;
@@ -81,6 +89,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         limits,
         cache,
         sessions,
+        discovery,
         pinning,
         upstreams,
         skipped,

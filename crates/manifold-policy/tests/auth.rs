@@ -31,6 +31,7 @@ fn team(name: &str, api_keys: &[&str], claims: &[&str]) -> TeamConfig {
         limits: None,
         tool_limits: BTreeMap::new(),
         upstream_limits: BTreeMap::new(),
+        discovery: Default::default(),
     }
 }
 
