@@ -18,19 +18,30 @@ use crate::stats::{self, Across, Summary};
 /// The goal: a search over 5,000 tools takes at most this long at the median.
 pub const GOAL_P50_US: f64 = 1000.0;
 
-/// Builds and updates measured, each timed alone.
-const BUILD_ROUNDS: usize = 7;
+/// What to measure: `tools` in the catalog, every query `rounds` times, and `builds` builds
+/// and updates, each timed alone.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    pub tools: usize,
+    pub rounds: usize,
+    pub builds: usize,
+}
 
-pub fn measure(tools: usize, rounds: usize, queries: &[Query], seed: u64) -> Result<Value> {
+pub fn measure(sizes: &Sizes, queries: &[Query], seed: u64) -> Result<Value> {
+    let Sizes {
+        tools,
+        rounds,
+        builds,
+    } = *sizes;
     let generated = generate::scaled(seed, tools)?;
     let corpus = Corpus::of(&[], &generated)?;
     let rss_before = rss_kb();
     let index = SearchIndex::build(&corpus.catalog);
     let rss_after = rss_kb();
-    let build = time_ms(BUILD_ROUNDS, || {
+    let build = time_ms(builds, || {
         std::hint::black_box(SearchIndex::build(&corpus.catalog));
     });
-    let (update, rebuilt_tools) = update_cost(&corpus, &index)?;
+    let (update, rebuilt_tools) = update_cost(&corpus, &index, builds)?;
     let all = |_: &Item| true;
     let searched = search_times(&index, queries, rounds, &all);
     // A team's view: half the upstreams, checked by exposed name as a team's filter does.
@@ -55,7 +66,7 @@ pub fn measure(tools: usize, rounds: usize, queries: &[Query], seed: u64) -> Res
         "build_ms": across_json(build),
         "update_ms": across_json(update),
         "update_rebuilt_tools": rebuilt_tools,
-        "build_rounds": BUILD_ROUNDS,
+        "build_rounds": builds,
         "heap_bytes": index.heap_bytes(),
         "rss_delta_kb": rss_after.zip(rss_before).map(|(a, b)| a.saturating_sub(b)),
         "cpus_allowed": cpus_allowed(),
@@ -91,7 +102,7 @@ fn search_times(
 /// The time of `SearchIndex::update` after one upstream (the one in the middle) got a new
 /// slice with one description changed, and how many tools it analyzed again. The new
 /// catalog's own build is not timed: it happens whether or not there is search.
-fn update_cost(corpus: &Corpus, index: &SearchIndex) -> Result<(Across, usize)> {
+fn update_cost(corpus: &Corpus, index: &SearchIndex, builds: usize) -> Result<(Across, usize)> {
     let changed = corpus.parts.len() / 2;
     let mut parts: Vec<Part> = (corpus.parts.iter())
         .map(|p| Part {
@@ -108,7 +119,7 @@ fn update_cost(corpus: &Corpus, index: &SearchIndex) -> Result<(Across, usize)> 
             bail!("an updated index answers {q:?} unlike a full build");
         }
     }
-    let times = time_ms(BUILD_ROUNDS, || {
+    let times = time_ms(builds, || {
         std::hint::black_box(SearchIndex::update(index, &catalog));
     });
     Ok((times, parts[changed].slice.tools.len()))

@@ -47,7 +47,12 @@ pub fn search(setup: &Setup, plan: &Plan) -> Result<Value> {
     let corpus = Corpus::of(&real.servers, &generated)?;
     let (queries, excluded) = labelled(&corpus, &real.skipped)?;
     let quality = evaluate(&corpus, &queries);
-    let cost = cost::measure(plan.search_tools, plan.search_rounds, &queries, SEED)?;
+    let sizes = cost::Sizes {
+        tools: plan.search_tools,
+        rounds: plan.search_rounds,
+        builds: plan.rounds,
+    };
+    let cost = cost::measure(&sizes, &queries, SEED)?;
     let size = size::measure(SEED)?;
     let real_tools: Map<String, Value> = (real.servers.iter())
         .map(|s| (s.key.clone(), json!(s.tools.len())))
