@@ -6,11 +6,12 @@ use serde_json::{Map, Value};
 use super::text;
 use crate::listing::Item;
 
-/// The fields of a tool's own document. The upstream field (its key and instructions) is
-/// shared by every tool of an upstream and lives with the upstream's segment.
+/// The fields of a tool's own document. The upstream's fields (its key and its
+/// instructions) are shared by every tool of an upstream and live with its segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Field {
-    /// The exposed and the original name.
+    /// The original name, and whatever the exposed name adds besides the upstream's prefix
+    /// (a rename); the prefix is the upstream key field's.
     Name = 0,
     /// `title` and `annotations.title`.
     Title = 1,
@@ -39,14 +40,15 @@ pub(crate) struct Analyzed {
     pub summary: String,
 }
 
-/// Reads the fields of `item`, a tool. A tool whose JSON cannot be read (the catalog only
-/// lists objects, so this should not happen) is still found by its names.
-pub(crate) fn analyze(item: &Item) -> Analyzed {
+/// Reads the fields of `item`, a tool of an upstream whose key and prefix have the terms
+/// `upstream`. A tool whose JSON cannot be read (the catalog only lists objects, so this
+/// should not happen) is still found by its names.
+pub(crate) fn analyze(item: &Item, upstream: &[String]) -> Analyzed {
     let mut out = Analyzed::default();
     let names = &mut out.fields[Field::Name as usize];
-    text::terms(&item.exposed, names);
-    for term in text::terms_of(&item.original) {
-        if !names.contains(&term) {
+    text::terms(&item.original, names);
+    for term in text::terms_of(&item.exposed) {
+        if !names.contains(&term) && !upstream.contains(&term) {
             names.push(term);
         }
     }

@@ -92,14 +92,14 @@ impl SearchIndex {
             if items.is_empty() {
                 continue;
             }
-            let (key, slice) = (&defs[upstream].key, catalog.slice(upstream));
+            let (def, slice) = (&defs[upstream], catalog.slice(upstream));
             let old = previous
                 .segments
                 .iter()
-                .find(|s| s.holds(upstream, key, slice, items));
+                .find(|s| s.holds(upstream, &def.key, slice, items));
             segments.push(match old {
                 Some(old) => Arc::clone(old),
-                None => Arc::new(Segment::build(upstream, key, slice, items)),
+                None => Arc::new(Segment::build(upstream, def, slice, items)),
             });
         }
         let len = segments.iter().map(|s| s.docs.len()).sum();

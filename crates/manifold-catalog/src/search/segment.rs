@@ -1,5 +1,5 @@
-//! One upstream's part of the index: its tools' documents and postings, and the upstream field
-//! (its key and instructions) that all of them share. A segment is immutable and shared by
+//! One upstream's part of the index: its tools' documents and postings, and the upstream's
+//! fields (its key and its instructions) that all of them share. A segment is immutable and shared by
 //! `Arc` between an index and the next one made by `SearchIndex::update` while its upstream's
 //! slice stays the same.
 
@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 
 use super::document::{self, DOC_FIELDS};
 use super::text;
-use crate::build::UpstreamSlice;
+use crate::build::{UpstreamDef, UpstreamSlice};
 use crate::listing::Item;
 
 /// One tool in a segment.
@@ -40,25 +40,32 @@ pub(crate) struct Segment {
     pub docs: Vec<Doc>,
     /// Each term's postings, in document order.
     pub postings: HashMap<String, Vec<Posting>>,
-    /// Frequency of each term of the upstream field.
-    pub upstream_terms: HashMap<String, u16>,
-    /// Terms in the upstream field.
-    pub upstream_len: u32,
+    /// Frequency of each term in the upstream's fields: its key (and prefix), its
+    /// instructions.
+    pub upstream_terms: HashMap<String, [u16; SHARED_FIELDS]>,
+    /// Terms in each of the upstream's fields.
+    pub upstream_len: [u32; SHARED_FIELDS],
 }
 
+/// The fields every tool of an upstream shares: its key (with its prefix) and its
+/// instructions.
+pub(crate) const SHARED_FIELDS: usize = 2;
+
 impl Segment {
-    /// The segment of upstream `upstream` (key `key`, slice `slice`) holding `items`, all of
+    /// The segment of upstream `upstream` (`def`, slice `slice`) holding `items`, all of
     /// that upstream, in listing order.
     pub fn build(
         upstream: usize,
-        key: &str,
+        def: &UpstreamDef,
         slice: Option<&Arc<UpstreamSlice>>,
         items: &[&Item],
     ) -> Segment {
+        let mut key_terms = text::terms_of(&def.key);
+        text::terms(&def.prefix, &mut key_terms);
         let mut docs = Vec::with_capacity(items.len());
         let mut postings: HashMap<String, Vec<Posting>> = HashMap::new();
         for (n, item) in items.iter().enumerate() {
-            let analyzed = document::analyze(item);
+            let analyzed = document::analyze(item, &key_terms);
             let mut counts: HashMap<&str, [u8; DOC_FIELDS]> = HashMap::new();
             let mut lens = [0u16; DOC_FIELDS];
             for (field, terms) in analyzed.fields.iter().enumerate() {
@@ -86,10 +93,11 @@ impl Segment {
             });
         }
         postings.values_mut().for_each(|p| p.shrink_to_fit());
-        let (upstream_terms, upstream_len) = upstream_field(key, slice);
+        let instructions = slice.and_then(|s| s.instructions.as_deref()).unwrap_or("");
+        let (upstream_terms, upstream_len) = shared_fields(&key_terms, instructions);
         Segment {
             upstream,
-            key: key.to_owned(),
+            key: def.key.clone(),
             slice: slice.map(Arc::downgrade),
             docs,
             postings,
@@ -145,24 +153,28 @@ impl Segment {
             })
             .sum();
         let upstream: usize = (self.upstream_terms.keys())
-            .map(|term| map_entry::<String, u16>(term.capacity()))
+            .map(|term| map_entry::<String, [u16; SHARED_FIELDS]>(term.capacity()))
             .sum();
         self.docs.capacity() * size_of::<Doc>() + docs + postings + upstream + self.key.capacity()
     }
 }
 
-/// The terms of an upstream's key and instructions, counted.
-fn upstream_field(key: &str, slice: Option<&Arc<UpstreamSlice>>) -> (HashMap<String, u16>, u32) {
-    let mut terms = text::terms_of(key);
-    if let Some(instructions) = slice.and_then(|s| s.instructions.as_deref()) {
-        text::terms(instructions, &mut terms);
+/// The counted terms of an upstream's key field (`key_terms`) and instructions field.
+fn shared_fields(
+    key_terms: &[String],
+    instructions: &str,
+) -> (HashMap<String, [u16; SHARED_FIELDS]>, [u32; SHARED_FIELDS]) {
+    let fields = [key_terms.to_vec(), text::terms_of(instructions)];
+    let mut counts: HashMap<String, [u16; SHARED_FIELDS]> = HashMap::new();
+    let mut lens = [0u32; SHARED_FIELDS];
+    for (field, terms) in fields.iter().enumerate() {
+        lens[field] = u32::try_from(terms.len()).unwrap_or(u32::MAX);
+        for term in terms {
+            let tf = &mut counts.entry(term.clone()).or_default()[field];
+            *tf = tf.saturating_add(1);
+        }
     }
-    let mut counts: HashMap<String, u16> = HashMap::new();
-    for term in &terms {
-        let tf = counts.entry(term.clone()).or_default();
-        *tf = tf.saturating_add(1);
-    }
-    (counts, u32::try_from(terms.len()).unwrap_or(u32::MAX))
+    (counts, lens)
 }
 
 fn same_item(a: &Item, b: &Item) -> bool {

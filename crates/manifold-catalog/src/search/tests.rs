@@ -214,6 +214,35 @@ fn ranks_by_name_then_description_with_deterministic_ties() {
 }
 
 #[test]
+fn synonyms_and_joined_words_bridge_the_vocabulary() {
+    let c = catalog(&[("gh", tracker()), ("fs", files()), ("rocketchat", files())]);
+    let index = SearchIndex::build(&c);
+    // No tool says "remove", "bug" or "folder" in its name.
+    assert_eq!(
+        index.search("remove a file", 1, &all)[0].exposed,
+        "fs__deleteFile"
+    );
+    assert_eq!(
+        index.search("log a new bug", 1, &all)[0].exposed,
+        "gh__create_issue"
+    );
+    let hits = index.search("what is in this folder", 2, &all);
+    assert_eq!(
+        names(&hits),
+        ["fs__list-directory", "rocketchat__list-directory"]
+    );
+    // "rocket chat" finds the upstream whose key writes it as one word.
+    let hits = index.search("delete a file on rocket chat", 1, &all);
+    assert_eq!(names(&hits), ["rocketchat__deleteFile"]);
+    let own: Vec<String> = query::terms("remove the files")
+        .into_iter()
+        .map(|q| q.term)
+        .collect();
+    assert_eq!(own[..2], ["remov", "fil"]);
+    assert!(own.contains(&"delet".to_owned()), "{own:?}");
+}
+
+#[test]
 fn upstream_instructions_and_annotations_count() {
     let mut read =
         serde_json::from_str::<serde_json::Value>(&tool("fetch", "Fetch it", &[])).unwrap();

@@ -6,20 +6,21 @@
 
 use super::stem::stem;
 
-/// Function words that say nothing about what a tool does. Verbs such as "get", "list",
-/// "show" or "find" stay: tool names are made of them.
+/// Function words that say nothing about what a tool does, and "called", "named" and
+/// "titled", which introduce a value ("a folder called backups"). Verbs such as "get",
+/// "list", "show" or "find" stay: tool names are made of them.
 pub(super) const STOP_WORDS: &[&str] = &[
     "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
-    "been", "before", "being", "but", "by", "can", "could", "did", "do", "does", "doing", "each",
-    "eg", "etc", "for", "from", "had", "has", "have", "having", "he", "her", "here", "him", "his",
-    "how", "i", "ie", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "lets", "me",
-    "might", "mine", "more", "most", "much", "must", "my", "myself", "need", "needs", "no", "nor",
-    "not", "of", "on", "onto", "or", "other", "our", "ours", "own", "please", "same", "she",
-    "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "then",
-    "there", "these", "they", "this", "those", "through", "to", "too", "upon", "us", "use", "uses",
-    "using", "very", "via", "wanna", "want", "was", "we", "were", "what", "whatever", "when",
-    "where", "whether", "which", "while", "who", "whom", "whose", "why", "will", "with", "within",
-    "would", "you", "your", "yours", "yourself",
+    "been", "before", "being", "but", "by", "called", "can", "could", "did", "do", "does", "doing",
+    "each", "eg", "etc", "for", "from", "had", "has", "have", "having", "he", "her", "here", "him",
+    "his", "how", "i", "ie", "if", "in", "into", "is", "it", "its", "itself", "just", "let",
+    "lets", "me", "might", "mine", "more", "most", "much", "must", "my", "myself", "named", "need",
+    "needs", "no", "nor", "not", "of", "on", "onto", "or", "other", "our", "ours", "own", "please",
+    "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs",
+    "them", "then", "there", "these", "they", "this", "those", "through", "titled", "to", "too",
+    "upon", "us", "use", "uses", "using", "very", "via", "wanna", "want", "was", "we", "were",
+    "what", "whatever", "when", "where", "whether", "which", "while", "who", "whom", "whose",
+    "why", "will", "with", "within", "would", "you", "your", "yours", "yourself",
 ];
 
 /// The analyzed terms of `text`, in order, appended to `out` (repeats kept: they are term
@@ -37,6 +38,25 @@ pub(crate) fn terms(text: &str, out: &mut Vec<String>) {
     if !run.is_empty() {
         split_run(&run, out);
     }
+}
+
+/// The words of `text`, lowercased and folded, leaving out stop words and words with
+/// digits: what a query writes apart that a name may write as one.
+pub(crate) fn words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut run = String::new();
+    for c in text.chars().chain([' ']) {
+        if c.is_alphanumeric() {
+            fold_into(c, &mut run);
+        } else if !run.is_empty() {
+            let word = run.to_lowercase();
+            if !is_stop_word(&word) && word.chars().all(char::is_alphabetic) {
+                out.push(word);
+            }
+            run.clear();
+        }
+    }
+    out
 }
 
 /// The analyzed terms of `text` as a new vector.
