@@ -56,6 +56,10 @@ enum Scenario {
     Replicas,
     /// Upstreams killed (kill -9) and stopped (SIGSTOP) under 16 HTTP hosts; not in `all`.
     Faults,
+    /// Tool search: its quality on the labelled query set beside a baseline, its latency,
+    /// build and update time and memory, and the list sizes with and without discovery; not
+    /// in `all`.
+    Search,
 }
 
 impl Scenario {
@@ -64,14 +68,18 @@ impl Scenario {
             one,
             Scenario::HttpLatency | Scenario::HttpThroughput | Scenario::HttpRss
         );
-        let all = self == Scenario::All && !matches!(one, Scenario::Replicas | Scenario::Faults);
+        let all = self == Scenario::All
+            && !matches!(
+                one,
+                Scenario::Replicas | Scenario::Faults | Scenario::Search
+            );
         all || self == one || (self == Scenario::Http && http)
     }
 }
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 13] = [
+const RUNS: [(Scenario, &str, Run); 14] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
@@ -93,6 +101,7 @@ const RUNS: [(Scenario, &str, Run); 13] = [
     (Scenario::HttpRss, "http-rss", scenario::http_rss),
     (Scenario::Replicas, "replicas", scenario::replicas),
     (Scenario::Faults, "faults", scenario::faults),
+    (Scenario::Search, "search", scenario::search),
 ];
 
 #[derive(Debug, Parser)]
@@ -244,6 +253,8 @@ fn document(
             "replica_calls": plan.replica_calls,
             "replica_single_calls": plan.replica_single_calls,
             "adopt_sessions": plan.adopt_sessions,
+            "search_tools": plan.search_tools,
+            "search_rounds": plan.search_rounds,
             "round_limit_s": plan.round_limit.as_secs(),
         },
         "scenarios": results,

@@ -59,7 +59,7 @@ pub fn goals(doc: &Value) -> Value {
     let cache = cache_rows(&s["cache"])
         .into_iter()
         .map(|r| (r.figure, r.goal));
-    stdio
+    let mut all: Vec<Value> = stdio
         .chain(telemetry)
         .chain(policy)
         .chain(cache)
@@ -67,7 +67,9 @@ pub fn goals(doc: &Value) -> Value {
         .filter_map(|(figure, goal)| {
             goal.map(|(goal, met)| json!({ "figure": figure, "goal": goal, "met": met }))
         })
-        .collect()
+        .collect();
+    all.extend(crate::scenario::search::goals(&s["search"]));
+    Value::Array(all)
 }
 
 pub fn table(doc: &Value) -> String {
@@ -89,6 +91,7 @@ pub fn table(doc: &Value) -> String {
         http_table(&mut out, &http);
     }
     stateless_table(&mut out, &doc["scenarios"]);
+    crate::scenario::search::table(&mut out, &doc["scenarios"]["search"]);
     out
 }
 

@@ -28,6 +28,8 @@ pub struct Session {
     pub startup: Duration,
     /// Bytes of the last answer `timed_calls` waited for.
     pub last_answer_len: usize,
+    /// The `instructions` of the server's initialize result, if it gave any.
+    pub instructions: Option<String>,
 }
 
 /// What `counted_calls` saw: the times of the calls answered with a good result, and the
@@ -112,13 +114,23 @@ impl Session {
             out: Vec::new(),
             startup: Duration::ZERO,
             last_answer_len: 0,
+            instructions: None,
         }
     }
 
     fn handshake(target: Box<dyn Target>, began: Instant) -> Result<Self> {
         let mut session = Self::bare(target);
         session.target.send(&mcp::handshake())?;
-        session.await_answer(0, 0).context("initialize failed")?;
+        let instructions = session
+            .await_answer_with(0, |text| {
+                let answer: Value = serde_json::from_slice(text)?;
+                let given = answer
+                    .pointer("/result/instructions")
+                    .and_then(Value::as_str);
+                Ok(given.map(str::to_owned))
+            })
+            .context("initialize failed")?;
+        session.instructions = instructions;
         session.startup = began.elapsed();
         session.target.send(mcp::INITIALIZED)?;
         Ok(session)

@@ -33,6 +33,10 @@ pub struct Plan {
     /// Sessions per round that the replicas scenario moves to a replica that does not hold
     /// them (adoption).
     pub adopt_sessions: usize,
+    /// Tools in the catalog the search scenario measures latency, build and memory over.
+    pub search_tools: usize,
+    /// Rounds of every query of the search scenario's set, for its latency.
+    pub search_rounds: usize,
     /// Upper bound on the wall time of any one measuring loop.
     pub round_limit: Duration,
 }
@@ -53,6 +57,8 @@ impl Plan {
             replica_calls: 20_000,
             replica_single_calls: 2_000,
             adopt_sessions: 200,
+            search_tools: 5_000,
+            search_rounds: 25,
             round_limit: Duration::from_secs(30),
         }
     }
@@ -72,6 +78,8 @@ impl Plan {
             replica_calls: 800,
             replica_single_calls: 50,
             adopt_sessions: 10,
+            search_tools: 1_000,
+            search_rounds: 2,
             round_limit: Duration::from_secs(30),
         }
     }
@@ -357,7 +365,8 @@ impl Setup {
         }
     }
 
-    fn stdio(&self, label: &str, program: &Path, args: Vec<String>) -> TargetSpec {
+    /// `program` with `args` over stdio, its stderr kept in the scratch directory.
+    pub fn stdio(&self, label: &str, program: &Path, args: Vec<String>) -> TargetSpec {
         self.stdio_with(label, program, args, Vec::new())
     }
 

@@ -1,9 +1,11 @@
 //! Runs `manifold-load latency --quick`, `http-latency --quick`, `telemetry --quick`,
-//! `policy --quick`, `cache --quick` and `replicas --quick` against the debug binaries to prove
-//! the tool works end to end, over stdio and over Streamable HTTP as a session-era host and as
-//! a stateless one (without the peer gateway: no network, no peer build), with spans exported to the tool's own OTLP receiver, with teams and limits (in
-//! Redis too when a `redis-server` is found), with the result cache, and with replicas behind
-//! HAProxy (when HAProxy and a `redis-server` are found). It checks the shape and sanity of the JSON output, never a timing
+//! `policy --quick`, `cache --quick`, `replicas --quick` and `search --quick` against the debug
+//! binaries to prove the tool works end to end, over stdio and over Streamable HTTP as a
+//! session-era host and as a stateless one (without the peer gateway: no network, no peer
+//! build), with spans exported to the tool's own OTLP receiver, with teams and limits (in
+//! Redis too when a `redis-server` is found), with the result cache, with replicas behind
+//! HAProxy (when HAProxy and a `redis-server` are found), and with tool search over the
+//! labelled query set. It checks the shape and sanity of the JSON output, never a timing
 //! threshold: timings on a shared two-core machine are for BENCHMARKS.md, not for pass/fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -431,4 +433,56 @@ fn quick_replicas_run_measures_every_case_and_adoption() {
     }
     // Each adoption read the session's record from Redis.
     assert!(f(&a["redis_commands_per_session"]["hgetall"]) >= 1.0, "{a}");
+}
+
+/// `search --quick` runs in the load tool's own process (it starts the fixture and, when
+/// installed, the reference servers, but no Manifold), so it needs only the fixture: the kit
+/// builds it next to this test's binaries. Manifold's ranking must find more of the
+/// development half's tools in its first five than the baseline does.
+#[test]
+fn quick_search_run_beats_the_baseline() {
+    let fixture = manifold_testkit::process::fixture_bin();
+    let out = std::env::temp_dir().join(format!(
+        "manifold-load-smoke-search-{}.json",
+        std::process::id()
+    ));
+    let output = Command::new(env!("CARGO_BIN_EXE_manifold-load"))
+        .args(["search", "--quick", "--out"])
+        .arg(&out)
+        // The scenario starts no Manifold; the option must still name a file.
+        .args(["--manifold", fixture, "--fixture", fixture])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "manifold-load failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("Tool search:"), "{stdout}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let s = &doc["scenarios"]["search"];
+    assert!(f(&s["catalog"]["tools"]) > 1_000.0, "{}", s["catalog"]);
+    assert_eq!(
+        s["catalog"]["real_tools"]["fixture"], 16,
+        "{}",
+        s["catalog"]
+    );
+    assert!(f(&s["queries"]["dev"]) >= 150.0, "{}", s["queries"]);
+    let dev = &s["quality"]["dev"];
+    let (ours, base) = (
+        f(&dev["manifold"]["recall_at_5"]),
+        f(&dev["baseline"]["recall_at_5"]),
+    );
+    assert!(
+        ours > base,
+        "recall@5 on the development half: Manifold {ours}, baseline {base}"
+    );
+    let cost = &s["cost"];
+    assert_eq!(cost["tools"], 1_000);
+    assert!(f(&cost["search_us"]["p50_us"]) > 0.0, "{cost}");
+    assert!(f(&cost["heap_bytes"]) > 0.0, "{cost}");
+    let size = &s["size"];
+    assert!(
+        f(&size["with_discovery"]["bytes"]) * 20.0 < f(&size["without_discovery"]["bytes"]),
+        "{size}"
+    );
 }

@@ -14,6 +14,7 @@ mod listing;
 pub mod naming;
 pub mod pins;
 pub mod rewrite;
+pub mod search;
 pub mod uri;
 
 pub use build::{
@@ -21,3 +22,4 @@ pub use build::{
 };
 pub use listing::{Cursor, Item, Kind, Listing, NameOrigin, PageError};
 pub use pins::{Drift, Lock, Pin, Pinning, UpstreamPins};
+pub use search::{Hit, SearchIndex};
