@@ -115,5 +115,7 @@ fn def(key: &str) -> UpstreamDef {
         prompts: NameFilter::default(),
         tool_timeouts: Default::default(),
         pinning: None,
+        required: false,
+        retired: false,
     }
 }
