@@ -16,6 +16,8 @@ fn def(key: &str) -> UpstreamDef {
         prompts: NameFilter::default(),
         tool_timeouts: Default::default(),
         pinning: None,
+        required: false,
+        retired: false,
     }
 }
 
