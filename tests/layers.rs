@@ -110,6 +110,7 @@ fn a_waiting_layer_holds_only_its_own_request_and_a_refusal_never_reaches_the_up
             stdio_team: None,
             cache: None,
             released: manifold_server::router::releases(),
+            discovery: Default::default(),
         });
         let (tx, mut rx) = mpsc::unbounded_channel();
         let outlet: Arc<dyn Outlet> = Arc::new(Sink(tx));

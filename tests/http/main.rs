@@ -6,6 +6,7 @@
 
 mod auth;
 mod cache;
+mod discovery;
 mod drain;
 mod faults;
 mod health;

@@ -297,6 +297,13 @@ fn add_tool(state: &State, args: &Value) -> Value {
     if tools::is_static(state, name) {
         return tool_error(format!("tool {name} already exists"));
     }
+    if args.get("remove").and_then(Value::as_bool) == Some(true) {
+        if !state.remove_dynamic(name) {
+            return tool_error(format!("there is no run-time tool {name}"));
+        }
+        state.changed(&Change::Tools);
+        return text_result(format!("removed {name}"));
+    }
     match args.get("description").and_then(Value::as_str) {
         Some(description) => {
             state.set_dynamic(name, tools::echo_descriptor(name, description.to_owned()));

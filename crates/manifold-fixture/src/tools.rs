@@ -29,7 +29,7 @@ const SPECS: [Spec; 16] = [
     ("fail", "Always returns a tool error (isError true)", "{}", &[]),
     ("whoami", "Returns the server name and pid", "{}", &[]),
     ("progress", "Sends `steps` progress notifications when given a progressToken, `interval_ms` apart (default 0)", r#"{"steps": {"type": "integer", "minimum": 0}, "interval_ms": {"type": "integer", "minimum": 0}}"#, &["steps"]),
-    ("add_tool", "Adds an echo-like tool `name` and sends tools/list_changed; with `description`, gives it that description, replacing the definition of a run-time tool of that name", r#"{"name": {"type": "string"}, "description": {"type": "string"}}"#, &["name"]),
+    ("add_tool", "Adds an echo-like tool `name` and sends tools/list_changed; with `description`, gives it that description, replacing the definition of a run-time tool of that name; with `remove`, removes the run-time tool `name` instead", r#"{"name": {"type": "string"}, "description": {"type": "string"}, "remove": {"type": "boolean"}}"#, &["name"]),
     ("log", "Sends a notifications/message with `level` (default info) and `message`", r#"{"level": {"type": "string"}, "message": {"type": "string"}}"#, &["message"]),
     ("cancelled_count", "Returns how many in-flight calls were cancelled", "{}", &[]),
     ("call_count", "Returns how many times `what` happened: `tool:NAME` (calls of a tool) or `read:URI` (reads of a resource)", r#"{"what": {"type": "string"}}"#, &["what"]),

@@ -99,6 +99,8 @@ pub struct Session {
     /// Another replica is this shared session's home: what concerns the session as a whole
     /// (notifications, upstream subscriptions) is that replica's to send or hold.
     away: AtomicBool,
+    /// The tools it found with `find_tools`, and the discovery settings its host chose.
+    found: crate::discovery::Found,
 }
 
 /// What a session kept in a store shared by replicas reports to it.
@@ -209,6 +211,7 @@ impl Session {
             unanswered: AtomicUsize::new(0),
             relay: OnceLock::new(),
             away: AtomicBool::new(false),
+            found: Default::default(),
         })
     }
 
@@ -359,6 +362,11 @@ impl Session {
 
     pub(crate) fn set_token(&self, token: &str) {
         let _ = self.token.set(token.into());
+    }
+
+    /// What it found with `find_tools` (tool discovery).
+    pub fn found(&self) -> &crate::discovery::Found {
+        &self.found
     }
 
     pub fn id(&self) -> u64 {

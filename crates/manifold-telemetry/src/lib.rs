@@ -4,6 +4,7 @@
 //! logging and trace export with [`logs::init`].
 #![forbid(unsafe_code)]
 
+pub mod discovery;
 pub mod exposition;
 pub mod histogram;
 pub mod logs;

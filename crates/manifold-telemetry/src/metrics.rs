@@ -329,6 +329,8 @@ pub struct Metrics {
     upstreams: Mutex<BTreeMap<Arc<str>, Arc<UpstreamCounters>>>,
     /// By (cache, upstream key); made when the cache is set up, locked then and when scraped.
     caches: Mutex<BTreeMap<CacheId, Arc<CacheCounters>>>,
+    /// Tool discovery, by team.
+    pub discovery: crate::discovery::Discoveries,
     /// Seconds since the Unix epoch when the metrics were first used (at start).
     started: u64,
 }
@@ -345,6 +347,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     cache_store_errors: Default::default(),
     upstreams: Mutex::new(BTreeMap::new()),
     caches: Mutex::new(BTreeMap::new()),
+    discovery: Default::default(),
     started: std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs()),
@@ -588,6 +591,7 @@ impl Metrics {
             );
         }
         self.render_caches(e);
+        self.discovery.render(e);
         let upstreams: Vec<(Arc<str>, Arc<UpstreamCounters>)> = self
             .upstreams
             .lock()

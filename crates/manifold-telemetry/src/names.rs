@@ -222,7 +222,39 @@ pub mod label {
     pub const STATE: &str = "state";
     /// The build's version.
     pub const VERSION: &str = "version";
+    /// Which `tools/list` bytes: `served` (in search mode) or `full` (the whole view).
+    pub const LISTING: &str = "listing";
 }
+
+pub const DISCOVERY_SEARCHES: Metric = Metric {
+    name: "manifold_discovery_searches_total",
+    help: "find_tools calls, by team.",
+    kind: Kind::Counter,
+};
+
+pub const DISCOVERY_RESULTS: Metric = Metric {
+    name: "manifold_discovery_results_total",
+    help: "Tools find_tools returned, by team.",
+    kind: Kind::Counter,
+};
+
+pub const DISCOVERY_ADDED: Metric = Metric {
+    name: "manifold_discovery_tools_added_total",
+    help: "Tools added to sessions' tools/list by find_tools, by team.",
+    kind: Kind::Counter,
+};
+
+pub const DISCOVERY_EVICTED: Metric = Metric {
+    name: "manifold_discovery_tools_evicted_total",
+    help: "Found tools that left sessions' tools/list to keep it within its budget, by team.",
+    kind: Kind::Counter,
+};
+
+pub const DISCOVERY_LIST_BYTES: Metric = Metric {
+    name: "manifold_discovery_list_bytes_total",
+    help: "Bytes of tools/list answers in search mode (served), and what listing the whole view would have sent (full), by team; (full - served) / 4 estimates the tokens saved.",
+    kind: Kind::Counter,
+};
 
 /// The `tracing` target of the spans that become OpenTelemetry spans (see `spans`); nothing
 /// else is exported, so the exporter's own work is never traced.

@@ -251,8 +251,16 @@ impl Host {
     }
 
     pub fn initialize(&mut self, version: &str) -> Response {
-        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}});
+        self.initialize_with_meta(version, Value::Null)
+    }
+
+    /// `initialize` whose params carry `meta` as `_meta` (unless null).
+    pub fn initialize_with_meta(&mut self, version: &str, meta: Value) -> Response {
+        let mut params = json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}});
+        if !meta.is_null() {
+            params["_meta"] = meta;
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params});
         let r = self.post_raw(body.to_string()).send().unwrap();
         if let Some(s) = r.headers().get("mcp-session-id") {
             self.session = Some(s.to_str().unwrap().to_owned());

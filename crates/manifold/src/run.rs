@@ -248,6 +248,7 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
             stdio_team: config.server.team.clone(),
             cache: cache.clone(),
             released,
+            discovery: config.discovery.clone(),
         });
         let auth = http.map(|_| {
             AuthSlot::new(HttpAuth {

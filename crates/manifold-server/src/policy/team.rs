@@ -117,7 +117,7 @@ impl View {
         let unfiltered = c.tools.is_empty() && c.prompts.is_empty() && c.resources.is_empty();
         let mut upstreams: Vec<bool> = defs
             .iter()
-            .map(|d| unfiltered && c.admits_upstream(&d.key))
+            .map(|d| unfiltered && !d.retired && c.admits_upstream(&d.key))
             .collect();
         for item in listings.iter().flat_map(Listing::items) {
             if let Some(known) = upstreams.get_mut(item.upstream) {

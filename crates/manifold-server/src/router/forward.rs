@@ -29,6 +29,10 @@ impl Router {
                 return self.resume(ctx, method, env, &state);
             }
         }
+        // Tool discovery's own tool, when the caller is in search mode.
+        if method == "tools/call" && self.discovery.active() && self.find_tools(&ctx, env) {
+            return;
+        }
         let catalog = self.hub.catalog();
         let sight = ctx.caller.restricted().map(|t| &**t);
         let target = match method {
@@ -38,7 +42,14 @@ impl Router {
             _ => resolve::read(&catalog, env, sight),
         };
         match target {
-            Ok(target) => self.admit(ctx, target),
+            Ok(target) => {
+                if let (true, Some(session), Some(name)) =
+                    (self.discovery.active(), &ctx.session, &target.exposed)
+                {
+                    session.found().touch(name);
+                }
+                self.admit(ctx, target)
+            }
             Err(e) => ctx.fail(&e),
         }
     }

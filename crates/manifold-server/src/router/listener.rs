@@ -9,7 +9,12 @@ use super::Router;
 
 impl Listener for Router {
     fn lists_changed(&self, kinds: &[Kind]) {
-        self.fanout.lists_changed(&self.hub.catalog(), kinds);
+        let catalog = self.hub.catalog();
+        if kinds.contains(&Kind::Tools) {
+            // Found tools that left a session's view leave its list first.
+            self.prune_found(&catalog);
+        }
+        self.fanout.lists_changed(&catalog, kinds);
     }
 
     fn upstream_notification(

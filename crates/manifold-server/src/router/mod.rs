@@ -88,6 +88,8 @@ pub struct Parts {
     /// Where caches send the upstream subscriptions their entries held when the entries go,
     /// and where the router hears of them (made by [`releases`]).
     pub released: (Releases, Released),
+    /// `[discovery]`: tool discovery for callers without a team (teams have their own).
+    pub discovery: manifold_config::DiscoverySettings,
 }
 
 /// Where caches send the upstream subscriptions their entries no longer hold.
@@ -121,6 +123,8 @@ pub struct Router {
     stdio_caller: Arc<Caller>,
     /// Given to the caches a reload makes.
     releases: Releases,
+    /// Tool discovery: settings of callers without a team, and the search index.
+    discovery: crate::discovery::Discovery,
     /// Which sessions hear what upstreams say.
     fanout: Fanout,
     /// What upstreams were asked on the hosts' behalf (log levels, subscriptions).
@@ -146,6 +150,8 @@ impl Router {
                 Caller::of_team(Arc::clone(team), id)
             });
         let (releases, released) = parts.released;
+        let team_configs: Vec<_> = parts.teams.all().map(|t| (**t.config()).clone()).collect();
+        let discovery = crate::discovery::Discovery::new(parts.discovery, &team_configs);
         let keys = parts
             .upstreams
             .iter()
@@ -173,6 +179,7 @@ impl Router {
             }),
             stdio_caller,
             releases,
+            discovery,
             interest: interest::Interest::default(),
             tasks,
             parked,

@@ -34,6 +34,8 @@ pub struct Reload {
     /// Upstreams (by index) removed.
     pub removed: Vec<usize>,
     pub teams: Vec<TeamConfig>,
+    /// `[discovery]`.
+    pub discovery: manifold_config::DiscoverySettings,
     pub layers: Vec<Arc<dyn Layer>>,
     pub cache: Option<Arc<Cache>>,
     /// The timeouts upstream connections start with, where their own config sets none.
@@ -64,6 +66,7 @@ impl Router {
         );
         self.pool.set_configs(reload.configs.clone());
         let teams = Arc::new(old.teams.reloaded(&reload.teams));
+        self.discovery.configure(reload.discovery, &reload.teams);
         let headers_changed = teams_with_new_headers(&before, &teams);
         self.set_live(Live {
             layers: reload.layers.into(),

@@ -26,6 +26,9 @@ impl Router {
                 "initialize needs a session".into(),
             ));
         };
+        if let Err(e) = self.choose_discovery(&ctx, params.meta) {
+            return ctx.fail(&e);
+        }
         if !session.begin_initialize() {
             return ctx.fail(&RouteError::AlreadyInitialized);
         }
@@ -66,7 +69,8 @@ pub(in crate::router) fn for_caller<R>(
             let view = team.view(catalog);
             make(&|i| view.knows_upstream(i))
         }
-        None => make(&|_| true),
+        // Every upstream but those a reload removed.
+        None => make(&|i| catalog.defs().get(i).is_some_and(|d| !d.retired)),
     }
 }
 

@@ -97,6 +97,12 @@ impl Router {
         }
         let catalog = self.hub.catalog();
         let hints = ctx.is_stateless().then(|| hints(&catalog, kind, &ctx));
+        // A caller in tool discovery's search mode lists what its session found.
+        if kind == Kind::Tools
+            && self.list_discovered(&ctx, &catalog, cursor, |body| reply(&ctx, body, hints))
+        {
+            return;
+        }
         let page = match ctx.caller.restricted() {
             // Pages of a team's view are serialized once per view, like the catalog's.
             Some(team) => team

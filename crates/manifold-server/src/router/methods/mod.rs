@@ -5,6 +5,7 @@
 
 mod completion;
 mod discover;
+mod find;
 mod initialize;
 mod listen;
 mod lists;
