@@ -179,7 +179,8 @@ fn results_name_what_was_added_or_carry_definitions() {
         added: vec!["up__a".into()],
         evicted: vec![],
     };
-    let r: Value = serde_json::from_str(&result(&[hit.clone()], listing, &listed, false)).unwrap();
+    let r: Value =
+        serde_json::from_str(&result(std::slice::from_ref(&hit), listing, &listed, false)).unwrap();
     assert_eq!(r["structuredContent"]["added"], json!(["up__a"]));
     assert!(r["structuredContent"]["tools"][0]
         .get("definition")
