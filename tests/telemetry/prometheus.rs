@@ -74,7 +74,12 @@ fn dashboards_have_data_from_a_real_prometheus() {
 
     // A second Manifold serving Streamable HTTP (its /metrics on the same listener), so that
     // host sessions end while Prometheus watches: a stdio session ends only with the process.
-    let h = Server::start(&fixture_upstream("delta", &["--name", "delta"]));
+    // Its sessions are in tool discovery's search mode (delta's tools pinned): find_tools
+    // feeds the discovery panels.
+    let h = Server::start(&format!(
+        "[discovery]\nmode = \"search\"\npinned = [\"delta__*\"]\n\n{}",
+        fixture_upstream("delta", &["--name", "delta"])
+    ));
     let mut resident = h.ready_host();
     let r = resident.call("delta__echo", json!({"text": "stays"}));
     assert_eq!(r["result"]["content"][0]["text"], "stays", "{r}");
@@ -279,6 +284,9 @@ fn wave(m: &mut Manifold, h: &Server, client: &Client, admin: u16, n: u64) {
     let mut host = h.ready_host();
     let r = host.call("delta__echo", json!({"text": "http"}));
     assert_eq!(r["result"]["content"][0]["text"], "http", "{r}");
+    let r = host.call("find_tools", json!({"query": "echo text back"}));
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert!(host.request("tools/list", json!({})).get("result").is_some());
     assert!(host.delete().status().is_success());
     let ended = "mcp_server_session_duration_seconds_count{transport=\"http\"}";
     eventually("the HTTP session's end recorded", || {
