@@ -399,7 +399,9 @@ fn reloads_of_every_kind_under_load_fail_no_call_they_do_not_concern() {
     let mut last = before.clone();
     for (kind, text) in &steps {
         let text = if text.is_empty() { &last } else { text };
+        let started = Instant::now();
         let (status, report) = server.reload(text);
+        eprintln!("reload ({kind}) answered in {:?}", started.elapsed());
         assert_eq!(status, StatusCode::OK, "{kind}: {report}");
         last = text.clone();
         std::thread::sleep(Duration::from_millis(700));

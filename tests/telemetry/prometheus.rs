@@ -286,7 +286,10 @@ fn wave(m: &mut Manifold, h: &Server, client: &Client, admin: u16, n: u64) {
     assert_eq!(r["result"]["content"][0]["text"], "http", "{r}");
     let r = host.call("find_tools", json!({"query": "echo text back"}));
     assert_eq!(r["result"]["isError"], false, "{r}");
-    assert!(host.request("tools/list", json!({})).get("result").is_some());
+    assert!(host
+        .request("tools/list", json!({}))
+        .get("result")
+        .is_some());
     assert!(host.delete().status().is_success());
     let ended = "mcp_server_session_duration_seconds_count{transport=\"http\"}";
     eventually("the HTTP session's end recorded", || {
