@@ -22,7 +22,7 @@ pub struct Event {
 }
 
 /// Bytes of an oversize event's data kept from each end.
-const KEPT: usize = 256;
+pub const KEPT: usize = 256;
 
 /// An incremental `text/event-stream` parser.
 #[derive(Debug)]
@@ -115,10 +115,10 @@ impl Parser {
             b"data" => self.push_data(&value),
             // An id holding NUL is ignored, as the standard says.
             b"id" if !value.contains('\0') => self.last_id = Some(value.into_owned()),
-            b"retry" => {
-                if let Ok(ms) = value.parse() {
-                    self.retry_ms = Some(ms);
-                }
+            // ASCII digits only, as the standard says: `parse` alone would take a `+` sign.
+            // A delay too large to hold is the largest one.
+            b"retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                self.retry_ms = Some(value.parse().unwrap_or(u64::MAX));
             }
             _ => {}
         }
@@ -278,6 +278,18 @@ mod tests {
         assert_eq!(events[0].oversize, Some(whole.len()));
         assert_eq!(events[0].data, &whole[..KEPT]);
         assert_eq!(events[0].tail, &whole[whole.len() - KEPT..]);
+    }
+
+    /// The event-stream rules take `retry` only when its value is ASCII digits; Rust's
+    /// integer parsing also takes a leading `+`, so `retry: +5` set a delay.
+    #[test]
+    fn retry_is_digits_only() {
+        let (_, p) = parse(&[b"retry: +5\nretry: -1\nretry: 1e3\nretry:\n\n"], 100);
+        assert_eq!(p.retry_ms(), None);
+        let (_, p) = parse(&[b"retry: 250\nretry: +5\n"], 100);
+        assert_eq!(p.retry_ms(), Some(250), "an ignored field changes nothing");
+        let (_, p) = parse(&[b"retry: 99999999999999999999999\n"], 100);
+        assert_eq!(p.retry_ms(), Some(u64::MAX));
     }
 
     #[test]
