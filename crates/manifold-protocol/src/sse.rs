@@ -127,7 +127,7 @@ impl Parser {
 
     fn push_data(&mut self, value: &str) {
         let sep = if self.has_data { "\n" } else { "" };
-        let within = self.data_len <= self.max;
+        let before = self.data_len;
         self.has_data = true;
         self.data_len += sep.len() + value.len();
         if self.data_len <= self.max {
@@ -136,15 +136,20 @@ impl Parser {
             return;
         }
         let tail = &mut self.event.tail;
-        if within {
-            // The limit is passed now: the start is kept as it is, up to KEPT bytes.
-            let data = &mut self.event.data;
+        let data = &mut self.event.data;
+        if before <= self.max {
+            // The limit is passed now: the last bytes so far start the tail, and the start is
+            // kept as it is, up to KEPT bytes.
             let from = ceil_char_boundary(data, data.len().saturating_sub(KEPT));
             tail.push_str(&data[from..]);
             data.truncate(floor_char_boundary(data, KEPT.min(data.len())));
-            let room = KEPT - data.len();
+        }
+        // While the kept start is all the data so far, it grows up to KEPT bytes (a limit
+        // below KEPT is passed before that many arrived).
+        if data.len() == before {
+            let room = KEPT.saturating_sub(data.len());
             data.push_str(&sep[..room.min(sep.len())]);
-            let room = KEPT - data.len();
+            let room = KEPT.saturating_sub(data.len());
             data.push_str(&value[..floor_char_boundary(value, room.min(value.len()))]);
         }
         tail.push_str(sep);
@@ -290,6 +295,16 @@ mod tests {
         assert_eq!(p.retry_ms(), Some(250), "an ignored field changes nothing");
         let (_, p) = parse(&[b"retry: 99999999999999999999999\n"], 100);
         assert_eq!(p.retry_ms(), Some(u64::MAX));
+    }
+
+    /// Found by the sse fuzz target: under a limit below KEPT, the kept start of an oversize
+    /// event stopped at the data line that passed the limit, though later lines had room.
+    #[test]
+    fn a_small_limit_keeps_the_start_across_data_lines() {
+        let (events, _) = parse(&[b"data: 0123456789\ndata: abc\n\n"], 8);
+        assert_eq!(events[0].oversize, Some(14));
+        assert_eq!(events[0].data, "0123456789\nabc");
+        assert_eq!(events[0].tail, "0123456789\nabc");
     }
 
     #[test]
