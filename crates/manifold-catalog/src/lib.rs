@@ -16,6 +16,9 @@ pub mod pins;
 pub mod rewrite;
 pub mod uri;
 
+#[cfg(test)]
+mod proptests;
+
 pub use build::{
     CacheHint, Catalog, Collision, Resolved, UpstreamDef, UpstreamSlice, UpstreamState,
 };
