@@ -307,9 +307,9 @@ mod tests {
         }
     }
 
-    /// Found by fuzzing: the `\r` of a CRLF terminator counted towards the limit, so a
-    /// line of exactly the limit was dropped when it ended in `\r\n` (the line_buffer
-    /// target's input: `\r\n` under a limit of 0).
+    /// Reported by earlier fuzzing and confirmed by the line_buffer target (`\r\n` under a
+    /// limit of 0): the `\r` of a CRLF terminator counted towards the limit, so a line of
+    /// exactly the limit was dropped when it ended in `\r\n`.
     #[test]
     fn a_crlf_line_of_exactly_max_is_accepted() {
         for chunk in [1, 2, 3, 5, 100] {
