@@ -13,6 +13,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "format and lints"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "build (the fixture server is a crate of its own; tests run its binary)"
@@ -47,6 +48,14 @@ fi
 
 step "unit and integration tests (fixture upstreams over stdio and HTTP, rmcp client)"
 cargo test --workspace --locked
+
+step "bounded fuzz pass: each fuzz target for 30000 runs, regression inputs first (FUZZING.md)"
+# The fuzz package is a workspace of its own with its own target folder: its targets are built
+# with coverage instrumentation (libFuzzer on the stable toolchain) that no other build shares.
+# Each run first executes every checked-in seed and regression input through the target's
+# checks (what `cargo test --manifest-path fuzz/Cargo.toml` replays without the engine, which
+# would cost a second build of the same code), then fuzzes on.
+CARGO_TARGET_DIR="$PWD/fuzz/target" bash fuzz/run.sh all 30000 -verbosity=0
 
 step "install interop peers (PyPI: mcp, mcp-server-time; npm: server-everything)"
 bash tests/interop/install.sh

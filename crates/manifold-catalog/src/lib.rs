@@ -17,6 +17,9 @@ pub mod rewrite;
 pub mod search;
 pub mod uri;
 
+#[cfg(test)]
+mod proptests;
+
 pub use build::{
     CacheHint, Catalog, Collision, Resolved, UpstreamDef, UpstreamSlice, UpstreamState,
 };

@@ -48,7 +48,11 @@ pub fn exposed_name(
         origin = NameOrigin::Sanitized;
     }
     if name.is_empty() {
+        // Hosts refuse an empty name; the placeholder differs from what was wanted.
         name.push('_');
+        if origin == NameOrigin::Prefixed {
+            origin = NameOrigin::Sanitized;
+        }
     }
     if name.len() > settings.max_length {
         name = shorten(&name, &wanted, settings.max_length);
@@ -123,6 +127,20 @@ mod tests {
             ("fs__read_file_v2__".into(), NameOrigin::Sanitized)
         );
         assert_eq!(sanitize("my server"), "my_server");
+    }
+
+    /// Found by fuzzing: an empty name (no prefix, an upstream tool named "") became `_`
+    /// but was reported as exactly its original, so `check` did not mark it.
+    #[test]
+    fn an_empty_name_made_into_a_placeholder_is_marked_sanitized() {
+        assert_eq!(
+            exposed_name(&settings(), "", "", None),
+            ("_".into(), NameOrigin::Sanitized)
+        );
+        assert_eq!(
+            exposed_name(&settings(), "", "", Some("")),
+            ("_".into(), NameOrigin::Renamed)
+        );
     }
 
     #[test]

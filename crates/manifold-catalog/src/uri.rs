@@ -47,14 +47,17 @@ pub fn expose(uri_prefix: &str, original: &str) -> String {
     s
 }
 
-/// Splits an exposed URI into its prefix and the original URI.
+/// Splits an exposed URI into its prefix and the original URI. Only what [`expose`] writes
+/// is split: `{prefix}+ui://{rest}` is not how a `ui://` URI is exposed, so it is no
+/// exposed URI (else one resource would have two names, only one of them listed).
 pub fn split(exposed: &str) -> Option<(&str, Cow<'_, str>)> {
     if let Some(rest) = exposed.strip_prefix(UI_SCHEME) {
         let (prefix, rest) = rest.split_once('/')?;
         return scheme_safe(prefix).then(|| (prefix, Cow::Owned(format!("{UI_SCHEME}{rest}"))));
     }
     let (prefix, original) = exposed.split_once('+')?;
-    scheme_safe(prefix).then_some((prefix, Cow::Borrowed(original)))
+    (scheme_safe(prefix) && !original.starts_with(UI_SCHEME))
+        .then_some((prefix, Cow::Borrowed(original)))
 }
 
 fn scheme_safe(prefix: &str) -> bool {
@@ -100,6 +103,20 @@ mod tests {
         assert_eq!(expose("", "ui://clock/app.html"), "ui://clock/app.html");
         assert_eq!(split("ui://Clock/app.html"), None);
         assert_eq!(split("ui://clock"), None);
+    }
+
+    /// Caught by the uris fuzz target: `p+ui://x` split into `p` and `ui://x`, a second
+    /// spelling of the exposed `ui://p/x`, which no listing shows.
+    #[test]
+    fn a_ui_uri_has_one_exposed_spelling() {
+        assert_eq!(expose("p", "ui://x/app.html"), "ui://p/x/app.html");
+        assert_eq!(split("p+ui://x/app.html"), None);
+        assert_eq!(
+            split("ui://p/x/app.html"),
+            Some(("p", "ui://x/app.html".into()))
+        );
+        // Other schemes that merely look alike keep the plus form.
+        assert_eq!(split("p+uix://x"), Some(("p", "uix://x".into())));
     }
 
     #[test]

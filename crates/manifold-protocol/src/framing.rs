@@ -92,13 +92,13 @@ impl LineBuffer {
     pub fn next_frame(&mut self) -> Option<Frame<'_>> {
         if let Some(dropped) = self.skipping {
             let Some(pos) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) else {
-                self.keep_tail(self.start, self.end);
+                self.keep_ends(self.start, self.end);
                 self.skipping = Some(dropped + (self.end - self.start));
                 self.start = self.end;
                 self.scanned = self.end;
                 return None;
             };
-            self.keep_tail(self.start, self.start + pos);
+            self.keep_ends(self.start, self.start + pos);
             self.skipping = None;
             self.start += pos + 1;
             self.scanned = self.start;
@@ -106,7 +106,7 @@ impl LineBuffer {
         }
         let Some(pos) = memchr::memchr(b'\n', &self.buf[self.scanned..self.end]) else {
             self.scanned = self.end;
-            if self.end - self.start > self.max {
+            if self.surely_over(self.start, self.end) {
                 self.begin_skip(self.start, self.end);
                 self.skipping = Some(self.end - self.start);
                 self.start = self.end;
@@ -117,19 +117,33 @@ impl LineBuffer {
         let line_end = self.scanned + pos;
         self.start = line_end + 1;
         self.scanned = self.start;
-        if line_end - line_start > self.max {
+        if trim_cr(&self.buf[line_start..line_end]).len() > self.max {
             self.begin_skip(line_start, line_end);
             return Some(self.oversize(line_end - line_start));
         }
         Some(Frame::Line(trim_cr(&self.buf[line_start..line_end])))
     }
 
+    /// Whether the unterminated line in `buf[from..to]` is over the limit whatever follows:
+    /// a last `\r` may yet turn out to be part of its terminator, which does not count.
+    fn surely_over(&self, from: usize, to: usize) -> bool {
+        let len = to - from;
+        len > self.max && (len - 1 > self.max || self.buf[to - 1] != b'\r')
+    }
+
     /// Keeps the first and last bytes of `buf[from..to]`, the start of an oversize line.
     fn begin_skip(&mut self, from: usize, to: usize) {
         self.head.clear();
-        self.head
-            .extend_from_slice(&self.buf[from..to.min(from + KEPT)]);
         self.tail.clear();
+        self.keep_ends(from, to);
+    }
+
+    /// Adds `buf[from..to]`, the next bytes of the line being dropped, to its kept ends. The
+    /// head fills up across reads: a small limit can be passed before `KEPT` bytes arrived.
+    fn keep_ends(&mut self, from: usize, to: usize) {
+        let room = KEPT.saturating_sub(self.head.len());
+        self.head
+            .extend_from_slice(&self.buf[from..to.min(from.saturating_add(room))]);
         self.keep_tail(from, to);
     }
 
@@ -145,20 +159,25 @@ impl LineBuffer {
         self.tail.extend_from_slice(&self.buf[from..to]);
     }
 
-    fn oversize(&self, len: usize) -> Frame<'_> {
+    /// The frame of a dropped line of `raw_len` bytes up to its newline: a `\r` before the
+    /// newline is the terminator's, and counts neither in its length nor in its ends.
+    fn oversize(&self, raw_len: usize) -> Frame<'_> {
+        let cr = usize::from(self.tail.last() == Some(&b'\r'));
+        let len = raw_len - cr;
         let tail = trim_cr(&self.tail);
         Frame::Oversize {
             len,
-            head: &self.head,
+            head: &self.head[..self.head.len().min(len)],
             tail: &tail[tail.len().saturating_sub(KEPT)..],
         }
     }
 
-    /// At end of input: the unterminated last line, if any bytes remain.
+    /// At end of input: the unterminated last line, if any bytes remain (a last `\r` is
+    /// dropped, as before a newline).
     pub fn take_rest(&mut self) -> Option<Frame<'_>> {
         if let Some(dropped) = self.skipping.take() {
             let len = dropped + (self.end - self.start);
-            self.keep_tail(self.start, self.end);
+            self.keep_ends(self.start, self.end);
             self.start = self.end;
             return Some(self.oversize(len));
         }
@@ -168,7 +187,7 @@ impl LineBuffer {
         let (s, e) = (self.start, self.end);
         self.start = self.end;
         self.scanned = self.end;
-        if e - s > self.max {
+        if trim_cr(&self.buf[s..e]).len() > self.max {
             self.begin_skip(s, e);
             return Some(self.oversize(e - s));
         }
@@ -282,13 +301,56 @@ mod tests {
             }
             let (len, head, tail) = kept.unwrap();
             let b = line.as_bytes();
-            assert_eq!(
-                len,
-                b.len() + 1,
-                "chunk {chunk}: the \\r counts, as for a kept line"
-            );
+            assert_eq!(len, b.len(), "chunk {chunk}: the \\r is the terminator's");
             assert_eq!(head, &b[..KEPT], "chunk {chunk}");
             assert_eq!(tail, &b[b.len() - KEPT..], "chunk {chunk}");
+        }
+    }
+
+    /// Reported by earlier fuzzing and confirmed by the line_buffer target (`\r\n` under a
+    /// limit of 0): the `\r` of a CRLF terminator counted towards the limit, so a line of
+    /// exactly the limit was dropped when it ended in `\r\n`.
+    #[test]
+    fn a_crlf_line_of_exactly_max_is_accepted() {
+        for chunk in [1, 2, 3, 5, 100] {
+            assert_eq!(
+                frames(b"abcd\r\nabcde\r\n\r\nabcd\r", chunk, 4),
+                vec![
+                    Ok("abcd".into()),
+                    Err(5),
+                    Ok(String::new()),
+                    Ok("abcd".into())
+                ],
+                "chunk {chunk}"
+            );
+        }
+        assert_eq!(frames(b"\r\n", 1, 0), vec![Ok(String::new())]);
+    }
+
+    /// Found by fuzzing (limit 0, the line `\0\0\0` read a byte at a time): under a limit
+    /// smaller than `KEPT`, the head of an oversize line held only the bytes read before the
+    /// limit was passed.
+    #[test]
+    fn a_small_limit_keeps_the_whole_head_across_reads() {
+        let line = b"{\"id\":7,\"x\":1}";
+        for chunk in [1, 2, 3, 100] {
+            let mut lb = LineBuffer::new(2);
+            let mut kept = None;
+            for piece in line.chunks(chunk).chain([&b"\r\n"[..]]) {
+                lb.read_with(|spare| {
+                    spare[..piece.len()].copy_from_slice(piece);
+                    Ok::<_, ()>(piece.len())
+                })
+                .unwrap();
+                if let Some(Frame::Oversize { len, head, tail }) = lb.next_frame() {
+                    kept = Some((len, head.to_vec(), tail.to_vec()));
+                }
+            }
+            assert_eq!(
+                kept,
+                Some((line.len(), line.to_vec(), line.to_vec())),
+                "chunk {chunk}"
+            );
         }
     }
 

@@ -5,6 +5,7 @@
 //! I/O: callers read and write bytes, this crate tells them what the bytes mean.
 #![forbid(unsafe_code)]
 
+mod canonical;
 pub mod envelope;
 pub mod error;
 pub mod framing;
@@ -15,6 +16,7 @@ pub mod sse;
 pub mod version;
 pub mod write;
 
+pub use canonical::canonical;
 pub use envelope::{Envelope, Kind, MessageError, Params, ParamsError, Place};
 pub use error::{codes, ErrorObject};
 pub use framing::{Frame, LineBuffer};

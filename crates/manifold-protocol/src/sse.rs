@@ -22,7 +22,7 @@ pub struct Event {
 }
 
 /// Bytes of an oversize event's data kept from each end.
-const KEPT: usize = 256;
+pub const KEPT: usize = 256;
 
 /// An incremental `text/event-stream` parser.
 #[derive(Debug)]
@@ -115,10 +115,10 @@ impl Parser {
             b"data" => self.push_data(&value),
             // An id holding NUL is ignored, as the standard says.
             b"id" if !value.contains('\0') => self.last_id = Some(value.into_owned()),
-            b"retry" => {
-                if let Ok(ms) = value.parse() {
-                    self.retry_ms = Some(ms);
-                }
+            // ASCII digits only, as the standard says: `parse` alone would take a `+` sign.
+            // A delay too large to hold is the largest one.
+            b"retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                self.retry_ms = Some(value.parse().unwrap_or(u64::MAX));
             }
             _ => {}
         }
@@ -127,7 +127,7 @@ impl Parser {
 
     fn push_data(&mut self, value: &str) {
         let sep = if self.has_data { "\n" } else { "" };
-        let within = self.data_len <= self.max;
+        let before = self.data_len;
         self.has_data = true;
         self.data_len += sep.len() + value.len();
         if self.data_len <= self.max {
@@ -136,15 +136,20 @@ impl Parser {
             return;
         }
         let tail = &mut self.event.tail;
-        if within {
-            // The limit is passed now: the start is kept as it is, up to KEPT bytes.
-            let data = &mut self.event.data;
+        let data = &mut self.event.data;
+        if before <= self.max {
+            // The limit is passed now: the last bytes so far start the tail, and the start is
+            // kept as it is, up to KEPT bytes.
             let from = ceil_char_boundary(data, data.len().saturating_sub(KEPT));
             tail.push_str(&data[from..]);
             data.truncate(floor_char_boundary(data, KEPT.min(data.len())));
-            let room = KEPT - data.len();
+        }
+        // While the kept start is all the data so far, it grows up to KEPT bytes (a limit
+        // below KEPT is passed before that many arrived).
+        if data.len() == before {
+            let room = KEPT.saturating_sub(data.len());
             data.push_str(&sep[..room.min(sep.len())]);
-            let room = KEPT - data.len();
+            let room = KEPT.saturating_sub(data.len());
             data.push_str(&value[..floor_char_boundary(value, room.min(value.len()))]);
         }
         tail.push_str(sep);
@@ -278,6 +283,28 @@ mod tests {
         assert_eq!(events[0].oversize, Some(whole.len()));
         assert_eq!(events[0].data, &whole[..KEPT]);
         assert_eq!(events[0].tail, &whole[whole.len() - KEPT..]);
+    }
+
+    /// The event-stream rules take `retry` only when its value is ASCII digits; Rust's
+    /// integer parsing also takes a leading `+`, so `retry: +5` set a delay.
+    #[test]
+    fn retry_is_digits_only() {
+        let (_, p) = parse(&[b"retry: +5\nretry: -1\nretry: 1e3\nretry:\n\n"], 100);
+        assert_eq!(p.retry_ms(), None);
+        let (_, p) = parse(&[b"retry: 250\nretry: +5\n"], 100);
+        assert_eq!(p.retry_ms(), Some(250), "an ignored field changes nothing");
+        let (_, p) = parse(&[b"retry: 99999999999999999999999\n"], 100);
+        assert_eq!(p.retry_ms(), Some(u64::MAX));
+    }
+
+    /// Found by the sse fuzz target: under a limit below KEPT, the kept start of an oversize
+    /// event stopped at the data line that passed the limit, though later lines had room.
+    #[test]
+    fn a_small_limit_keeps_the_start_across_data_lines() {
+        let (events, _) = parse(&[b"data: 0123456789\ndata: abc\n\n"], 8);
+        assert_eq!(events[0].oversize, Some(14));
+        assert_eq!(events[0].data, "0123456789\nabc");
+        assert_eq!(events[0].tail, "0123456789\nabc");
     }
 
     #[test]

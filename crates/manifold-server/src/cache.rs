@@ -28,7 +28,7 @@ use manifold_catalog::{Catalog, UpstreamSlice, UpstreamState};
 use manifold_config::{
     CacheBackend, CacheRule, CacheScope, CacheSettings, UpstreamCaches, UpstreamConfig,
 };
-use manifold_protocol::RawObject;
+use manifold_protocol::{canonical, RawObject};
 use manifold_telemetry::{metrics, CacheCounters, Eviction};
 use moka::notification::RemovalCause;
 use tokio::sync::mpsc;
@@ -790,57 +790,6 @@ fn directive(params: &RawObject<'_>) -> Result<Directive, RouteError> {
     }
 }
 
-/// `raw` JSON in a canonical form: object members sorted by key, no insignificant
-/// whitespace, strings escaped one way. Numbers keep their own text (`1.0` and `1` are two
-/// keys): read as doubles, different numbers could share a key. `None` if it is not JSON.
-fn canonical(raw: &str) -> Option<String> {
-    let mut out = String::with_capacity(raw.len());
-    write_canonical(raw, &mut out)?;
-    Some(out)
-}
-
-fn write_canonical(raw: &str, out: &mut String) -> Option<()> {
-    use manifold_protocol::{object::json_string, scan};
-    let raw = raw.trim();
-    match raw.as_bytes().first()? {
-        b'{' => {
-            let mut members = Vec::new();
-            let mut keys_ok = true;
-            scan::for_each_member(raw, |m| match m.key_text() {
-                Some(key) => members.push((key, m.value)),
-                None => keys_ok = false,
-            })
-            .ok()?;
-            keys_ok.then_some(())?;
-            members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            out.push('{');
-            for (i, (key, value)) in members.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&json_string(&key));
-                out.push(':');
-                write_canonical(value, out)?;
-            }
-            out.push('}');
-        }
-        b'[' => {
-            out.push('[');
-            for (i, item) in scan::elements(raw).ok()?.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out)?;
-            }
-            out.push(']');
-        }
-        b'"' => out.push_str(&json_string(&scan::string_value(raw)?)),
-        // Numbers, true, false, null: a scanned value is one token.
-        _ => out.push_str(raw),
-    }
-    Some(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -864,20 +813,6 @@ mod tests {
             Hint::of(r#"{"contents":[{"text":"\"ttlMs\":0"}]}"#),
             Hint::default()
         );
-    }
-
-    #[test]
-    fn canonical_arguments_ignore_member_order_and_whitespace() {
-        let a = canonical(r#"{"b": [1, {"y": 2, "x": "\u0041"}], "a": null}"#).unwrap();
-        let b = canonical(r#"{"a":null,"b":[1,{"x":"A","y":2}]}"#).unwrap();
-        assert_eq!(a, b);
-        assert_eq!(a, r#"{"a":null,"b":[1,{"x":"A","y":2}]}"#);
-        assert_ne!(
-            canonical("[1,2]"),
-            canonical("[2,1]"),
-            "arrays keep their order"
-        );
-        assert_eq!(canonical("{"), None);
     }
 
     #[test]
