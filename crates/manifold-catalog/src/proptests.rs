@@ -80,6 +80,8 @@ fn def(u: &Upstream) -> UpstreamDef {
         prompts: NameFilter::default(),
         tool_timeouts: BTreeMap::new(),
         pinning: None,
+        required: false,
+        retired: false,
     }
 }
 
