@@ -37,8 +37,12 @@ fn run(chunks: &[&[u8]], max: usize) -> Outcome {
 }
 
 /// The stream read by the standard's rules, line by line (a line ends at CRLF, LF or CR;
-/// what follows the last line break is discarded at the end of the stream).
+/// what follows the last line break is discarded at the end of the stream; one UTF-8 byte
+/// order mark at the very start is dropped).
 fn reference(stream: &[u8], max: usize) -> Outcome {
+    let stream = stream
+        .strip_prefix(&[0xEF, 0xBB, 0xBF][..])
+        .unwrap_or(stream);
     let mut state = Reference::default();
     let mut line = Vec::new();
     let mut i = 0;

@@ -5,7 +5,8 @@
 //! The format, as the HTML standard defines it: lines end in `\n`, `\r\n` or `\r`; a line
 //! `field: value` (one space after the colon dropped) sets a field; `data` lines accumulate,
 //! joined by `\n`; a line starting with `:` is a comment; an empty line ends the event. `id`
-//! and `retry` persist across events.
+//! and `retry` persist across events. One byte order mark at the very start of the stream is
+//! dropped.
 
 /// One event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -38,7 +39,14 @@ pub struct Parser {
     retry_ms: Option<u64>,
     /// Largest data accepted whole.
     max: usize,
+    /// How many bytes of a leading byte order mark were seen; [`PAST_START`] once the
+    /// stream's first bytes are known not to be one (or it was dropped).
+    bom: u8,
 }
+
+/// UTF-8's byte order mark, which the standard drops when a stream starts with it.
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+const PAST_START: u8 = u8::MAX;
 
 impl Parser {
     /// A parser that keeps events of at most `max` bytes of data whole.
@@ -52,6 +60,7 @@ impl Parser {
             last_id: None,
             retry_ms: None,
             max,
+            bom: 0,
         }
     }
 
@@ -76,21 +85,41 @@ impl Parser {
     /// Feeds bytes; calls `each` for every event they complete.
     pub fn feed(&mut self, bytes: &[u8], mut each: impl FnMut(Event)) {
         for &b in bytes {
-            match b {
-                b'\n' if self.after_cr => self.after_cr = false,
-                b'\n' | b'\r' => {
-                    self.after_cr = b == b'\r';
-                    let line = std::mem::take(&mut self.line);
-                    if let Some(event) = self.end_line(&line) {
-                        each(event);
-                    }
-                    self.line = line;
-                    self.line.clear();
+            if self.bom != PAST_START {
+                let seen = usize::from(self.bom);
+                if b == BOM[seen] {
+                    self.bom = if seen + 1 == BOM.len() {
+                        PAST_START
+                    } else {
+                        self.bom + 1
+                    };
+                    continue;
                 }
-                _ => {
-                    self.after_cr = false;
-                    self.line.push(b);
+                // Not a byte order mark after all: what was held back is the line's start.
+                self.bom = PAST_START;
+                for &held in &BOM[..seen] {
+                    self.byte(held, &mut each);
                 }
+            }
+            self.byte(b, &mut each);
+        }
+    }
+
+    fn byte(&mut self, b: u8, each: &mut impl FnMut(Event)) {
+        match b {
+            b'\n' if self.after_cr => self.after_cr = false,
+            b'\n' | b'\r' => {
+                self.after_cr = b == b'\r';
+                let line = std::mem::take(&mut self.line);
+                if let Some(event) = self.end_line(&line) {
+                    each(event);
+                }
+                self.line = line;
+                self.line.clear();
+            }
+            _ => {
+                self.after_cr = false;
+                self.line.push(b);
             }
         }
     }
@@ -287,6 +316,25 @@ mod tests {
 
     /// The event-stream rules take `retry` only when its value is ASCII digits; Rust's
     /// integer parsing also takes a leading `+`, so `retry: +5` set a delay.
+    #[test]
+    fn one_byte_order_mark_at_the_start_is_dropped_even_split() {
+        let stream: &[u8] = b"\xEF\xBB\xBFevent: endpoint\ndata: /messages\n\n";
+        for at in 0..4 {
+            let (events, _) = parse(&[&stream[..at], &stream[at..]], 1024);
+            assert_eq!(events.len(), 1, "split at {at}");
+            assert_eq!(
+                (events[0].kind.as_str(), events[0].data.as_str()),
+                ("endpoint", "/messages")
+            );
+        }
+        // Only at the start, and only one; a partial mark is the line's own bytes.
+        let (events, _) = parse(&[b"\xEF\xBB\xBF\xEF\xBB\xBFdata: x\n\n"], 1024);
+        assert!(events.is_empty(), "the second mark makes an unknown field");
+        let (events, _) = parse(&[b"\xEFdata: x\n\ndata: y\n\n"], 1024);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data, "y");
+    }
+
     #[test]
     fn retry_is_digits_only() {
         let (_, p) = parse(&[b"retry: +5\nretry: -1\nretry: 1e3\nretry:\n\n"], 100);
