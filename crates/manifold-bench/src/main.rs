@@ -56,6 +56,12 @@ enum Scenario {
     Replicas,
     /// Upstreams killed (kill -9) and stopped (SIGSTOP) under 16 HTTP hosts; not in `all`.
     Faults,
+    /// A steady paced load over Streamable HTTP for `--soak-seconds` (a mix of calls, lists,
+    /// cache hits and refusals to 10 upstreams): every answer checked, Manifold's memory,
+    /// descriptors, threads and children sampled each second. Fails on a lost, duplicated
+    /// or unexpected answer, or on descriptors, threads or children that do not stay flat.
+    /// Not part of `all`.
+    Soak,
 }
 
 impl Scenario {
@@ -64,14 +70,15 @@ impl Scenario {
             one,
             Scenario::HttpLatency | Scenario::HttpThroughput | Scenario::HttpRss
         );
-        let all = self == Scenario::All && !matches!(one, Scenario::Replicas | Scenario::Faults);
+        let all = self == Scenario::All
+            && !matches!(one, Scenario::Replicas | Scenario::Faults | Scenario::Soak);
         all || self == one || (self == Scenario::Http && http)
     }
 }
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 13] = [
+const RUNS: [(Scenario, &str, Run); 14] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
@@ -93,6 +100,7 @@ const RUNS: [(Scenario, &str, Run); 13] = [
     (Scenario::HttpRss, "http-rss", scenario::http_rss),
     (Scenario::Replicas, "replicas", scenario::replicas),
     (Scenario::Faults, "faults", scenario::faults),
+    (Scenario::Soak, "soak", scenario::soak),
 ];
 
 #[derive(Debug, Parser)]
@@ -138,6 +146,16 @@ struct Cli {
     /// `--manifold-cpus 0`. The host and the direct fixture stay where the OS puts them.
     #[arg(long, value_delimiter = ',')]
     manifold_cpus: Vec<usize>,
+    /// The soak's measured time in seconds, after its warm-up (a tenth of it, 2 to 30 s)
+    /// (default 30, quick 10).
+    #[arg(long)]
+    soak_seconds: Option<u64>,
+    /// The soak's requests per second over all its sessions (default 3000, quick 400).
+    #[arg(long)]
+    soak_rate: Option<u64>,
+    /// The soak's host sessions, one HTTP connection and thread each (default 16).
+    #[arg(long)]
+    soak_sessions: Option<usize>,
     /// A server blocked this many seconds in one send or receive is killed.
     #[arg(long, default_value_t = 60)]
     stall_secs: u64,
@@ -172,6 +190,9 @@ fn run(cli: &Cli) -> Result<()> {
     };
     plan.rounds = cli.rounds.unwrap_or(plan.rounds).max(1);
     plan.window = cli.window.unwrap_or(plan.window).max(1);
+    plan.soak_seconds = cli.soak_seconds.unwrap_or(plan.soak_seconds).max(1);
+    plan.soak_rate = cli.soak_rate.unwrap_or(plan.soak_rate).max(1);
+    plan.soak_sessions = cli.soak_sessions.unwrap_or(plan.soak_sessions).max(1);
     let limits = Limits {
         stall: Duration::from_secs(cli.stall_secs.max(1)),
         lifetime: Duration::from_secs(3600),
@@ -204,6 +225,16 @@ fn run(cli: &Cli) -> Result<()> {
     write(&cli.out, &doc)?;
     print!("{}", report::table(&doc));
     eprintln!("manifold-load: wrote {}", cli.out.display());
+    verdicts(&doc)
+}
+
+/// A scenario that judges its own run (the soak) fails the command once its figures are
+/// written, so that the JSON says why.
+fn verdicts(doc: &Value) -> Result<()> {
+    let soak = &doc["scenarios"]["soak"];
+    if soak["passed"] == false {
+        bail!("the soak failed: {}", soak["failures"]);
+    }
     Ok(())
 }
 
@@ -245,6 +276,9 @@ fn document(
             "replica_single_calls": plan.replica_single_calls,
             "adopt_sessions": plan.adopt_sessions,
             "round_limit_s": plan.round_limit.as_secs(),
+            "soak_seconds": plan.soak_seconds,
+            "soak_rate": plan.soak_rate,
+            "soak_sessions": plan.soak_sessions,
         },
         "scenarios": results,
     })

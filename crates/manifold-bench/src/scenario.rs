@@ -13,6 +13,7 @@ mod list;
 pub(crate) mod policy;
 pub(crate) mod replicas;
 mod rss;
+pub(crate) mod soak;
 mod telemetry;
 mod throughput;
 
@@ -31,6 +32,7 @@ pub use list::list;
 pub use policy::policy;
 pub use replicas::replicas;
 pub use rss::rss;
+pub use soak::soak;
 pub use telemetry::telemetry;
 pub use throughput::throughput;
 

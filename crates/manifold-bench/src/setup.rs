@@ -35,6 +35,12 @@ pub struct Plan {
     pub adopt_sessions: usize,
     /// Upper bound on the wall time of any one measuring loop.
     pub round_limit: Duration,
+    /// How long the soak's measured part lasts, in seconds (a warm-up comes first).
+    pub soak_seconds: u64,
+    /// The soak's requests per second, over all its sessions.
+    pub soak_rate: u64,
+    /// The soak's host sessions, one connection and thread each.
+    pub soak_sessions: usize,
 }
 
 impl Plan {
@@ -54,6 +60,9 @@ impl Plan {
             replica_single_calls: 2_000,
             adopt_sessions: 200,
             round_limit: Duration::from_secs(30),
+            soak_seconds: 30,
+            soak_rate: 3_000,
+            soak_sessions: 16,
         }
     }
 
@@ -73,6 +82,9 @@ impl Plan {
             replica_single_calls: 50,
             adopt_sessions: 10,
             round_limit: Duration::from_secs(30),
+            soak_seconds: 10,
+            soak_rate: 400,
+            soak_sessions: 16,
         }
     }
 
