@@ -195,7 +195,8 @@ fn run(cli: &Cli) -> Result<()> {
     plan.soak_sessions = cli.soak_sessions.unwrap_or(plan.soak_sessions).max(1);
     let limits = Limits {
         stall: Duration::from_secs(cli.stall_secs.max(1)),
-        lifetime: Duration::from_secs(3600),
+        // An hour is more than any scenario takes, but a soak may be told to run longer.
+        lifetime: Duration::from_secs(3600 + plan.soak_seconds.saturating_mul(2)),
         exit_grace: Duration::from_secs(5),
     };
     let mut setup = Setup::new(cli.manifold.clone(), cli.fixture.clone(), limits)?;

@@ -161,4 +161,17 @@ mod tests {
         assert!(v["cpu_us"].is_null(), "no ticks passed: {v}");
         assert_eq!(v["switches"], 0.0);
     }
+
+    #[test]
+    fn finds_a_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let found = children(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        // Other tests of this process may have children too.
+        assert!(found.iter().any(|(pid, _)| *pid == child.id()), "{found:?}");
+    }
 }

@@ -139,3 +139,23 @@ fn read_metrics(server: &HttpServer, counts: &[Count]) -> Result<Vec<u64>> {
     };
     Ok(counts.iter().map(sum).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wrong_answer_fails_the_run_and_names_the_first() {
+        assert!(answer_failures(&Seen::default()).is_empty());
+        let seen = Seen {
+            lost: 2,
+            unexpected: [0, 0, 1, 0],
+            first_problem: Some("a list answered with ...".into()),
+            ..Seen::default()
+        };
+        let failures = answer_failures(&seen);
+        assert_eq!(failures.len(), 3, "{failures:?}");
+        assert!(failures[0].starts_with("2 requests lost"), "{failures:?}");
+        assert!(failures[2].contains("a list answered"), "{failures:?}");
+    }
+}

@@ -11,6 +11,8 @@ use super::sample::Sample;
 use super::{Shape, UPSTREAMS};
 use crate::stats::{round, Summary};
 
+/// What ran: the schedule, the share of each kind of request, the lists' sizes as checked
+/// before the load, and what was added to Manifold's config.
 pub fn config(shape: Shape, tables: &str, items: [usize; 3]) -> Value {
     let shares = Mix::shares();
     let mix: Map<String, Value> = KINDS
@@ -30,6 +32,7 @@ pub fn config(shape: Shape, tables: &str, items: [usize; 3]) -> Value {
     })
 }
 
+/// What became of every request of the run, the warm-up included.
 pub fn requests(seen: &Seen, shape: Shape) -> Value {
     let sent: u64 = seen.sent.iter().sum();
     let good: u64 = seen.good.iter().sum();

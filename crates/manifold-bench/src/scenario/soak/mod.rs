@@ -97,8 +97,7 @@ pub fn soak(setup: &Setup, plan: &Plan) -> Result<Value> {
     let ups = Upstream::many("alpha", UPSTREAMS, 0);
     let spec = setup.manifold_http_tuned("soak", &ups, &tables)?;
     let server = HttpServer::launch(&spec, setup.limits)?;
-    let mut probe = http_session(&server, "soak-probe")?;
-    let (lengths, items) = prime(&mut probe)?;
+    let (lengths, items) = prime(&mut http_session(&server, "soak-prime")?)?;
     let mix = Mix::new(UPSTREAMS, lengths);
     let mut sessions = (0..shape.sessions)
         .map(|j| http_session(&server, &format!("soak-{j}")))
@@ -109,7 +108,9 @@ pub fn soak(setup: &Setup, plan: &Plan) -> Result<Value> {
     );
     let (seen, samples, elapsed) = drive(&server, &mut sessions, &mix, shape)?;
     let mut failures = checks::answer_failures(&seen);
-    let fixtures = checks::fixture_counts(&mut probe, &seen, &mut failures)?;
+    // A session of its own: one left idle through a long run would have expired.
+    let mut check = http_session(&server, "soak-check")?;
+    let fixtures = checks::fixture_counts(&mut check, &seen, &mut failures)?;
     let metrics = checks::metrics(&server, &seen, &mut failures)?;
     let resources = sample::figures(&samples, shape.warmup_s, UPSTREAMS);
     failures.extend(resources.failures);
