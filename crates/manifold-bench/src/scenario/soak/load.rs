@@ -240,23 +240,17 @@ fn await_own(
     for _ in 0..MAX_ANSWERS {
         let read = session.next_answer(|got, ok, text| {
             let taken = got == id && accept(got, ok, text);
-            (
-                got,
-                taken,
-                if taken {
-                    String::new()
-                } else {
-                    mcp::excerpt(text)
-                },
-            )
+            // Only an answer that was not taken is ever quoted.
+            (got, taken, (!taken).then(|| mcp::excerpt(text)))
         });
         match read {
             Ok((got, taken, excerpt)) if got == id => {
                 count(answers, first, got, seen);
-                return Some((taken, Instant::now(), excerpt));
+                return Some((taken, Instant::now(), excerpt.unwrap_or_default()));
             }
             Ok((got, _, excerpt)) => {
                 count(answers, first, got, seen);
+                let excerpt = excerpt.unwrap_or_default();
                 seen.problem(format!(
                     "while awaiting {id}, an answer to {got}: {excerpt}"
                 ));

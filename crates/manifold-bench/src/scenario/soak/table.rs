@@ -30,6 +30,13 @@ pub fn write(out: &mut String, v: &Value) {
     for failure in v["failures"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  FAILURE: {}", cell(failure));
     }
+    counts(out, v);
+    resources(out, &v["resources"]);
+    minutes(out, &v["per_minute"]);
+}
+
+/// What became of the requests, by kind, and the rate and lag of the schedule.
+fn counts(out: &mut String, v: &Value) {
     let r = &v["requests"];
     let _ = writeln!(
         out,
@@ -58,8 +65,6 @@ pub fn write(out: &mut String, v: &Value) {
         cell(&lag["max_us"]),
         cell(&lag["over_10ms"])
     );
-    resources(out, &v["resources"]);
-    minutes(out, &v["per_minute"]);
 }
 
 /// A figure as text: strings without quotes, whole numbers without a fraction, so that
