@@ -12,6 +12,9 @@
 #                                 a redis-server it starts (skipped without one: tests/redis/install.sh)
 #   bench/run.sh cache            what the result cache costs and saves: hits, misses and plain
 #                                 forwarding over stdio, hits/s against forwarded calls/s over HTTP
+#   bench/run.sh soak             a steady mix of requests over HTTP for 30 s, every answer checked,
+#                                 Manifold's memory, descriptors and threads sampled (not in `all`;
+#                                 add --soak-seconds 600 for the 10-minute record)
 #   bench/run.sh http --quick     further flags go to manifold-load (see --help)
 #   bench/run.sh http --no-peer   the HTTP scenarios without building or running the peer
 # The peer (the mcp-proxy crate, pinned below) is built once into bench/.cache/mcp-proxy by

@@ -60,6 +60,12 @@ enum Scenario {
     /// build and update time and memory, and the list sizes with and without discovery; not
     /// in `all`.
     Search,
+    /// A steady paced load over Streamable HTTP for `--soak-seconds` (a mix of calls, lists,
+    /// cache hits and refusals to 10 upstreams): every answer checked, Manifold's memory,
+    /// descriptors, threads and children sampled each second. Fails on a lost, duplicated
+    /// or unexpected answer, or on descriptors, threads or children that do not stay flat.
+    /// Not part of `all`.
+    Soak,
 }
 
 impl Scenario {
@@ -71,7 +77,7 @@ impl Scenario {
         let all = self == Scenario::All
             && !matches!(
                 one,
-                Scenario::Replicas | Scenario::Faults | Scenario::Search
+                Scenario::Replicas | Scenario::Faults | Scenario::Search | Scenario::Soak
             );
         all || self == one || (self == Scenario::Http && http)
     }
@@ -79,7 +85,7 @@ impl Scenario {
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 14] = [
+const RUNS: [(Scenario, &str, Run); 15] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
@@ -102,6 +108,7 @@ const RUNS: [(Scenario, &str, Run); 14] = [
     (Scenario::Replicas, "replicas", scenario::replicas),
     (Scenario::Faults, "faults", scenario::faults),
     (Scenario::Search, "search", scenario::search),
+    (Scenario::Soak, "soak", scenario::soak),
 ];
 
 #[derive(Debug, Parser)]
@@ -147,6 +154,16 @@ struct Cli {
     /// `--manifold-cpus 0`. The host and the direct fixture stay where the OS puts them.
     #[arg(long, value_delimiter = ',')]
     manifold_cpus: Vec<usize>,
+    /// The soak's measured time in seconds, after its warm-up (a tenth of it, 2 to 30 s)
+    /// (default 30, quick 10).
+    #[arg(long)]
+    soak_seconds: Option<u64>,
+    /// The soak's requests per second over all its sessions (default 3000, quick 400).
+    #[arg(long)]
+    soak_rate: Option<u64>,
+    /// The soak's host sessions, one HTTP connection and thread each (default 16).
+    #[arg(long)]
+    soak_sessions: Option<usize>,
     /// A server blocked this many seconds in one send or receive is killed.
     #[arg(long, default_value_t = 60)]
     stall_secs: u64,
@@ -181,9 +198,13 @@ fn run(cli: &Cli) -> Result<()> {
     };
     plan.rounds = cli.rounds.unwrap_or(plan.rounds).max(1);
     plan.window = cli.window.unwrap_or(plan.window).max(1);
+    plan.soak_seconds = cli.soak_seconds.unwrap_or(plan.soak_seconds).max(1);
+    plan.soak_rate = cli.soak_rate.unwrap_or(plan.soak_rate).max(1);
+    plan.soak_sessions = cli.soak_sessions.unwrap_or(plan.soak_sessions).max(1);
     let limits = Limits {
         stall: Duration::from_secs(cli.stall_secs.max(1)),
-        lifetime: Duration::from_secs(3600),
+        // An hour is more than any scenario takes, but a soak may be told to run longer.
+        lifetime: Duration::from_secs(3600 + plan.soak_seconds.saturating_mul(2)),
         exit_grace: Duration::from_secs(5),
     };
     let mut setup = Setup::new(cli.manifold.clone(), cli.fixture.clone(), limits)?;
@@ -213,6 +234,16 @@ fn run(cli: &Cli) -> Result<()> {
     write(&cli.out, &doc)?;
     print!("{}", report::table(&doc));
     eprintln!("manifold-load: wrote {}", cli.out.display());
+    verdicts(&doc)
+}
+
+/// A scenario that judges its own run (the soak) fails the command once its figures are
+/// written, so that the JSON says why.
+fn verdicts(doc: &Value) -> Result<()> {
+    let soak = &doc["scenarios"]["soak"];
+    if soak["passed"] == false {
+        bail!("the soak failed: {}", soak["failures"]);
+    }
     Ok(())
 }
 
@@ -256,6 +287,9 @@ fn document(
             "search_tools": plan.search_tools,
             "search_rounds": plan.search_rounds,
             "round_limit_s": plan.round_limit.as_secs(),
+            "soak_seconds": plan.soak_seconds,
+            "soak_rate": plan.soak_rate,
+            "soak_sessions": plan.soak_sessions,
         },
         "scenarios": results,
     })

@@ -1,5 +1,6 @@
-//! What the kernel says about a server process: resident memory, CPU time and context
-//! switches. Read from /proc, so it costs the measured process nothing.
+//! What the kernel says about a server process: resident memory, CPU time, context
+//! switches, open descriptors, threads and children. Read from /proc, so it costs the
+//! measured process nothing.
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
@@ -84,14 +85,61 @@ fn switches(pid: u32) -> u64 {
 
 /// A `kB` field of /proc/PID/status (VmRSS, VmHWM), in MB (MiB).
 pub fn status_mb(pid: u32, field: &str) -> Result<f64> {
+    let kb = status_kb(pid, field)? as f64;
+    Ok(crate::stats::round(kb / 1024.0))
+}
+
+/// A `kB` field of /proc/PID/status, in KiB: the kernel's own unit, for figures (a slope of
+/// a few KiB a minute) that rounding to a tenth of a MiB would hide.
+pub fn status_kb(pid: u32, field: &str) -> Result<u64> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    let kb: f64 = status
+    status
         .lines()
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("no {field} in {path}"))?;
-    Ok(crate::stats::round(kb / 1024.0))
+        .with_context(|| format!("no {field} in {path}"))
+}
+
+/// How many entries a folder of /proc/PID has: `fd` gives the open file descriptors, `task`
+/// the threads.
+pub fn entries(pid: u32, folder: &str) -> Result<usize> {
+    let path = format!("/proc/{pid}/{folder}");
+    let dir = std::fs::read_dir(&path).with_context(|| format!("cannot read {path}"))?;
+    // Bounded by the process's descriptor or thread count.
+    Ok(dir.flatten().count())
+}
+
+/// The children of `pid` and their state letters (`Z` for a zombie), from /proc.
+pub fn children(pid: u32) -> Vec<(u32, char)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    // Bounded by the machine's process count.
+    for entry in entries.flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // The fields after the command name, which is in parentheses and may hold spaces:
+        // the state, then the parent's pid.
+        let rest: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
+            out.push((
+                child,
+                rest.first().and_then(|s| s.chars().next()).unwrap_or('?'),
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -105,8 +153,25 @@ mod tests {
         assert!(u.user_s >= 0.0 && u.sys_s >= 0.0);
         assert!(u.switches > 0);
         assert!(status_mb(me, "VmRSS:").unwrap() > 0.0);
+        assert!(status_kb(me, "VmRSS:").unwrap() > 100);
+        assert!(entries(me, "fd").unwrap() >= 3, "stdin, stdout, stderr");
+        assert!(entries(me, "task").unwrap() >= 1);
+        assert!(entries(me, "no-such-folder").is_err());
         let v = u.per_call(u, 10);
         assert!(v["cpu_us"].is_null(), "no ticks passed: {v}");
         assert_eq!(v["switches"], 0.0);
+    }
+
+    #[test]
+    fn finds_a_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let found = children(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        // Other tests of this process may have children too.
+        assert!(found.iter().any(|(pid, _)| *pid == child.id()), "{found:?}");
     }
 }

@@ -86,6 +86,7 @@ pub fn table(doc: &Value) -> String {
     policy_table(&mut out, &doc["scenarios"]["policy"]);
     cache_table(&mut out, &doc["scenarios"]["cache"]);
     replicas_table(&mut out, &doc["scenarios"]["replicas"]);
+    crate::scenario::soak::table::write(&mut out, &doc["scenarios"]["soak"]);
     let http = http_rows(&doc["scenarios"]);
     if !http.is_empty() {
         http_table(&mut out, &http);

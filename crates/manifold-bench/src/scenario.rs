@@ -14,6 +14,7 @@ pub(crate) mod policy;
 pub(crate) mod replicas;
 mod rss;
 pub(crate) mod search;
+pub(crate) mod soak;
 mod telemetry;
 mod throughput;
 
@@ -33,6 +34,7 @@ pub use policy::policy;
 pub use replicas::replicas;
 pub use rss::rss;
 pub use search::search;
+pub use soak::soak;
 pub use telemetry::telemetry;
 pub use throughput::throughput;
 

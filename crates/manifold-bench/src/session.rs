@@ -319,6 +319,39 @@ impl Session {
         Ok(counted)
     }
 
+    /// The id the next request will carry: ids run on from one request to the next.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Sends `line` as the next request (id `next_id`) without waiting for its answer. The
+    /// soak reads answers itself (`next_answer`) so that an answer lost, duplicated or given to
+    /// another id is counted instead of ending the run.
+    pub fn send(&mut self, line: &RequestLine) -> Result<()> {
+        let id = self.take_id();
+        self.out.clear();
+        line.write(id, &mut self.out);
+        self.target.send_request(&self.out, &line.headers)
+    }
+
+    /// The next answer the server sent, whatever its id: `check` gets its id, whether it is a
+    /// result (not a JSON-RPC error) and its text. Notifications are skipped and the server's
+    /// requests answered on the way; a response that holds no further answer is an error.
+    pub fn next_answer<R>(&mut self, check: impl FnOnce(u64, bool, &[u8]) -> R) -> Result<R> {
+        for _ in 0..MAX_SKIPPED {
+            let line = self.target.recv()?;
+            match mcp::classify(line)? {
+                Incoming::Answer { id, ok } => return Ok(check(id, ok, line)),
+                Incoming::Notification => {}
+                Incoming::ServerRequest { id, method } => self.answer_server(&id, &method)?,
+            }
+        }
+        bail!(
+            "{}: no answer among {MAX_SKIPPED} messages",
+            self.target.label()
+        )
+    }
+
     fn take_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id - 1

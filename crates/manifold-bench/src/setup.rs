@@ -39,6 +39,12 @@ pub struct Plan {
     pub search_rounds: usize,
     /// Upper bound on the wall time of any one measuring loop.
     pub round_limit: Duration,
+    /// How long the soak's measured part lasts, in seconds (a warm-up comes first).
+    pub soak_seconds: u64,
+    /// The soak's requests per second, over all its sessions.
+    pub soak_rate: u64,
+    /// The soak's host sessions, one connection and thread each.
+    pub soak_sessions: usize,
 }
 
 impl Plan {
@@ -60,6 +66,9 @@ impl Plan {
             search_tools: 5_000,
             search_rounds: 25,
             round_limit: Duration::from_secs(30),
+            soak_seconds: 30,
+            soak_rate: 3_000,
+            soak_sessions: 16,
         }
     }
 
@@ -81,6 +90,9 @@ impl Plan {
             search_tools: 1_000,
             search_rounds: 2,
             round_limit: Duration::from_secs(30),
+            soak_seconds: 10,
+            soak_rate: 400,
+            soak_sessions: 16,
         }
     }
 

@@ -1,23 +1,27 @@
 //! Runs `manifold-load latency --quick`, `http-latency --quick`, `telemetry --quick`,
-//! `policy --quick`, `cache --quick`, `replicas --quick` and `search --quick` against the debug
+//! `policy --quick`, `cache --quick`, `replicas --quick`, `search --quick` and a short `soak` against the debug
 //! binaries to prove the tool works end to end, over stdio and over Streamable HTTP as a
 //! session-era host and as a stateless one (without the peer gateway: no network, no peer
 //! build), with spans exported to the tool's own OTLP receiver, with teams and limits (in
 //! Redis too when a `redis-server` is found), with the result cache, with replicas behind
-//! HAProxy (when HAProxy and a `redis-server` are found), and with tool search over the
-//! labelled query set. It checks the shape and sanity of the JSON output, never a timing
-//! threshold: timings on a shared two-core machine are for BENCHMARKS.md, not for pass/fail.
+//! HAProxy (when HAProxy and a `redis-server` are found), with tool search over the labelled
+//! query set, and under a steady paced load. It checks the shape and sanity of the JSON
+//! output, never a timing threshold: timings on a shared two-core machine are for
+//! BENCHMARKS.md, not for pass/fail. The soak's own pass/fail conditions (every request
+//! answered once, as expected; descriptors, threads and upstream processes flat) are counts,
+//! and are asserted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// The debug binaries of the `manifold` package; `cargo build --workspace` makes them (cargo
-/// only exposes `CARGO_BIN_EXE_*` of this package's own binaries).
+/// The debug binaries of the `manifold` package, beside this package's own in the target
+/// directory (wherever `CARGO_TARGET_DIR` puts it); `cargo build --workspace` makes them
+/// (cargo only exposes `CARGO_BIN_EXE_*` of this package's own binaries).
 fn debug_binaries() -> Option<(PathBuf, PathBuf)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug");
+    let dir = Path::new(env!("CARGO_BIN_EXE_manifold-load")).parent()?;
     let (manifold, fixture) = (dir.join("manifold"), dir.join("manifold-fixture"));
     (manifold.exists() && fixture.exists()).then_some((manifold, fixture))
 }
@@ -29,16 +33,32 @@ fn run_quick(scenario: &str, row: &str) -> Option<Value> {
 
 /// Runs one scenario with `--quick`; checks that it printed each of `rows`.
 fn run_quick_printing(scenario: &str, rows: &[&str]) -> Option<Value> {
+    let (output, doc) = run(scenario, &["--quick"])?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "manifold-load failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for row in rows {
+        assert!(stdout.contains(row), "no {row:?} on stdout: {stdout}");
+    }
+    Some(doc)
+}
+
+/// Runs one scenario with `flags` against the debug binaries: what it printed and its JSON
+/// document, whatever its exit status (a soak that fails still writes why).
+fn run(scenario: &str, flags: &[&str]) -> Option<(Output, Value)> {
     let Some((manifold, fixture)) = debug_binaries() else {
-        eprintln!("SKIPPED: target/debug/manifold or manifold-fixture missing; run `cargo build --workspace` first");
+        eprintln!("SKIPPED: the debug manifold or manifold-fixture is missing; run `cargo build --workspace` first");
         return None;
     };
     let out = std::env::temp_dir().join(format!(
         "manifold-load-smoke-{scenario}-{}.json",
         std::process::id()
     ));
+    let _ = std::fs::remove_file(&out);
     let output = Command::new(env!("CARGO_BIN_EXE_manifold-load"))
-        .args([scenario, "--quick", "--stall-secs", "120", "--out"])
+        .arg(scenario)
+        .args(flags)
+        .args(["--stall-secs", "120", "--out"])
         .arg(&out)
         .arg("--manifold")
         .arg(&manifold)
@@ -46,15 +66,16 @@ fn run_quick_printing(scenario: &str, rows: &[&str]) -> Option<Value> {
         .arg(&fixture)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "manifold-load failed: {stderr}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    for row in rows {
-        assert!(stdout.contains(row), "no {row:?} on stdout: {stdout}");
-    }
-    let doc = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let Ok(text) = std::fs::read_to_string(&out) else {
+        panic!(
+            "manifold-load wrote no {}: {}",
+            out.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let doc = serde_json::from_str(&text).unwrap();
     let _ = std::fs::remove_file(&out);
-    Some(doc)
+    Some((output, doc))
 }
 
 fn f(v: &Value) -> f64 {
@@ -485,4 +506,81 @@ fn quick_search_run_beats_the_baseline() {
         f(&size["with_discovery"]["bytes"]) * 20.0 < f(&size["without_discovery"]["bytes"]),
         "{size}"
     );
+}
+
+/// A short soak: 15 s at 400 requests/s from 16 HTTP sessions to 10 upstreams. The pass/fail
+/// conditions are asserted from the JSON, each on its own, and then the exit status.
+#[test]
+fn short_soak_answers_every_request_once_and_stays_flat() {
+    let began = std::time::Instant::now();
+    let flags = ["--soak-seconds", "15", "--soak-rate", "400"];
+    let Some((output, doc)) = run("soak", &flags) else {
+        return;
+    };
+    let s = &doc["scenarios"]["soak"];
+    eprintln!(
+        "soak: {:.1} s of wall time; {}",
+        began.elapsed().as_secs_f64(),
+        s["requests"]
+    );
+    let r = &s["requests"];
+    let scheduled = f(&r["scheduled"]);
+    assert_eq!(scheduled, 400.0 * (15.0 + 2.0), "{r}");
+    for (count, expected) in [("sent", scheduled), ("answered", scheduled)] {
+        assert_eq!(f(&r[count]), expected, "{count}: {r}");
+    }
+    for zero in [
+        "lost",
+        "duplicated",
+        "stray_answers",
+        "unexpected",
+        "unanswered",
+        "unsent",
+    ] {
+        assert_eq!(r[zero], 0, "{zero}: {r}");
+    }
+    // Every kind was sent, and answered as it must be: a result, or the refusal (-32014).
+    for kind in ["call", "hit", "list", "refusal"] {
+        let k = &s["kinds"][kind];
+        assert!(f(&k["sent"]) > 0.0, "{kind}: {k}");
+        assert_eq!(k["as_expected"], k["sent"], "{kind}: {k}");
+        assert!(f(&k["latency"]["p50_us"]) > 0.0, "{kind}: {k}");
+    }
+    // The fixtures saw every call once and no hit or refusal; Manifold counted every hit and
+    // every refusal as such.
+    for check in s["fixture_counts"].as_array().unwrap() {
+        assert_eq!(check["counted"], check["expected"], "{check}");
+    }
+    let metrics = s["metrics"].as_object().unwrap();
+    assert_eq!(metrics.len(), 3, "{metrics:?}");
+    for (name, m) in metrics {
+        assert_eq!(m["counted"], m["expected"], "{name}: {m}");
+    }
+    let hits = &metrics["cache_hits"];
+    assert_eq!(hits["counted"], s["kinds"]["hit"]["sent"], "{hits}");
+    // Descriptors and threads stayed within their tolerance; the upstreams stayed the same 10.
+    let res = &s["resources"];
+    for figure in ["fds", "threads"] {
+        let v = &res[figure];
+        let tolerance = f(&v["tolerance"]);
+        assert!(f(&v["max"]) - f(&v["start"]) <= tolerance, "{figure}: {v}");
+        assert!(f(&v["end"]) - f(&v["start"]) <= tolerance, "{figure}: {v}");
+    }
+    let ups = &res["upstream_processes"];
+    for count in ["min", "max", "expected"] {
+        assert_eq!(ups[count], 10, "{ups}");
+    }
+    assert_eq!(ups["samples_with_other_pids"], 0, "{ups}");
+    assert_eq!(ups["zombies_max"], 0, "{ups}");
+    assert!(f(&res["samples"]) >= 15.0, "{res}");
+    assert!(
+        f(&res["rss_kib"]["max"]) >= f(&res["rss_kib"]["start"]),
+        "{res}"
+    );
+    assert!(f(&s["rate"]["achieved_per_s"]) > 0.0, "{}", s["rate"]);
+    assert_eq!(s["passed"], true, "{}", s["failures"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("Soak: 15 s at 400 requests/s"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "manifold-load failed: {stderr}");
 }

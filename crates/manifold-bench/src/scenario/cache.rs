@@ -310,7 +310,15 @@ fn http(
 
 /// How many `echo` calls the fixture behind `session` served, by its own count.
 fn served(session: &mut Session) -> Result<usize> {
-    let line = RequestLine::tools_call("alpha__call_count", &json!({ "what": "tool:echo" }));
+    fixture_count(session, "alpha", "tool:echo")
+}
+
+/// How many times `what` happened (`tool:NAME`: calls of a tool) at the fixture `upstream`
+/// behind `session`, by its own count: its `call_count` tool, called through Manifold and
+/// never cached.
+pub(crate) fn fixture_count(session: &mut Session, upstream: &str, what: &str) -> Result<usize> {
+    let line =
+        RequestLine::tools_call(&format!("{upstream}__call_count"), &json!({ "what": what }));
     session.ready()?;
     let result = session.result(&line)?;
     let text = result.pointer("/content/0/text").and_then(Value::as_str);
@@ -360,17 +368,7 @@ fn upstream_calls(
     expected: usize,
     invalid: &mut Vec<String>,
 ) -> Result<Value> {
-    let line = RequestLine::tools_call("alpha__call_count", &json!({ "what": "tool:echo" }));
-    session.ready()?;
-    let result = session.result(&line)?;
-    let text = result.pointer("/content/0/text").and_then(Value::as_str);
-    let Some(served) = text.and_then(|t| t.parse::<usize>().ok()) else {
-        bail!(
-            "{}: call_count answered {}",
-            session.label(),
-            super::excerpt(&result)
-        );
-    };
+    let served = served(session)?;
     if served != expected {
         invalid.push(format!(
             "{name}: the upstream served {served} echo calls, expected {expected}"

@@ -217,7 +217,7 @@ fn run(server: &Arc<HttpServer>, pids: &std::path::Path, kills: usize) -> Result
         }
     }
     let leaked: Vec<u32> = killed.iter().copied().filter(|p| alive(*p)).collect();
-    let children = children_of(server.pid());
+    let children = crate::procstat::children(server.pid());
     let zombies = children.iter().filter(|(_, s)| *s == 'Z').count();
 
     let doc = json!({
@@ -288,35 +288,6 @@ fn alive(pid: u32) -> bool {
         let state = stat.rsplit(')').next().unwrap_or("").trim_start();
         !state.starts_with('Z')
     })
-}
-
-/// The children of `pid` and their state letters, from /proc.
-fn children_of(pid: u32) -> Vec<(u32, char)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        let rest: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
-            out.push((
-                child,
-                rest.first().and_then(|s| s.chars().next()).unwrap_or('?'),
-            ));
-        }
-    }
-    out
 }
 
 fn ms(d: Duration) -> f64 {

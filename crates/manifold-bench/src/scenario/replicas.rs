@@ -463,7 +463,7 @@ fn until_ok(addr: SocketAddr, path: &str, limit: Duration) -> Result<()> {
 }
 
 /// One `GET`, on a connection of its own: the status and the body.
-fn get(addr: SocketAddr, path: &str) -> Result<(u16, Vec<u8>)> {
+pub(crate) fn get(addr: SocketAddr, path: &str) -> Result<(u16, Vec<u8>)> {
     let timeout = Duration::from_secs(5);
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
