@@ -110,19 +110,7 @@ pub(crate) fn add_term(
     q: &QueryTerm,
     scores: &mut [f32],
 ) {
-    let term = |&(s, t): &(u32, u32)| (s as usize, &segments[s as usize].terms[t as usize]);
-    let df: u32 = (places.iter().map(term))
-        .map(|(s, term)| {
-            if term.shared.iter().any(|&tf| tf > 0) {
-                admitted.per_segment[s]
-            } else {
-                let hits = (term.postings.iter())
-                    .filter(|p| admitted.admitted[starts[s] + p.doc as usize])
-                    .count();
-                u32::try_from(hits).unwrap_or(u32::MAX)
-            }
-        })
-        .sum();
+    let df = document_frequency(segments, starts, places, admitted);
     if df == 0 {
         return;
     }
@@ -133,8 +121,9 @@ pub(crate) fn add_term(
         TUNING.weights[field] / (1.0 - b + b * len / admitted.avg_len[field])
     };
     let saturate = |tf: f32| q.weight * idf * tf * (TUNING.k1 + 1.0) / (TUNING.k1 + tf);
-    for (s, term) in places.iter().map(term) {
-        let (segment, start) = (&segments[s], starts[s]);
+    for &(s, t) in places {
+        let (segment, start) = (&segments[s as usize], starts[s as usize]);
+        let term = &segment.terms[t as usize];
         let shared: f32 = (0..SHARED_FIELDS)
             .filter(|&f| term.shared[f] > 0)
             .map(|f| {
@@ -167,4 +156,27 @@ pub(crate) fn add_term(
             }
         }
     }
+}
+
+/// How many admitted documents have the term found at `places`: every admitted one of an
+/// upstream whose own fields have it, else those with a posting.
+fn document_frequency(
+    segments: &[Arc<Segment>],
+    starts: &[usize],
+    places: &[(u32, u32)],
+    admitted: &Admission,
+) -> u32 {
+    let mut df = 0;
+    for &(s, t) in places {
+        let (s, term) = (s as usize, &segments[s as usize].terms[t as usize]);
+        if term.shared.iter().any(|&tf| tf > 0) {
+            df += admitted.per_segment[s];
+        } else {
+            let hits = (term.postings.iter())
+                .filter(|p| admitted.admitted[starts[s] + p.doc as usize])
+                .count();
+            df += u32::try_from(hits).unwrap_or(u32::MAX);
+        }
+    }
+    df
 }

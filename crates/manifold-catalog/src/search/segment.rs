@@ -73,7 +73,7 @@ impl Segment {
         text::terms(&def.prefix, &mut key_terms);
         let mut docs = Vec::with_capacity(items.len());
         // Sorted by term, so that a segment is made the same way on every build.
-        let mut terms: BTreeMap<String, (Vec<Posting>, [u16; SHARED_FIELDS])> = BTreeMap::new();
+        let mut terms: Terms = BTreeMap::new();
         for (n, item) in items.iter().enumerate() {
             let analyzed = document::analyze(item, &key_terms);
             let mut counts: BTreeMap<&str, [u8; DOC_FIELDS]> = BTreeMap::new();
@@ -98,15 +98,7 @@ impl Segment {
             });
         }
         let instructions = slice.and_then(|s| s.instructions.as_deref()).unwrap_or("");
-        let fields = [key_terms, text::terms_of(instructions)];
-        let mut upstream_len = [0u32; SHARED_FIELDS];
-        for (field, words) in fields.iter().enumerate() {
-            upstream_len[field] = u32::try_from(words.len()).unwrap_or(u32::MAX);
-            for term in words {
-                let tf = &mut terms.entry(term.clone()).or_default().1[field];
-                *tf = tf.saturating_add(1);
-            }
-        }
+        let upstream_len = add_shared(&mut terms, key_terms, instructions);
         let terms = (terms.into_iter())
             .map(|(text, (postings, shared))| Term {
                 text: text.into_boxed_str(),
@@ -168,6 +160,28 @@ impl Segment {
             .sum();
         self.docs.capacity() * size_of::<Doc>() + docs + terms + self.key.capacity()
     }
+}
+
+/// A segment's terms while it is made: postings and shared-field frequencies by term.
+type Terms = BTreeMap<String, (Vec<Posting>, [u16; SHARED_FIELDS])>;
+
+/// Counts the terms of the upstream's key field (`key_terms`) and of its instructions into
+/// `terms`; the two fields' lengths.
+fn add_shared(
+    terms: &mut Terms,
+    key_terms: Vec<String>,
+    instructions: &str,
+) -> [u32; SHARED_FIELDS] {
+    let fields = [key_terms, text::terms_of(instructions)];
+    let mut lens = [0u32; SHARED_FIELDS];
+    for (field, words) in fields.iter().enumerate() {
+        lens[field] = u32::try_from(words.len()).unwrap_or(u32::MAX);
+        for term in words {
+            let tf = &mut terms.entry(term.clone()).or_default().1[field];
+            *tf = tf.saturating_add(1);
+        }
+    }
+    lens
 }
 
 fn same_item(a: &Item, b: &Item) -> bool {
