@@ -207,7 +207,13 @@ fn run(cli: &Cli) -> Result<()> {
         lifetime: Duration::from_secs(3600 + plan.soak_seconds.saturating_mul(2)),
         exit_grace: Duration::from_secs(5),
     };
-    let mut setup = Setup::new(cli.manifold.clone(), cli.fixture.clone(), limits)?;
+    let needs_manifold = chosen != Scenario::Search;
+    let mut setup = Setup::new(
+        cli.manifold.clone(),
+        cli.fixture.clone(),
+        limits,
+        needs_manifold,
+    )?;
     setup.manifold_cpus.clone_from(&cli.manifold_cpus);
     if let Some(peer) = &cli.peer {
         let found = std::fs::canonicalize(peer)

@@ -144,10 +144,13 @@ pub struct Setup {
 }
 
 impl Setup {
+    /// `needs_manifold`: false when no scenario of the run starts Manifold (`search`), so
+    /// that its binary need not be built; its path is then kept as given or defaulted.
     pub fn new(
         manifold: Option<PathBuf>,
         fixture: Option<PathBuf>,
         limits: Limits,
+        needs_manifold: bool,
     ) -> Result<Self> {
         let here = std::env::current_exe().context("cannot find this executable")?;
         let bin_dir = here.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -158,10 +161,11 @@ impl Setup {
                 format!("{} not found (build it, or pass its path)", path.display())
             })
         };
-        let (manifold, fixture) = (
-            pick(manifold, "manifold")?,
-            pick(fixture, "manifold-fixture")?,
-        );
+        let manifold = match (needs_manifold, manifold) {
+            (true, given) => pick(given, "manifold")?,
+            (false, given) => given.unwrap_or_else(|| bin_dir.join("manifold")),
+        };
+        let fixture = pick(fixture, "manifold-fixture")?;
         let dir = std::env::temp_dir().join(format!("manifold-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;

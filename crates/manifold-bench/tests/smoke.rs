@@ -458,7 +458,7 @@ fn quick_replicas_run_measures_every_case_and_adoption() {
 
 /// `search --quick` runs in the load tool's own process (it starts the fixture and, when
 /// installed, the reference servers, but no Manifold), so it needs only the fixture: the kit
-/// builds it next to this test's binaries. Manifold's ranking must find more of the
+/// builds it next to this test's binaries, and no `manifold` binary is asked for. Manifold's ranking must find more of the
 /// development half's tools in its first five than the baseline does.
 #[test]
 fn quick_search_run_beats_the_baseline() {
@@ -470,8 +470,7 @@ fn quick_search_run_beats_the_baseline() {
     let output = Command::new(env!("CARGO_BIN_EXE_manifold-load"))
         .args(["search", "--quick", "--out"])
         .arg(&out)
-        // The scenario starts no Manifold; the option must still name a file.
-        .args(["--manifold", fixture, "--fixture", fixture])
+        .args(["--fixture", fixture])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -25,4 +25,4 @@ pub use build::{
 };
 pub use listing::{Cursor, Item, Kind, Listing, NameOrigin, PageError};
 pub use pins::{Drift, Lock, Pin, Pinning, UpstreamPins};
-pub use search::{Hit, SearchIndex};
+pub use search::{Admission, Hit, SearchIndex};

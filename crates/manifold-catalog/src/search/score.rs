@@ -43,21 +43,26 @@ pub(crate) struct QueryTerm {
     pub weight: f32,
 }
 
-/// The admitted documents and their statistics, for one query.
-pub(crate) struct Admitted {
-    /// By global document number (segments in order, documents in order within each).
-    pub admitted: Vec<bool>,
+/// The tools one caller may see in one index, with the statistics their scores are taken
+/// from (see `SearchIndex::admission`).
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The index it was made for.
+    pub(crate) index: u64,
+    /// By the index's document number (segments in order, documents in order within each).
+    pub(crate) admitted: Vec<bool>,
     /// Admitted documents in each segment.
-    pub per_segment: Vec<u32>,
-    pub count: u32,
+    pub(crate) per_segment: Vec<u32>,
+    pub(crate) count: u32,
     /// Average length of each field over the admitted documents (at least a small positive
     /// number, so that an empty field divides by something).
-    pub avg_len: [f32; FIELDS],
+    pub(crate) avg_len: [f32; FIELDS],
 }
 
-impl Admitted {
-    /// Asks `admit` about every document once.
-    pub fn of(
+impl Admission {
+    /// Asks `admit` about every document of index `index` once.
+    pub(crate) fn of(
+        index: u64,
         segments: &[Arc<Segment>],
         total: usize,
         admit: &dyn Fn(&crate::Item) -> bool,
@@ -86,6 +91,7 @@ impl Admitted {
         }
         let avg_len = sums.map(|s| ((s / f64::from(count.max(1))) as f32).max(0.5));
         Self {
+            index,
             admitted,
             per_segment,
             count,
@@ -94,34 +100,36 @@ impl Admitted {
     }
 }
 
-/// Adds the contribution of `q` to every admitted document's score in `scores`.
+/// Adds the contribution of `q`, found at `places` (see `Dictionary`), to every admitted
+/// document's score in `scores`; `starts` is each segment's first global document number.
 pub(crate) fn add_term(
     segments: &[Arc<Segment>],
-    admitted: &Admitted,
+    starts: &[usize],
+    places: &[(u32, u32)],
+    admitted: &Admission,
     q: &QueryTerm,
-    tuning: &Tuning,
     scores: &mut [f32],
 ) {
-    let df = document_frequency(segments, admitted, &q.term);
+    let df = document_frequency(segments, starts, places, admitted);
     if df == 0 {
         return;
     }
     let (n, df) = (admitted.count as f32, df as f32);
     let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
     let norm = |field: usize, len: f32| {
-        let b = tuning.b[field];
-        tuning.weights[field] / (1.0 - b + b * len / admitted.avg_len[field])
+        let b = TUNING.b[field];
+        TUNING.weights[field] / (1.0 - b + b * len / admitted.avg_len[field])
     };
-    let saturate = |tf: f32| q.weight * idf * tf * (tuning.k1 + 1.0) / (tuning.k1 + tf);
-    let mut start = 0;
-    for segment in segments {
-        let postings = segment.postings.get(&q.term).map_or(&[][..], Vec::as_slice);
-        let shared: f32 = segment.upstream_terms.get(&q.term).map_or(0.0, |tf| {
-            (0..SHARED_FIELDS)
-                .filter(|&s| tf[s] > 0)
-                .map(|s| f32::from(tf[s]) * norm(DOC_FIELDS + s, segment.upstream_len[s] as f32))
-                .sum()
-        });
+    let saturate = |tf: f32| q.weight * idf * tf * (TUNING.k1 + 1.0) / (TUNING.k1 + tf);
+    for &(s, t) in places {
+        let (segment, start) = (&segments[s as usize], starts[s as usize]);
+        let term = &segment.terms[t as usize];
+        let shared: f32 = (0..SHARED_FIELDS)
+            .filter(|&f| term.shared[f] > 0)
+            .map(|f| {
+                f32::from(term.shared[f]) * norm(DOC_FIELDS + f, segment.upstream_len[f] as f32)
+            })
+            .sum();
         let own = |p: &Posting| -> f32 {
             let lens = &segment.docs[p.doc as usize].lens;
             (0..DOC_FIELDS)
@@ -132,7 +140,7 @@ pub(crate) fn add_term(
         if shared > 0.0 {
             // Every document of the upstream has the term; those with it in their own fields
             // have more of it.
-            let mut next = postings.iter().peekable();
+            let mut next = term.postings.iter().peekable();
             for d in 0..segment.docs.len() {
                 let mine = next.next_if(|p| p.doc as usize == d).map_or(0.0, &own);
                 if admitted.admitted[start + d] {
@@ -140,32 +148,35 @@ pub(crate) fn add_term(
                 }
             }
         } else {
-            for p in postings {
+            for p in term.postings.iter() {
                 let at = start + p.doc as usize;
                 if admitted.admitted[at] {
                     scores[at] += saturate(own(p));
                 }
             }
         }
-        start += segment.docs.len();
     }
 }
 
-/// How many admitted documents have `term` in any field.
-fn document_frequency(segments: &[Arc<Segment>], admitted: &Admitted, term: &str) -> u32 {
+/// How many admitted documents have the term found at `places`: every admitted one of an
+/// upstream whose own fields have it, else those with a posting.
+fn document_frequency(
+    segments: &[Arc<Segment>],
+    starts: &[usize],
+    places: &[(u32, u32)],
+    admitted: &Admission,
+) -> u32 {
     let mut df = 0;
-    let mut start = 0;
-    for (segment, &here) in segments.iter().zip(&admitted.per_segment) {
-        if segment.upstream_terms.contains_key(term) {
-            df += here;
-        } else if let Some(postings) = segment.postings.get(term) {
-            let hits = postings
-                .iter()
-                .filter(|p| admitted.admitted[start + p.doc as usize])
+    for &(s, t) in places {
+        let (s, term) = (s as usize, &segments[s as usize].terms[t as usize]);
+        if term.shared.iter().any(|&tf| tf > 0) {
+            df += admitted.per_segment[s];
+        } else {
+            let hits = (term.postings.iter())
+                .filter(|p| admitted.admitted[starts[s] + p.doc as usize])
                 .count();
             df += u32::try_from(hits).unwrap_or(u32::MAX);
         }
-        start += segment.docs.len();
     }
     df
 }

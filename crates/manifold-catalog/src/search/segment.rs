@@ -3,7 +3,7 @@
 //! `Arc` between an index and the next one made by `SearchIndex::update` while its upstream's
 //! slice stays the same.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::mem::size_of;
 use std::sync::{Arc, Weak};
 
@@ -31,6 +31,17 @@ pub(crate) struct Posting {
     pub tf: [u8; DOC_FIELDS],
 }
 
+/// One term of a segment: where its documents have it, and how often the upstream's own
+/// fields have it.
+#[derive(Debug)]
+pub(crate) struct Term {
+    pub text: Box<str>,
+    /// In document order.
+    pub postings: Box<[Posting]>,
+    /// Its frequency in the upstream's key field and instructions field.
+    pub shared: [u16; SHARED_FIELDS],
+}
+
 #[derive(Debug)]
 pub(crate) struct Segment {
     pub upstream: usize,
@@ -38,11 +49,9 @@ pub(crate) struct Segment {
     /// The slice it was built from: compared by address, without keeping the slice alive.
     slice: Option<Weak<UpstreamSlice>>,
     pub docs: Vec<Doc>,
-    /// Each term's postings, in document order.
-    pub postings: HashMap<String, Vec<Posting>>,
-    /// Frequency of each term in the upstream's fields: its key (and prefix), its
-    /// instructions.
-    pub upstream_terms: HashMap<String, [u16; SHARED_FIELDS]>,
+    /// Every term of its documents and of the upstream's fields, sorted; the index's
+    /// dictionary points here by position.
+    pub terms: Vec<Term>,
     /// Terms in each of the upstream's fields.
     pub upstream_len: [u32; SHARED_FIELDS],
 }
@@ -63,27 +72,23 @@ impl Segment {
         let mut key_terms = text::terms_of(&def.key);
         text::terms(&def.prefix, &mut key_terms);
         let mut docs = Vec::with_capacity(items.len());
-        let mut postings: HashMap<String, Vec<Posting>> = HashMap::new();
+        // Sorted by term, so that a segment is made the same way on every build.
+        let mut terms: Terms = BTreeMap::new();
         for (n, item) in items.iter().enumerate() {
             let analyzed = document::analyze(item, &key_terms);
-            let mut counts: HashMap<&str, [u8; DOC_FIELDS]> = HashMap::new();
+            let mut counts: BTreeMap<&str, [u8; DOC_FIELDS]> = BTreeMap::new();
             let mut lens = [0u16; DOC_FIELDS];
-            for (field, terms) in analyzed.fields.iter().enumerate() {
-                lens[field] = u16::try_from(terms.len()).unwrap_or(u16::MAX);
-                for term in terms {
+            for (field, words) in analyzed.fields.iter().enumerate() {
+                lens[field] = u16::try_from(words.len()).unwrap_or(u16::MAX);
+                for term in words {
                     let tf = &mut counts.entry(term.as_str()).or_default()[field];
                     *tf = tf.saturating_add(1);
                 }
             }
-            // Sorted, so that each term's postings are made in the same order on every build.
-            let mut counts: Vec<_> = counts.into_iter().collect();
-            counts.sort_unstable_by(|a, b| a.0.cmp(b.0));
             let doc = u32::try_from(n).unwrap_or(u32::MAX);
             for (term, tf) in counts {
-                postings
-                    .entry(term.to_owned())
-                    .or_default()
-                    .push(Posting { doc, tf });
+                let entry = terms.entry(term.to_owned()).or_default();
+                entry.0.push(Posting { doc, tf });
             }
             docs.push(Doc {
                 item: (*item).clone(),
@@ -92,16 +97,21 @@ impl Segment {
                 lens,
             });
         }
-        postings.values_mut().for_each(|p| p.shrink_to_fit());
         let instructions = slice.and_then(|s| s.instructions.as_deref()).unwrap_or("");
-        let (upstream_terms, upstream_len) = shared_fields(&key_terms, instructions);
+        let upstream_len = add_shared(&mut terms, key_terms, instructions);
+        let terms = (terms.into_iter())
+            .map(|(text, (postings, shared))| Term {
+                text: text.into_boxed_str(),
+                postings: postings.into_boxed_slice(),
+                shared,
+            })
+            .collect();
         Segment {
             upstream,
             key: def.key.clone(),
             slice: slice.map(Arc::downgrade),
             docs,
-            postings,
-            upstream_terms,
+            terms,
             upstream_len,
         }
     }
@@ -145,36 +155,33 @@ impl Segment {
                     + d.summary.capacity()
             })
             .sum();
-        let postings: usize = self
-            .postings
-            .iter()
-            .map(|(term, list)| {
-                map_entry::<String, Vec<Posting>>(term.capacity()) + vec_bytes(list)
-            })
+        let terms: usize = (self.terms.iter())
+            .map(|t| size_of::<Term>() + t.text.len() + t.postings.len() * size_of::<Posting>())
             .sum();
-        let upstream: usize = (self.upstream_terms.keys())
-            .map(|term| map_entry::<String, [u16; SHARED_FIELDS]>(term.capacity()))
-            .sum();
-        self.docs.capacity() * size_of::<Doc>() + docs + postings + upstream + self.key.capacity()
+        self.docs.capacity() * size_of::<Doc>() + docs + terms + self.key.capacity()
     }
 }
 
-/// The counted terms of an upstream's key field (`key_terms`) and instructions field.
-fn shared_fields(
-    key_terms: &[String],
+/// A segment's terms while it is made: postings and shared-field frequencies by term.
+type Terms = BTreeMap<String, (Vec<Posting>, [u16; SHARED_FIELDS])>;
+
+/// Counts the terms of the upstream's key field (`key_terms`) and of its instructions into
+/// `terms`; the two fields' lengths.
+fn add_shared(
+    terms: &mut Terms,
+    key_terms: Vec<String>,
     instructions: &str,
-) -> (HashMap<String, [u16; SHARED_FIELDS]>, [u32; SHARED_FIELDS]) {
-    let fields = [key_terms.to_vec(), text::terms_of(instructions)];
-    let mut counts: HashMap<String, [u16; SHARED_FIELDS]> = HashMap::new();
+) -> [u32; SHARED_FIELDS] {
+    let fields = [key_terms, text::terms_of(instructions)];
     let mut lens = [0u32; SHARED_FIELDS];
-    for (field, terms) in fields.iter().enumerate() {
-        lens[field] = u32::try_from(terms.len()).unwrap_or(u32::MAX);
-        for term in terms {
-            let tf = &mut counts.entry(term.clone()).or_default()[field];
+    for (field, words) in fields.iter().enumerate() {
+        lens[field] = u32::try_from(words.len()).unwrap_or(u32::MAX);
+        for term in words {
+            let tf = &mut terms.entry(term.clone()).or_default().1[field];
             *tf = tf.saturating_add(1);
         }
     }
-    (counts, lens)
+    lens
 }
 
 fn same_item(a: &Item, b: &Item) -> bool {
@@ -183,14 +190,4 @@ fn same_item(a: &Item, b: &Item) -> bool {
         && a.upstream == b.upstream
         && a.origin == b.origin
         && a.raw == b.raw
-}
-
-/// What a hash map entry with a string key of `key_bytes` costs, its table slot included
-/// (one control byte, and a load factor of about 7/8).
-fn map_entry<K, V>(key_bytes: usize) -> usize {
-    (size_of::<(K, V)>() + 1) * 8 / 7 + key_bytes
-}
-
-fn vec_bytes<T>(v: &Vec<T>) -> usize {
-    v.capacity() * size_of::<T>()
 }

@@ -306,6 +306,18 @@ fn hidden_tools_never_appear_and_leave_scores_unchanged() {
         "{hits:?}"
     );
     assert!(with.search("anything", 5, &|_: &Item| false).is_empty());
+    // A view's admission, made once, searches as the filter does; another index's finds
+    // nothing.
+    let view = with.admission(&hide);
+    for query in ["export the payroll issues", "create issue", "payroll"] {
+        assert_eq!(
+            with.search_admitted(query, 10, &view),
+            with.search(query, 10, &hide)
+        );
+    }
+    assert!(without
+        .search_admitted("create issue", 10, &view)
+        .is_empty());
 }
 
 #[test]

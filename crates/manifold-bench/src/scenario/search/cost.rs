@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use manifold_catalog::{Item, SearchIndex, UpstreamSlice};
+use manifold_catalog::{Hit, Item, SearchIndex, UpstreamSlice};
 use serde_json::{json, Value};
 
 use super::corpus::{self, Corpus, Part};
@@ -43,7 +43,7 @@ pub fn measure(sizes: &Sizes, queries: &[Query], seed: u64) -> Result<Value> {
     });
     let (update, rebuilt_tools) = update_cost(&corpus, &index, builds)?;
     let all = |_: &Item| true;
-    let searched = search_times(&index, queries, rounds, &all);
+    let searched = search_times(queries, rounds, &|q| index.search(q, 10, &all));
     // A team's view: half the upstreams, checked by exposed name as a team's filter does.
     let visible: HashSet<&str> = (corpus
         .catalog
@@ -54,7 +54,11 @@ pub fn measure(sizes: &Sizes, queries: &[Query], seed: u64) -> Result<Value> {
     .map(|i| i.exposed.as_str())
     .collect();
     let view = |item: &Item| visible.contains(item.exposed.as_str());
-    let filtered = search_times(&index, queries, rounds, &view);
+    let filtered = search_times(queries, rounds, &|q| index.search(q, 10, &view));
+    let admission = index.admission(&view);
+    let kept = search_times(queries, rounds, &|q| {
+        index.search_admitted(q, 10, &admission)
+    });
     Ok(json!({
         "tools": index.len(),
         "upstreams": corpus.parts.len(),
@@ -62,6 +66,7 @@ pub fn measure(sizes: &Sizes, queries: &[Query], seed: u64) -> Result<Value> {
         "rounds": rounds,
         "search_us": searched,
         "search_half_view_us": filtered,
+        "search_half_view_admission_us": kept,
         "goal_p50_us": GOAL_P50_US,
         "build_ms": across_json(build),
         "update_ms": across_json(update),
@@ -73,23 +78,18 @@ pub fn measure(sizes: &Sizes, queries: &[Query], seed: u64) -> Result<Value> {
     }))
 }
 
-/// Every query `rounds` times, each timed on its own, with `k` = 10: the medians over rounds
-/// of each round's percentiles.
-fn search_times(
-    index: &SearchIndex,
-    queries: &[Query],
-    rounds: usize,
-    admit: &dyn Fn(&Item) -> bool,
-) -> Value {
+/// Every query `rounds` times through `search` (which asks for the best 10), each timed on
+/// its own: the medians over rounds of each round's percentiles.
+fn search_times(queries: &[Query], rounds: usize, search: &dyn Fn(&str) -> Vec<Hit>) -> Value {
     for q in queries {
-        std::hint::black_box(index.search(&q.text, 10, admit));
+        std::hint::black_box(search(&q.text));
     }
     let mut summaries = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let mut samples = Vec::with_capacity(queries.len());
         for q in queries {
             let began = Instant::now();
-            let hits = index.search(&q.text, 10, admit);
+            let hits = search(&q.text);
             let took = began.elapsed();
             std::hint::black_box(hits);
             samples.push(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));

@@ -3,7 +3,7 @@
 //!
 //! - Quality: every query of `bench/search/queries.tsv` over the real catalogs (fetched live
 //!   from the reference servers and the fixture, `real.rs`) and the generated upstreams
-//!   (`generate.rs`), recall@1, recall@5 and nDCG@10 of Manifold's ranking beside a baseline
+//!   (`generate/`), recall@1, recall@5 and nDCG@10 of Manifold's ranking beside a baseline
 //!   (`quality.rs`), for the development and the held-out half apart.
 //! - Cost: search latency over a large generated catalog, the index's build and incremental
 //!   update, its memory (`cost.rs`).

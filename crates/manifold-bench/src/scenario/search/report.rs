@@ -69,10 +69,12 @@ fn cost_table(out: &mut String, k: &Value) {
         k["queries"],
         k["rounds"]
     );
-    for (key, what) in [
+    let sides = [
         ("search_us", "search, all tools visible"),
         ("search_half_view_us", "search, a view of half"),
-    ] {
+        ("search_half_view_admission_us", "same view, admission kept"),
+    ];
+    for (key, what) in sides {
         let s = &k[key];
         let _ = writeln!(
             out,

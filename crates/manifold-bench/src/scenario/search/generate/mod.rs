@@ -20,18 +20,22 @@
 //! sentence of the kind real servers add; [`scaled`] makes catalogs of any size from copies
 //! of the upstreams (`jira2`, `jira3`...) that each drop some operations at random.
 
+mod spec;
+
 use std::collections::HashSet;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 
+use spec::{Op, Param, Spec, Style, UpstreamSpec};
+
 const SOURCES: [(&str, &str); 6] = [
-    ("code.txt", include_str!("catalog/code.txt")),
-    ("office.txt", include_str!("catalog/office.txt")),
-    ("data.txt", include_str!("catalog/data.txt")),
-    ("ops.txt", include_str!("catalog/ops.txt")),
-    ("business.txt", include_str!("catalog/business.txt")),
-    ("upstreams.txt", include_str!("catalog/upstreams.txt")),
+    ("code.txt", include_str!("../catalog/code.txt")),
+    ("office.txt", include_str!("../catalog/office.txt")),
+    ("data.txt", include_str!("../catalog/data.txt")),
+    ("ops.txt", include_str!("../catalog/ops.txt")),
+    ("business.txt", include_str!("../catalog/business.txt")),
+    ("upstreams.txt", include_str!("../catalog/upstreams.txt")),
 ];
 
 /// Sentences real servers append to descriptions; one is added to about a quarter of them.
@@ -100,210 +104,7 @@ pub fn scaled(seed: u64, total: usize) -> Result<Vec<Upstream>> {
     bail!("could not reach {total} tools")
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Style {
-    Snake,
-    Camel,
-    Kebab,
-    Prefixed,
-}
-
-#[derive(Debug, Default)]
-struct Group {
-    name: String,
-    nouns: Vec<(String, String)>,
-    ops: Vec<Op>,
-}
-
-#[derive(Debug)]
-struct Op {
-    id: String,
-    name: String,
-    hint: char,
-    descriptions: Vec<String>,
-    params: Vec<Param>,
-}
-
-#[derive(Debug)]
-struct Param {
-    name: String,
-    kind: char,
-    required: bool,
-    text: String,
-}
-
-#[derive(Debug)]
-struct UpstreamSpec {
-    key: String,
-    display: String,
-    style: Style,
-    annotated: bool,
-    instructions: Vec<String>,
-    uses: Vec<Use>,
-}
-
-#[derive(Debug)]
-struct Use {
-    group: usize,
-    noun: usize,
-    only: Vec<String>,
-    skip: Vec<String>,
-}
-
-/// The parsed vocabulary.
-struct Spec {
-    groups: Vec<Group>,
-    upstreams: Vec<UpstreamSpec>,
-}
-
 impl Spec {
-    fn parse() -> Result<Spec> {
-        let mut spec = Spec {
-            groups: Vec::new(),
-            upstreams: Vec::new(),
-        };
-        for (file, text) in SOURCES {
-            for (n, line) in text.lines().enumerate() {
-                let line = line.trim();
-                if line.is_empty() || line.starts_with('#') {
-                    continue;
-                }
-                spec.statement(line)
-                    .map_err(|e| anyhow!("catalog/{file}:{}: {e}", n + 1))?;
-            }
-        }
-        Ok(spec)
-    }
-
-    fn statement(&mut self, line: &str) -> Result<()> {
-        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
-        match word {
-            "group" => self.groups.push(Group {
-                name: rest.to_owned(),
-                ..Group::default()
-            }),
-            "nouns" => self.group()?.nouns = nouns(rest)?,
-            "op" => {
-                let parts: Vec<&str> = rest.split(' ').collect();
-                let [id, name, hint] = parts[..] else {
-                    bail!("expected `op ID NAME HINT`")
-                };
-                let hint = hint.chars().next().filter(|h| "rwd".contains(*h));
-                let hint = hint.ok_or_else(|| anyhow!("hint must be r, w or d"))?;
-                self.group()?.ops.push(Op {
-                    id: id.to_owned(),
-                    name: name.to_owned(),
-                    hint,
-                    descriptions: Vec::new(),
-                    params: Vec::new(),
-                });
-            }
-            "d" => self.op()?.descriptions.push(rest.to_owned()),
-            "p" | "p!" => {
-                let mut parts = rest.splitn(3, ' ');
-                let (Some(name), Some(kind), Some(text)) =
-                    (parts.next(), parts.next(), parts.next())
-                else {
-                    bail!("expected `p NAME TYPE TEXT`")
-                };
-                let kind = kind.chars().next().filter(|k| "sinbao".contains(*k));
-                let kind = kind.ok_or_else(|| anyhow!("unknown parameter type"))?;
-                let param = Param {
-                    name: name.to_owned(),
-                    kind,
-                    required: word == "p!",
-                    text: text.to_owned(),
-                };
-                self.op()?.params.push(param);
-            }
-            "upstream" => self.upstream(rest)?,
-            "i" => self.last_upstream()?.instructions.push(rest.to_owned()),
-            "use" => {
-                let using = self.using(rest)?;
-                self.last_upstream()?.uses.push(using);
-            }
-            _ => bail!("unknown statement {word:?}"),
-        }
-        Ok(())
-    }
-
-    fn group(&mut self) -> Result<&mut Group> {
-        self.groups
-            .last_mut()
-            .ok_or_else(|| anyhow!("no group yet"))
-    }
-
-    fn op(&mut self) -> Result<&mut Op> {
-        self.group()?
-            .ops
-            .last_mut()
-            .ok_or_else(|| anyhow!("no op yet"))
-    }
-
-    fn last_upstream(&mut self) -> Result<&mut UpstreamSpec> {
-        self.upstreams
-            .last_mut()
-            .ok_or_else(|| anyhow!("no upstream yet"))
-    }
-
-    fn upstream(&mut self, rest: &str) -> Result<()> {
-        let (key, rest) = rest
-            .split_once(" \"")
-            .ok_or_else(|| anyhow!("expected a name"))?;
-        let (display, rest) = rest
-            .split_once('"')
-            .ok_or_else(|| anyhow!("unclosed name"))?;
-        let mut words = rest.split_whitespace();
-        let style = match words.next() {
-            Some("snake") => Style::Snake,
-            Some("camel") => Style::Camel,
-            Some("kebab") => Style::Kebab,
-            Some("prefixed") => Style::Prefixed,
-            other => bail!("unknown style {other:?}"),
-        };
-        self.upstreams.push(UpstreamSpec {
-            key: key.to_owned(),
-            display: display.to_owned(),
-            style,
-            annotated: words.next() == Some("ann"),
-            instructions: Vec::new(),
-            uses: Vec::new(),
-        });
-        Ok(())
-    }
-
-    fn using(&self, rest: &str) -> Result<Use> {
-        let mut words = rest.split_whitespace();
-        let name = words.next().ok_or_else(|| anyhow!("expected a group"))?;
-        let group = (self.groups.iter().position(|g| g.name == name))
-            .ok_or_else(|| anyhow!("unknown group {name:?}"))?;
-        let mut using = Use {
-            group,
-            noun: 0,
-            only: Vec::new(),
-            skip: Vec::new(),
-        };
-        for word in words {
-            let list = |v: &str| v.split(',').map(str::to_owned).collect::<Vec<_>>();
-            match word.split_once('=') {
-                Some(("noun", n)) => using.noun = n.parse()?,
-                Some(("only", ops)) => using.only = list(ops),
-                Some(("skip", ops)) => using.skip = list(ops),
-                _ => bail!("unknown option {word:?}"),
-            }
-        }
-        let g = &self.groups[group];
-        if using.noun >= g.nouns.len() {
-            bail!("group {name} has no noun {}", using.noun);
-        }
-        for id in using.only.iter().chain(&using.skip) {
-            if !g.ops.iter().any(|o| &o.id == id) {
-                bail!("group {name} has no op {id:?}");
-            }
-        }
-        Ok(using)
-    }
-
     /// Upstream `u` under `key`, each operation dropped with probability `drop`.
     fn make(&self, u: &UpstreamSpec, key: &str, drop: f64, rng: &mut Rng) -> Upstream {
         let mut tools = Vec::new();
@@ -464,18 +265,6 @@ fn capitalized(s: &str) -> String {
         Some(first) => first.to_uppercase().chain(chars).collect(),
         None => String::new(),
     }
-}
-
-fn nouns(text: &str) -> Result<Vec<(String, String)>> {
-    text.split('|')
-        .map(|pair| {
-            let (one, many) = pair
-                .trim()
-                .split_once('/')
-                .ok_or_else(|| anyhow!("expected singular/plural"))?;
-            Ok((one.to_owned(), many.to_owned()))
-        })
-        .collect()
 }
 
 /// SplitMix64: small, seeded and the same on every platform.
