@@ -157,8 +157,10 @@ impl Router {
         let index = self.discovery.index(catalog);
         let defs = catalog.defs();
         let upstream = query.upstream.as_deref();
+        // The catalog's own listing holds every tool of the index: nothing to look up.
+        let whole = std::ptr::eq(listing, catalog.listing(Kind::Tools));
         let admit = |item: &manifold_catalog::Item| {
-            listing.get(&item.exposed).is_some()
+            (whole || listing.get(&item.exposed).is_some())
                 && upstream.is_none_or(|u| {
                     defs.get(item.upstream)
                         .is_some_and(|d| d.key == u || d.prefix == u)
