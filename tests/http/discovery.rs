@@ -12,29 +12,19 @@ fn config(discovery: &str) -> String {
     format!("{discovery}\n{}", two_fixtures())
 }
 
-fn names(host: &mut Host) -> Vec<String> {
-    let r = host.request("tools/list", json!({}));
-    r["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[test]
 fn a_host_chooses_its_own_settings_at_initialize() {
     let server = Server::start(&config(
         "[discovery]\nmode = \"search\"\npinned = [\"alpha__echo\"]\n",
     ));
     let mut searching = server.ready_host();
-    assert_eq!(names(&mut searching), ["alpha__echo", "find_tools"]);
+    assert_eq!(searching.tool_names(), ["alpha__echo", "find_tools"]);
     // Off for this session: the whole view, and find_tools is nobody's.
     let mut whole = server.host();
     let r =
         whole.initialize_with_meta("2025-06-18", json!({"manifold/discovery": {"mode": "off"}}));
     assert_eq!(r.status(), StatusCode::OK);
-    let all = names(&mut whole);
+    let all = whole.tool_names();
     assert!(
         all.len() > 20 && !all.contains(&"find_tools".to_owned()),
         "{all:?}"
@@ -53,7 +43,7 @@ fn a_host_chooses_its_own_settings_at_initialize() {
     assert_eq!(found["tools"].as_array().unwrap().len(), 3, "{r}");
     assert_eq!(found["added"].as_array().unwrap().len(), 1, "{r}");
     assert_eq!(
-        names(&mut one).len(),
+        one.tool_names().len(),
         3,
         "alpha__echo, one found, find_tools"
     );

@@ -38,16 +38,6 @@ fn pid_of(host: &mut Host, upstream: &str) -> u32 {
     text_of(&r).rsplit(' ').next().unwrap().parse().unwrap()
 }
 
-fn tool_names(host: &mut Host) -> Vec<String> {
-    let r = host.request("tools/list", json!({}));
-    r["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// The messages of `host`'s GET stream, as they arrive.
 fn notifications(host: &Host) -> mpsc::Receiver<Value> {
     let mut events = Events::attached(host);
@@ -119,7 +109,7 @@ fn upstreams_are_added_removed_restarted_and_updated_while_sessions_go_on() {
     ));
     // The same session goes on, with the new catalog.
     eventually("delta's tools are listed and beta's gone", || {
-        let names = tool_names(&mut host);
+        let names = host.tool_names();
         names.contains(&"delta__echo".to_owned())
             && !names.iter().any(|n| n.starts_with("beta__"))
             && !names.contains(&"alpha__crash".to_owned())
@@ -243,7 +233,7 @@ fn keys_views_and_limits_follow_a_reload_and_quotas_keep_their_counts() {
     let red_heard = notifications(&red);
     let blue = server.ready_host_using(keyed("old-blue-key-0123456789abcdef"));
     let blue_heard = notifications(&blue);
-    assert_eq!(tool_names(&mut red), ["alpha__echo"]);
+    assert_eq!(red.tool_names(), ["alpha__echo"]);
     for _ in 0..2 {
         assert_eq!(text_of(&red.call("alpha__echo", json!({"text": "a"}))), "a");
     }
@@ -265,7 +255,7 @@ fn keys_views_and_limits_follow_a_reload_and_quotas_keep_their_counts() {
         "notifications/tools/list_changed",
         Duration::from_millis(700)
     ));
-    assert_eq!(tool_names(&mut red), ["alpha__echo", "alpha__add"]);
+    assert_eq!(red.tool_names(), ["alpha__echo", "alpha__add"]);
     // The quota counted two calls before the reload: one more passes.
     assert_eq!(text_of(&red.call("alpha__echo", json!({"text": "b"}))), "b");
     let refused = red.call("alpha__echo", json!({"text": "c"}));
@@ -295,7 +285,7 @@ fn a_watched_file_is_loaded_again_when_it_changes() {
     );
     std::fs::write(server.config_path(), after).unwrap();
     eventually("beta is served", || {
-        tool_names(&mut host).contains(&"beta__echo".to_owned())
+        host.tool_names().contains(&"beta__echo".to_owned())
     });
     assert!(server
         .stderr()

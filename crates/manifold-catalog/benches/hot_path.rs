@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use manifold_catalog::{rewrite, Catalog, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
-use manifold_config::{NameFilter, NameSettings};
+use manifold_config::NameSettings;
 use manifold_protocol::{write, Envelope, RawObject, RawValue};
 use serde::Deserialize;
 
@@ -34,17 +34,7 @@ const RESPONSE: &str = r#"{"jsonrpc":"2.0","id":1234,"result":{"content":[{"type
 
 fn catalog(upstreams: usize, tools: usize) -> Catalog {
     let defs: Arc<[UpstreamDef]> = (0..upstreams)
-        .map(|i| UpstreamDef {
-            key: format!("u{i}"),
-            prefix: format!("u{i}"),
-            uri_prefix: format!("u{i}"),
-            tools: NameFilter::default(),
-            prompts: NameFilter::default(),
-            tool_timeouts: Default::default(),
-            pinning: None,
-            required: false,
-            retired: false,
-        })
+        .map(|i| UpstreamDef::for_key(&format!("u{i}")))
         .collect();
     let slices = (0..upstreams)
         .map(|_| {

@@ -56,6 +56,22 @@ impl UpstreamDef {
         }
     }
 
+    /// An upstream keyed `key` with its defaults (prefix and URI prefix from the key, no
+    /// filters, no pins): what tests and benchmarks build catalogs of.
+    pub fn for_key(key: &str) -> Self {
+        Self {
+            key: key.to_owned(),
+            prefix: naming::sanitize(key),
+            uri_prefix: uri::uri_prefix(key),
+            tools: NameFilter::default(),
+            prompts: NameFilter::default(),
+            tool_timeouts: Default::default(),
+            pinning: None,
+            required: false,
+            retired: false,
+        }
+    }
+
     /// The same upstream, removed by a reload: it keeps its key (for logs and metrics) and
     /// nothing else.
     pub fn retire(&self) -> Self {

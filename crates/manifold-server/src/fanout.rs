@@ -249,15 +249,19 @@ impl Fanout {
         gone
     }
 
-    /// Tells each listen stream that asked of the lists among `kinds` that changed in its
-    /// caller's view.
-    fn lists_changed_to_listens(&self, catalog: &Catalog, kinds: &[Kind]) {
-        let listens: Vec<Arc<Listen>> = self
-            .listens()
+    /// The listen streams whose acknowledgement was sent (the others hear nothing yet).
+    fn acknowledged(&self) -> Vec<Arc<Listen>> {
+        self.listens()
             .iter()
             .filter(|l| l.is_acknowledged())
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// Tells each listen stream that asked of the lists among `kinds` that changed in its
+    /// caller's view.
+    fn lists_changed_to_listens(&self, catalog: &Catalog, kinds: &[Kind]) {
+        let listens = self.acknowledged();
         let mut by_team: HashMap<Arc<str>, Vec<Kind>> = HashMap::new();
         for listen in listens {
             let changed = match listen.caller.restricted() {
@@ -274,12 +278,7 @@ impl Fanout {
     /// `notifications/resources/updated` for the exposed `uri`, to the listen streams that
     /// asked for it and whose team may use `upstream`.
     fn resource_updated_to_listens(&self, key: &str, uri: &str, params: &str) {
-        let listens: Vec<Arc<Listen>> = self
-            .listens()
-            .iter()
-            .filter(|l| l.is_acknowledged())
-            .cloned()
-            .collect();
+        let listens = self.acknowledged();
         let members = RawObject::parse(params).ok().map(|mut o| {
             o.remove("_meta");
             let text = o.to_text();
@@ -325,12 +324,7 @@ impl Fanout {
     /// each team in `changed` of the lists that differ in its view (by team name).
     pub fn views_changed(&self, changed: &HashMap<Arc<str>, Vec<Kind>>) {
         let of = |caller: &Caller| caller.team.as_ref().and_then(|t| changed.get(&t.name));
-        let listens: Vec<Arc<Listen>> = self
-            .listens()
-            .iter()
-            .filter(|l| l.is_acknowledged())
-            .cloned()
-            .collect();
+        let listens = self.acknowledged();
         for listen in listens {
             if let Some(kinds) = of(&listen.caller) {
                 listen.lists_changed(kinds);

@@ -294,6 +294,17 @@ impl Host {
         self.request("tools/call", json!({"name": tool, "arguments": args}))
     }
 
+    /// The names in the first page of `tools/list`.
+    pub fn tool_names(&mut self) -> Vec<String> {
+        let r = self.request("tools/list", json!({}));
+        r["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no tools in {r}"))
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Opens the session's GET stream.
     pub fn listen(&self, last_event_id: Option<&str>) -> Response {
         let mut r = self

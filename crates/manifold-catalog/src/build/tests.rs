@@ -1,22 +1,11 @@
 use super::*;
-use manifold_config::NameFilter;
 
 fn raw(s: &str) -> Box<RawValue> {
     RawValue::from_string(s.to_owned()).unwrap()
 }
 
 fn def(key: &str) -> UpstreamDef {
-    UpstreamDef {
-        key: key.into(),
-        prefix: key.into(),
-        uri_prefix: uri::uri_prefix(key),
-        tools: NameFilter::default(),
-        prompts: NameFilter::default(),
-        tool_timeouts: Default::default(),
-        pinning: None,
-        required: false,
-        retired: false,
-    }
+    UpstreamDef::for_key(key)
 }
 
 fn slice(tools: &[&str]) -> Option<Arc<UpstreamSlice>> {

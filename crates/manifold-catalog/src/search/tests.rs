@@ -1,24 +1,13 @@
 use std::sync::Arc;
 
-use manifold_config::{NameFilter, NameSettings};
+use manifold_config::NameSettings;
 use serde_json::value::RawValue;
 
 use super::*;
 use crate::build::{UpstreamDef, UpstreamSlice, UpstreamState};
-use crate::uri;
 
 fn def(key: &str) -> UpstreamDef {
-    UpstreamDef {
-        key: key.into(),
-        prefix: key.into(),
-        uri_prefix: uri::uri_prefix(key),
-        tools: NameFilter::default(),
-        prompts: NameFilter::default(),
-        tool_timeouts: Default::default(),
-        pinning: None,
-        required: false,
-        retired: false,
-    }
+    UpstreamDef::for_key(key)
 }
 
 /// A tool's JSON: its name, description and, optionally, properties `(name, description)`.

@@ -1,24 +1,14 @@
 use std::sync::Arc;
 
 use manifold_catalog::{Catalog, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
-use manifold_config::{DiscoveryMode, DiscoverySettings, NameFilter, NameSettings};
+use manifold_config::{DiscoveryMode, DiscoverySettings, NameSettings};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::*;
 
 fn catalog(tools: &[(&str, usize)]) -> Catalog {
-    let def = UpstreamDef {
-        key: "up".into(),
-        prefix: "up".into(),
-        uri_prefix: "up".into(),
-        tools: NameFilter::default(),
-        prompts: NameFilter::default(),
-        tool_timeouts: Default::default(),
-        pinning: None,
-        required: false,
-        retired: false,
-    };
+    let def = UpstreamDef::for_key("up");
     let slice = UpstreamSlice {
         tools: tools
             .iter()

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use manifold_catalog::{uri, Catalog, UpstreamDef, UpstreamSlice, UpstreamState};
-use manifold_config::{NameFilter, NameSettings};
+use manifold_catalog::{Catalog, UpstreamDef, UpstreamSlice, UpstreamState};
+use manifold_config::NameSettings;
 use serde_json::value::RawValue;
 
 use super::generate;
@@ -107,15 +107,5 @@ pub fn build(parts: &[Part]) -> Result<Catalog> {
 }
 
 fn def(key: &str) -> UpstreamDef {
-    UpstreamDef {
-        key: key.to_owned(),
-        prefix: key.to_owned(),
-        uri_prefix: uri::uri_prefix(key),
-        tools: NameFilter::default(),
-        prompts: NameFilter::default(),
-        tool_timeouts: Default::default(),
-        pinning: None,
-        required: false,
-        retired: false,
-    }
+    UpstreamDef::for_key(key)
 }
