@@ -95,7 +95,16 @@ impl Router {
 
     /// A `tools/call` of `find_tools` by a caller in search mode: answered here, and true.
     pub(in crate::router) fn find_tools(&self, ctx: &Context, env: &Envelope<'_>) -> bool {
-        let Some(params) = env.params.and_then(|p| RawObject::parse(p).ok()) else {
+        // Every call passes here while some caller searches: a scan for the name, not a
+        // parse, keeps the others' cost down.
+        let named = env
+            .params
+            .is_some_and(|p| memchr::memmem::find(p.as_bytes(), FIND_TOOLS.as_bytes()).is_some());
+        let Some(params) = env
+            .params
+            .filter(|_| named)
+            .and_then(|p| RawObject::parse(p).ok())
+        else {
             return false;
         };
         if params.get_str("name").as_deref() != Some(FIND_TOOLS) {
