@@ -409,3 +409,61 @@ fn reloads_of_every_kind_under_load_fail_no_call_they_do_not_concern() {
     // beta is restarted make-before-break: its calls do not fail either.
     assert_eq!(*beta_failed, 0, "{counts:?}\n{}", server.stderr());
 }
+
+/// How many times fixture `up` ran `tool` (a cache hit never reaches it).
+fn calls_of(host: &mut Host, up: &str, tool: &str) -> u64 {
+    let r = host.call(
+        &format!("{up}__call_count"),
+        json!({"what": format!("tool:{tool}")}),
+    );
+    text_of(&r).parse().unwrap()
+}
+
+#[test]
+fn cached_answers_stay_across_a_reload_unless_their_rules_changed() {
+    let cached = |ttl: &str| format!("[upstreams.alpha.tool_cache.echo]\nttl = \"{ttl}\"\n");
+    let before = config(&[("alpha", &[])], &cached("1h"));
+    let server = Server::start(&before);
+    let mut host = server.ready_host();
+    let echo = |host: &mut Host| {
+        let r = host.call("alpha__echo", json!({"text": "kept"}));
+        assert_eq!(text_of(&r), "kept", "{r}");
+    };
+    echo(&mut host);
+    echo(&mut host);
+    assert_eq!(
+        calls_of(&mut host, "alpha", "echo"),
+        1,
+        "the second was a hit"
+    );
+    // Another upstream (and its own cache) come: alpha's entry stays.
+    let grown = config(
+        &[("alpha", &[]), ("beta", &[])],
+        &format!(
+            "{}[upstreams.beta.tool_cache.echo]\nttl = \"1h\"\n",
+            cached("1h")
+        ),
+    );
+    assert_eq!(server.reload(&grown).0, StatusCode::OK);
+    echo(&mut host);
+    assert_eq!(
+        calls_of(&mut host, "alpha", "echo"),
+        1,
+        "still a hit after the reload"
+    );
+    // alpha's rule changes: its entries go.
+    let changed = config(
+        &[("alpha", &[]), ("beta", &[])],
+        &format!(
+            "{}[upstreams.beta.tool_cache.echo]\nttl = \"1h\"\n",
+            cached("30m")
+        ),
+    );
+    assert_eq!(server.reload(&changed).0, StatusCode::OK);
+    echo(&mut host);
+    assert_eq!(
+        calls_of(&mut host, "alpha", "echo"),
+        2,
+        "a miss: the rule changed"
+    );
+}
