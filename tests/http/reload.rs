@@ -467,3 +467,32 @@ fn cached_answers_stay_across_a_reload_unless_their_rules_changed() {
         "a miss: the rule changed"
     );
 }
+
+#[test]
+fn the_log_level_follows_a_reload() {
+    let with_level = |level: &str| {
+        format!(
+            "[telemetry]\nlog_level = \"{level}\"\n\n{}",
+            config(&[("alpha", &[])], "")
+        )
+    };
+    // No MANIFOLD_LOG (which would win over the file).
+    let server = Server::start_with(&with_level("info"), "", &[], "127.0.0.1");
+    let mut host = server.ready_host();
+    let refused = |host: &mut Host| {
+        let r = host.call("alpha__nope", json!({}));
+        assert_eq!(code(&r), -32602, "{r}");
+    };
+    refused(&mut host);
+    assert!(
+        !server.stderr().contains("request refused"),
+        "debug lines at info"
+    );
+    let (status, report) = server.reload(&with_level("info,manifold_server=debug"));
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(report["telemetry"], true, "{report}");
+    refused(&mut host);
+    eventually("the refusal logged at debug", || {
+        server.stderr().contains("request refused")
+    });
+}
