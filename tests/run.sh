@@ -50,6 +50,13 @@ step "unit and integration tests (fixture upstreams over stdio and HTTP, rmcp cl
 cargo test --workspace --locked
 
 step "bounded fuzz pass: each fuzz target for 30000 runs, regression inputs first (FUZZING.md)"
+# libFuzzer itself is C++, compiled by the libfuzzer-sys crate: a C++ compiler is installed
+# when there is none.
+if ! command -v c++ >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update
+    $sudo apt-get install -y g++
+fi
 # The fuzz package is a workspace of its own with its own target folder: its targets are built
 # with coverage instrumentation (libFuzzer on the stable toolchain) that no other build shares.
 # Each run first executes every checked-in seed and regression input through the target's
