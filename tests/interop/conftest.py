@@ -16,7 +16,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +136,31 @@ async def _initialized(client: Any) -> AsyncIterator[ClientSession]:
             with anyio.fail_after(START_TIMEOUT_S):
                 await session.initialize()
             yield session
+
+
+@asynccontextmanager
+async def http_host(url: str, inbox: Inbox | None = None, key: str | None = None) -> AsyncIterator[ClientSession]:
+    """An initialized session of the official client over Streamable HTTP at `url`, handing
+    `inbox` what is not an answer; with `key`, every request carries it as `x-api-key`."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with AsyncExitStack() as stack:
+        client = None
+        if key is not None:
+            import httpx2
+
+            client = await stack.enter_async_context(
+                httpx2.AsyncClient(headers={"x-api-key": key}, timeout=httpx2.Timeout(30, read=300))
+            )
+        streams = await stack.enter_async_context(
+            streamable_http_client(url, http_client=client) if client else streamable_http_client(url)
+        )
+        s = await stack.enter_async_context(
+            ClientSession(streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S, message_handler=inbox)
+        )
+        with anyio.fail_after(START_TIMEOUT_S):
+            await s.initialize()
+        yield s
 
 
 @contextmanager

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +23,15 @@ import jsonschema
 import mcp_types as types
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
 from conftest import (
     EVERYTHING_JS,
-    REQUEST_TIMEOUT_S,
-    START_TIMEOUT_S,
     Inbox,
     StatelessHttp,
     _check_prerequisites,
     _serving_http,
     _toml_str,
+    http_host,
     manifold_bin,
     time_server_bin,
 )
@@ -81,17 +78,6 @@ def manifold() -> Iterator[str]:
             yield f"http://127.0.0.1:{port}/mcp"
 
 
-@asynccontextmanager
-async def host(url: str, key: str, inbox: Inbox | None = None) -> AsyncIterator[ClientSession]:
-    client = httpx2.AsyncClient(headers={"x-api-key": key}, timeout=httpx2.Timeout(30, read=300))
-    async with client:
-        async with streamable_http_client(url, http_client=client) as streams:
-            async with ClientSession(
-                streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S, message_handler=inbox
-            ) as s:
-                with anyio.fail_after(START_TIMEOUT_S):
-                    await s.initialize()
-                yield s
 
 
 async def listed(s: ClientSession) -> dict[str, types.Tool]:
@@ -123,7 +109,7 @@ def text_of(result: types.CallToolResult) -> str:
 
 async def test_found_tools_join_the_typed_list_and_are_called_with_their_real_schema(manifold: str):
     inbox = Inbox()
-    async with host(manifold, OPS_KEY, inbox) as s:
+    async with http_host(manifold, inbox, key=OPS_KEY) as s:
         first = await listed(s)
         assert set(first) == PINNED | {"find_tools"}, sorted(first)
         assert first["find_tools"].input_schema["required"] == ["query"]
@@ -151,7 +137,7 @@ ARGS = {
 
 
 async def test_the_budget_evicts_the_least_recently_used_found_tool(manifold: str):
-    async with host(manifold, DEV_KEY) as s:
+    async with http_host(manifold, key=DEV_KEY) as s:
         queries = ["echo a message back", "add two numbers together", "get a tiny image"]
         order: list[str] = []
         results = []
@@ -177,7 +163,7 @@ async def test_the_budget_evicts_the_least_recently_used_found_tool(manifold: st
 
 
 async def test_a_hidden_tool_is_never_found(manifold: str):
-    async with host(manifold, DEV_KEY) as dev, host(manifold, OPS_KEY) as ops:
+    async with http_host(manifold, key=DEV_KEY) as dev, http_host(manifold, key=OPS_KEY) as ops:
         query = "get environment variables"
         assert "everything__get-env" in found_names(await find(dev, query, k=5))
         for k in (1, 5, 20):
@@ -186,7 +172,7 @@ async def test_a_hidden_tool_is_never_found(manifold: str):
 
 
 async def test_two_sessions_keep_separate_found_sets(manifold: str):
-    async with host(manifold, OPS_KEY) as a, host(manifold, OPS_KEY) as b:
+    async with http_host(manifold, key=OPS_KEY) as a, http_host(manifold, key=OPS_KEY) as b:
         result = await find(a, "add two numbers together", k=1)
         tool = result["tools"][0]["name"]
         assert tool in await listed(a)
@@ -197,7 +183,7 @@ async def test_two_sessions_keep_separate_found_sets(manifold: str):
 
 async def test_a_tool_the_upstream_drops_leaves_the_sessions_that_found_it(manifold: str):
     inbox = Inbox()
-    async with host(manifold, DEV_KEY, inbox) as s:
+    async with http_host(manifold, inbox, key=DEV_KEY) as s:
         # fx__add_tool is not listed, but it is in the view: it may be called.
         r = await s.call_tool(
             "fx__add_tool", {"name": "weather_report", "description": "Reports the weather forecast for a city"}

@@ -13,26 +13,22 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-from mcp import ClientSession, types
-from mcp.client.streamable_http import streamable_http_client
+from mcp import types
 
 from conftest import (
-    Inbox,
     HERE,
-    REQUEST_TIMEOUT_S,
-    START_TIMEOUT_S,
+    Inbox,
     _check_prerequisites,
     _serving_http,
     _stop,
     _toml_str,
     _wait_for_line,
+    http_host,
     time_server_bin,
 )
 
@@ -79,15 +75,6 @@ def manifold() -> Iterator[tuple[str, Path]]:
             _stop(server)
 
 
-@asynccontextmanager
-async def host(url: str, inbox: Inbox | None = None) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as streams:
-        async with ClientSession(
-            streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S, message_handler=inbox
-        ) as s:
-            with anyio.fail_after(START_TIMEOUT_S):
-                await s.initialize()
-            yield s
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -104,7 +91,7 @@ async def test_both_upstreams_are_spoken_to_in_the_stateless_era(manifold: tuple
 
 async def test_calls_reach_stateless_upstreams_with_the_headers_they_check(manifold: tuple[str, Path]):
     url, _ = manifold
-    async with host(url) as s:
+    async with http_host(url) as s:
         now = json.loads(text_of(await s.call_tool("time__get_current_time", {"timezone": "UTC"})))
         assert now["timezone"] == "UTC", now
         assert text_of(await s.call_tool("modern__echo", {"text": "hello"})) == "hello"
@@ -125,7 +112,7 @@ async def test_calls_reach_stateless_upstreams_with_the_headers_they_check(manif
 async def test_list_changes_of_a_stateless_upstream_reach_hosts(manifold: tuple[str, Path], key: str):
     url, _ = manifold
     inbox = Inbox()
-    async with host(url, inbox) as s:
+    async with http_host(url, inbox) as s:
         assert text_of(await s.call_tool(f"{key}__add_tool", {"name": "extra"})) == "added"
         with anyio.fail_after(10):
             while not inbox.of(types.ToolListChangedNotification):
@@ -140,7 +127,7 @@ async def test_resource_updates_of_a_stateless_upstream_reach_subscribers(manifo
     url, _ = manifold
     uri = f"{key}+test://counter"
     inbox = Inbox()
-    async with host(url, inbox) as s:
+    async with http_host(url, inbox) as s:
         await s.subscribe_resource(uri)
         # The subscription reaches the upstream when Manifold opens its listen stream again
         # with the URI: changes before that are not heard, so the counter is bumped until one

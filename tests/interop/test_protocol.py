@@ -20,9 +20,8 @@ import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
-from conftest import Inbox, REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _check_prerequisites, _serving_http, config_text
+from conftest import Inbox, http_host, REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _check_prerequisites, _serving_http, config_text
 
 # These tests drive the session-based era on purpose; the SDK warns that later revisions
 # replace logging levels and subscriptions.
@@ -182,20 +181,11 @@ def manifold_url() -> Iterator[str]:
             yield f"http://127.0.0.1:{port}/mcp"
 
 
-@asynccontextmanager
-async def http_session(url: str, inbox: Inbox) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as streams:
-        async with ClientSession(
-            streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S, message_handler=inbox
-        ) as s:
-            with anyio.fail_after(START_TIMEOUT_S):
-                await s.initialize()
-            yield s
 
 
 async def test_log_messages_are_named_and_filtered_per_session(manifold_url: str):
     loud_inbox, quiet_inbox = Inbox(), Inbox()
-    async with http_session(manifold_url, loud_inbox) as loud, http_session(manifold_url, quiet_inbox) as quiet:
+    async with http_host(manifold_url, loud_inbox) as loud, http_host(manifold_url, quiet_inbox) as quiet:
         await loud.set_logging_level("debug")
         await quiet.set_logging_level("error")
         # server-everything acknowledges a subscribe with an info message.
@@ -213,7 +203,7 @@ async def test_log_messages_are_named_and_filtered_per_session(manifold_url: str
 async def test_resource_updates_reach_only_subscribed_sessions(manifold_url: str):
     uri = "everything+demo://resource/static/document/extension.md"
     sub_inbox, other_inbox = Inbox(), Inbox()
-    async with http_session(manifold_url, sub_inbox) as subscribed, http_session(manifold_url, other_inbox) as other:
+    async with http_host(manifold_url, sub_inbox) as subscribed, http_host(manifold_url, other_inbox) as other:
         await subscribed.subscribe_resource(uri)
         r = await other.call_tool("everything__toggle-subscriber-updates", {})
         assert "Started" in text_of(r), r
