@@ -260,7 +260,7 @@ impl Fanout {
 
     /// Tells each listen stream that asked of the lists among `kinds` that changed in its
     /// caller's view.
-    fn lists_changed_to_listens(&self, catalog: &Catalog, kinds: &[Kind]) {
+    fn lists_changed_to_listens(&self, before: &Catalog, after: &Catalog, kinds: &[Kind]) {
         let listens = self.acknowledged();
         let mut by_team: HashMap<Arc<str>, Vec<Kind>> = HashMap::new();
         for listen in listens {
@@ -268,7 +268,7 @@ impl Fanout {
                 None => kinds.to_vec(),
                 Some(team) => by_team
                     .entry(Arc::clone(&team.name))
-                    .or_insert_with(|| team.changed(catalog, kinds))
+                    .or_insert_with(|| team.changed(before, after, kinds))
                     .clone(),
             };
             listen.lists_changed(&changed);
@@ -300,9 +300,10 @@ impl Fanout {
         }
     }
 
-    /// Tells each session of the lists among `kinds` that changed in its view of `catalog`.
-    pub fn lists_changed(&self, catalog: &Catalog, kinds: &[Kind]) {
-        self.lists_changed_to_listens(catalog, kinds);
+    /// Tells each session of the lists among `kinds` that changed in its view from catalog
+    /// `before` to `after`.
+    pub fn lists_changed(&self, before: &Catalog, after: &Catalog, kinds: &[Kind]) {
+        self.lists_changed_to_listens(before, after, kinds);
         // A team whose view hides something hears only of changes to its view; the others
         // see the whole catalog. Each team's view is compared once.
         let mut by_team: HashMap<Arc<str>, Vec<Kind>> = HashMap::new();
@@ -312,7 +313,7 @@ impl Fanout {
                 None => kinds.to_vec(),
                 Some(team) => by_team
                     .entry(Arc::clone(&team.name))
-                    .or_insert_with(|| team.changed(catalog, kinds))
+                    .or_insert_with(|| team.changed(before, after, kinds))
                     .clone(),
             };
             hearing.push((session, changed));

@@ -14,9 +14,9 @@ use tokio::sync::watch;
 /// Who hears what hosts should be told. The server implements it and decides which sessions
 /// each message goes to; this crate knows no sessions.
 pub trait Listener: Send + Sync {
-    /// The merged list of each of `kinds` changed (resources and templates share one
-    /// notification, so both may be named together).
-    fn lists_changed(&self, kinds: &[Kind]);
+    /// The merged list of each of `kinds` changed from `before` to `after` (resources and
+    /// templates share one notification, so both may be named together).
+    fn lists_changed(&self, before: &Catalog, after: &Catalog, kinds: &[Kind]);
     /// A notification from upstream `upstream` for hosts (for `session` alone when it came
     /// from that session's own connection), its URIs already exposed.
     fn upstream_notification(
@@ -236,7 +236,7 @@ impl Hub {
             .filter(|&k| old.listing(k).fingerprint() != new.listing(k).fingerprint())
             .collect();
         if let (false, Some(l)) = (changed.is_empty(), self.listener()) {
-            l.lists_changed(&changed);
+            l.lists_changed(old, new, &changed);
         }
     }
 

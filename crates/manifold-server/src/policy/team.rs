@@ -62,18 +62,19 @@ impl Team {
         view
     }
 
-    /// Builds the view of `catalog` and says which of `kinds` differ from the view the team
-    /// had before (all of them if it had none).
-    pub fn changed(&self, catalog: &Catalog, kinds: &[Kind]) -> Vec<Kind> {
-        let old = self.view.load_full();
-        let new = self.view(catalog);
+    /// Which of `kinds` differ between the team's views of catalogs `before` and `after`.
+    /// The view of `before` is the one kept when it is at hand, else built (a replica where
+    /// nobody of the team listed anything yet has none, and must not say "all changed").
+    pub fn changed(&self, before: &Catalog, after: &Catalog, kinds: &[Kind]) -> Vec<Kind> {
+        let kept = self.view.load_full().filter(|v| {
+            v.generation == before.generation() && Arc::ptr_eq(&v.config, &self.config.load())
+        });
+        let old = kept.unwrap_or_else(|| Arc::new(View::of(self, before)));
+        let new = self.view(after);
         kinds
             .iter()
             .copied()
-            .filter(|&k| {
-                old.as_ref()
-                    .is_none_or(|o| o.listing(k).fingerprint() != new.listing(k).fingerprint())
-            })
+            .filter(|&k| old.listing(k).fingerprint() != new.listing(k).fingerprint())
             .collect()
     }
 }
@@ -188,5 +189,80 @@ impl Teams {
             })
             .collect();
         Teams { by_name }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use manifold_catalog::{UpstreamDef, UpstreamSlice, UpstreamState};
+    use manifold_config::NameSettings;
+    use serde_json::value::RawValue;
+
+    use super::*;
+
+    /// Two upstreams, `fx` and `other`, with the tools named; built as generation `generation`.
+    fn catalog(generation: u64, fx: &[&str], other: &[&str]) -> Catalog {
+        let slice = |names: &[&str]| {
+            let tools = names
+                .iter()
+                .map(|n| {
+                    let text = format!(r#"{{"name":"{n}","inputSchema":{{"type":"object"}}}}"#);
+                    RawValue::from_string(text).unwrap()
+                })
+                .collect();
+            Some(Arc::new(UpstreamSlice {
+                tools,
+                ..UpstreamSlice::default()
+            }))
+        };
+        let names = NameSettings {
+            separator: "__".into(),
+            max_length: 64,
+        };
+        Catalog::build(
+            vec![UpstreamDef::for_key("fx"), UpstreamDef::for_key("other")].into(),
+            &names,
+            0,
+            generation,
+            vec![UpstreamState::Up; 2],
+            vec![slice(fx), slice(other)],
+        )
+    }
+
+    fn team_of(upstreams: &[&str]) -> Arc<Team> {
+        Team::new(TeamConfig {
+            name: "b".to_owned(),
+            api_keys: Vec::new(),
+            claims: Vec::new(),
+            upstreams: upstreams.iter().map(|u| (*u).to_owned()).collect(),
+            tools: Visibility::default(),
+            prompts: Visibility::default(),
+            resources: Visibility::default(),
+            headers: BTreeMap::new(),
+            limits: None,
+            tool_limits: BTreeMap::new(),
+            upstream_limits: BTreeMap::new(),
+            discovery: Default::default(),
+        })
+    }
+
+    #[test]
+    fn a_change_outside_the_view_is_none_even_before_any_view_was_built() {
+        let before = catalog(1, &["echo"], &["add"]);
+        let after = catalog(2, &["echo", "seen_by_a"], &["add"]);
+        // Nobody of the team listed anything here yet: no view is kept.
+        let team = team_of(&["other"]);
+        assert!(team.changed(&before, &after, &[Kind::Tools]).is_empty());
+        // With the view of `before` kept, the same.
+        let team = team_of(&["other"]);
+        team.view(&before);
+        assert!(team.changed(&before, &after, &[Kind::Tools]).is_empty());
+        // A change inside the view is told, kept view or not.
+        let grown = catalog(3, &["echo", "seen_by_a"], &["add", "sub"]);
+        assert_eq!(team.changed(&after, &grown, &[Kind::Tools]), [Kind::Tools]);
+        let fresh = team_of(&["other"]);
+        assert_eq!(fresh.changed(&after, &grown, &[Kind::Tools]), [Kind::Tools]);
     }
 }

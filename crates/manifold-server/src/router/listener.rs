@@ -1,20 +1,19 @@
 //! The router as the hub's listener: what upstreams say goes to the fan-out; what changes
 //! about an upstream reaches the cache and what was asked of it on the hosts' behalf.
 
-use manifold_catalog::Kind;
+use manifold_catalog::{Catalog, Kind};
 use manifold_protocol::RawObject;
 use manifold_upstream::Listener;
 
 use super::Router;
 
 impl Listener for Router {
-    fn lists_changed(&self, kinds: &[Kind]) {
-        let catalog = self.hub.catalog();
+    fn lists_changed(&self, before: &Catalog, after: &Catalog, kinds: &[Kind]) {
         if kinds.contains(&Kind::Tools) {
             // Found tools that left a session's view leave its list first.
-            self.prune_found(&catalog);
+            self.prune_found(&self.hub.catalog());
         }
-        self.fanout.lists_changed(&catalog, kinds);
+        self.fanout.lists_changed(before, after, kinds);
     }
 
     fn upstream_notification(

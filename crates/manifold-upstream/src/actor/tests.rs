@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use manifold_catalog::{Kind, UpstreamDef, UpstreamState};
+use manifold_catalog::{Catalog, Kind, UpstreamDef, UpstreamState};
 use manifold_protocol::version::Era;
 use serde_json::{json, Value};
 
@@ -311,7 +311,7 @@ struct Heard {
 }
 
 impl Listener for Heard {
-    fn lists_changed(&self, kinds: &[Kind]) {
+    fn lists_changed(&self, _before: &Catalog, _after: &Catalog, kinds: &[Kind]) {
         self.lists.lock().unwrap().extend_from_slice(kinds);
     }
 
