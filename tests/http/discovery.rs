@@ -59,6 +59,40 @@ fn a_host_chooses_its_own_settings_at_initialize() {
 }
 
 #[test]
+fn a_host_may_choose_search_where_the_configuration_has_none() {
+    let server = Server::start(&config(""));
+    let mut whole = server.ready_host();
+    let all = whole.tool_names();
+    assert!(
+        all.len() > 20 && !all.contains(&"find_tools".to_owned()),
+        "{all:?}"
+    );
+    let mut searching = server.host();
+    let meta = json!({"manifold/discovery": {"mode": "search", "pinned": ["alpha__echo"]}});
+    assert_eq!(
+        searching.initialize_with_meta("2025-06-18", meta).status(),
+        StatusCode::OK
+    );
+    assert_eq!(searching.tool_names(), ["alpha__echo", "find_tools"]);
+    let r = searching.call("find_tools", json!({"query": "add two numbers", "k": 1}));
+    assert_eq!(
+        r["result"]["structuredContent"]["added"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "{r}"
+    );
+    assert_eq!(
+        searching.tool_names().len(),
+        3,
+        "alpha__echo, one found, find_tools"
+    );
+    // The other session still lists the whole catalog.
+    assert_eq!(whole.tool_names(), all);
+}
+
+#[test]
 fn a_schema_budget_and_the_counters_on_metrics() {
     let server = Server::start(&config(
         "[discovery]\nmode = \"search\"\nmax_schema_bytes = 1024\n",

@@ -12,6 +12,8 @@ HTTP fixture upstream; hosts are the official Python SDK client, through HAProxy
 - Notifications reach exactly the sessions that should hear them, whichever replica they are
   homed on: list changes once per session, per team view.
 - Stateless (2026-07-28) requests need no session: balanced freely.
+- Tool discovery follows a session: the settings its host chose and the tools it found (and
+  those the budget evicted) on one replica are what every replica lists.
 - Quotas hold exactly across the replicas (Redis limit backend).
 
 Figures (failed requests, events lost, notifications missed) are printed: pytest -s shows them.
@@ -19,6 +21,7 @@ Figures (failed requests, events lost, notifications missed) are printed: pytest
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import tempfile
@@ -327,6 +330,87 @@ def change_catalog(client: httpx2.Client, url: str, sid: str, name: str) -> None
         {"jsonrpc": "2.0", "id": name, "method": "tools/call", "params": {"name": "fx__add_tool", "arguments": {"name": name}}},
     )
     assert r.status_code == 200 and '"isError":true' not in r.text, r.text
+
+
+def result_of(r: httpx2.Response) -> dict:
+    """The result of a POST's answer, sent as JSON or as an event stream."""
+    assert r.status_code == 200, r.text
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        for _, data in sse_events(iter(r.text.splitlines()), 10):
+            message = json.loads(data)
+            if "id" in message:
+                break
+    else:
+        message = r.json()
+    assert "result" in message, message
+    return message["result"]
+
+
+def listed_names(client: httpx2.Client, url: str, sid: str) -> list[str]:
+    result = result_of(post(client, url, sid, {"jsonrpc": "2.0", "id": "l", "method": "tools/list"}))
+    return [t["name"] for t in result["tools"]]
+
+
+def listed_soon(client: httpx2.Client, url: str, sid: str, want: list[str]) -> list[str]:
+    """What `url` lists for the session, asked again (for at most 5 s) until it is `want`:
+    the replica that changed the list tells the others through Redis."""
+    deadline = time.monotonic() + 5
+    while True:
+        names = listed_names(client, url, sid)
+        if names == want or time.monotonic() > deadline:
+            return names
+        time.sleep(0.05)
+
+
+async def test_tool_discovery_follows_a_session_to_every_replica(tmp: Path, fixture: Fixture, redis: Redis):
+    # Direct to the replicas (no balancer): the host chose search mode at initialize on the
+    # first replica; what it finds on one replica is listed on the other, and so is what the
+    # budget evicts.
+    c = cluster(tmp, fixture, redis, store="redis", sticky=True, n=2)
+    r1, r2 = (f"http://127.0.0.1:{p}/mcp" for p in c.ports)
+    try:
+        with httpx2.Client() as client:
+            chosen = {"mode": "search", "max_tools": 2, "pinned": ["fx__echo"]}
+            r = post(
+                client,
+                r1,
+                None,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"},
+                        "_meta": {"manifold/discovery": chosen},
+                    },
+                },
+            )
+            assert r.status_code == 200, r.text
+            sid = r.headers["mcp-session-id"]
+            assert post(client, r1, sid, {"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+            # The other replica copies the session with the settings its host chose.
+            assert listed_names(client, r2, sid) == ["fx__echo", "find_tools"]
+            find = {"name": "find_tools", "arguments": {"query": "add two numbers", "k": 1}}
+            found = result_of(post(client, r2, sid, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": find}))
+            assert found["structuredContent"]["added"] == ["fx__add"], found
+            assert listed_soon(client, r1, sid, ["fx__echo", "fx__add", "find_tools"]) == [
+                "fx__echo",
+                "fx__add",
+                "find_tools",
+            ]
+            # Found on the first replica: the budget (one found tool) evicts fx__add everywhere.
+            find = {"name": "find_tools", "arguments": {"query": "sleep milliseconds", "k": 1}}
+            found = result_of(post(client, r1, sid, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": find}))
+            assert found["structuredContent"]["added"] == ["fx__sleep"], found
+            assert found["structuredContent"]["evicted"] == ["fx__add"], found
+            want = ["fx__echo", "fx__sleep", "find_tools"]
+            assert listed_soon(client, r2, sid, want) == want
+            record = redis.command("HGET", f"{c.prefix}:session:{sid}", "found")
+            assert json.loads(record) == ["fx__sleep"], record
+    finally:
+        c.stop()
 
 
 async def test_a_get_stream_resumes_on_another_replica_with_last_event_id(tmp: Path, fixture: Fixture, redis: Redis):

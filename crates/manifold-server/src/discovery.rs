@@ -30,8 +30,10 @@ pub const META_KEY: &str = "manifold/discovery";
 pub struct Discovery {
     /// `[discovery]`.
     settings: ArcSwap<DiscoverySettings>,
-    /// Whether any caller may be in search mode: otherwise no request looks further.
+    /// Whether the configuration puts any caller in search mode.
     active: AtomicBool,
+    /// Whether a host chose search mode for its session (kept across reloads).
+    chosen: AtomicBool,
     /// The index of the latest catalog asked about, with its generation. Locked while it is
     /// brought up to date (a few milliseconds after a catalog change, once).
     index: Mutex<Option<(u64, Arc<SearchIndex>)>>,
@@ -42,6 +44,7 @@ impl Discovery {
         let discovery = Self {
             settings: ArcSwap::from_pointee(DiscoverySettings::default()),
             active: AtomicBool::new(false),
+            chosen: AtomicBool::new(false),
             index: Mutex::new(None),
         };
         discovery.configure(settings, teams);
@@ -56,9 +59,17 @@ impl Discovery {
         self.active.store(active, Ordering::Relaxed);
     }
 
-    /// Whether any caller may be in search mode (one relaxed load).
+    /// Whether any caller may be in search mode: otherwise no request looks further (two
+    /// relaxed loads).
     pub fn active(&self) -> bool {
-        self.active.load(Ordering::Relaxed)
+        self.active.load(Ordering::Relaxed) || self.chosen.load(Ordering::Relaxed)
+    }
+
+    /// A host chose `settings` for its session.
+    pub fn chosen(&self, settings: &DiscoverySettings) {
+        if settings.mode == DiscoveryMode::Search {
+            self.chosen.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The settings of callers without a team.
@@ -90,8 +101,10 @@ pub struct Found {
     any: AtomicBool,
     /// Exposed names. Locked to add, touch, evict or read.
     tools: Mutex<Vec<Box<str>>>,
-    /// Chosen by the host at `initialize` (`_meta["manifold/discovery"]`), over its team's.
-    chosen: OnceLock<DiscoverySettings>,
+    /// Chosen by the host at `initialize` (`_meta["manifold/discovery"]`), over its team's,
+    /// with what the host asked (the `_meta` member, as JSON text), which replicas sharing
+    /// the session apply over their own base.
+    chosen: OnceLock<(DiscoverySettings, Box<str>)>,
 }
 
 impl Found {
@@ -101,12 +114,25 @@ impl Found {
 
     /// The settings the host chose, if any.
     pub fn chosen(&self) -> Option<&DiscoverySettings> {
-        self.chosen.get()
+        self.chosen.get().map(|(settings, _)| settings)
     }
 
-    /// Keeps the settings the host chose (once).
-    pub fn choose(&self, settings: DiscoverySettings) {
-        let _ = self.chosen.set(settings);
+    /// What the host asked for, as a `_meta` object's JSON text, if it chose anything.
+    pub fn asked(&self) -> Option<&str> {
+        self.chosen.get().map(|(_, asked)| &**asked)
+    }
+
+    /// Keeps the settings the host chose (once), with what it asked (`asked`: a `_meta`
+    /// object's JSON text).
+    pub fn choose(&self, settings: DiscoverySettings, asked: Box<str>) {
+        let _ = self.chosen.set((settings, asked));
+    }
+
+    /// Takes `recent_first` as the found tools (another replica changed them).
+    pub fn set(&self, recent_first: Vec<Box<str>>) {
+        let mut tools = self.tools();
+        *tools = recent_first.into_iter().rev().collect();
+        self.any.store(!tools.is_empty(), Ordering::Relaxed);
     }
 
     /// The tool `name` was called: it becomes the most recently used.
@@ -332,13 +358,18 @@ pub fn result(hits: &[Hit], listing: &Listing, listed: &Listed, definitions: boo
     .to_string()
 }
 
-/// The settings a host chose in `initialize` (`_meta` object `meta`), over `base`; an error
-/// names what is wrong.
-pub fn chosen(meta: &str, base: &DiscoverySettings) -> Result<Option<DiscoverySettings>, String> {
+/// The settings a host chose in `initialize` (`_meta` object `meta`), over `base`, with
+/// what it asked (a `_meta` object holding only that member, as JSON text); an error names
+/// what is wrong.
+pub fn chosen(
+    meta: &str,
+    base: &DiscoverySettings,
+) -> Result<Option<(DiscoverySettings, Box<str>)>, String> {
     let meta: Value = serde_json::from_str(meta).map_err(|e| e.to_string())?;
     let Some(asked) = meta.get(META_KEY) else {
         return Ok(None);
     };
+    let text = serde_json::json!({ META_KEY: asked }).to_string().into();
     let bad = |what: &str| format!("_meta[\"{META_KEY}\"].{what}");
     let mut settings = base.clone();
     if let Some(mode) = asked.get("mode") {
@@ -368,7 +399,7 @@ pub fn chosen(meta: &str, base: &DiscoverySettings) -> Result<Option<DiscoverySe
             .and_then(|a| a.iter().map(|g| g.as_str().map(str::to_owned)).collect())
             .ok_or_else(|| bad("pinned must be an array of strings"))?;
     }
-    Ok(Some(settings))
+    Ok(Some((settings, text)))
 }
 
 #[cfg(test)]

@@ -105,7 +105,7 @@ pub struct Session {
 
 /// What a session kept in a store shared by replicas reports to it.
 pub trait Relay: Send + Sync {
-    /// The session's log level or subscriptions changed on this replica.
+    /// The session's log level, subscriptions or found tools changed on this replica.
     fn changed(&self, session: &Session);
     /// A task the session created on this replica (its exposed id).
     fn task_created(&self, session: &Session, task: &str);

@@ -47,6 +47,20 @@ fn names(found: &Found) -> Vec<String> {
 }
 
 #[test]
+fn found_tools_taken_from_another_replica_keep_their_order() {
+    let found = Found::default();
+    found.add(&["up__x"]);
+    found.set(vec!["up__b".into(), "up__a".into()]);
+    assert_eq!(names(&found), ["up__b", "up__a"]);
+    found.touch("up__a");
+    assert_eq!(names(&found), ["up__a", "up__b"]);
+    found.set(Vec::new());
+    assert!(names(&found).is_empty());
+    found.touch("up__a");
+    assert!(names(&found).is_empty());
+}
+
+#[test]
 fn found_tools_are_kept_most_recently_used_first() {
     let found = Found::default();
     assert_eq!(found.add(&["up__a", "up__b"]), ["up__a", "up__b"]);
@@ -142,14 +156,17 @@ fn queries_are_read_with_clear_errors() {
 fn a_host_may_choose_its_own_settings_at_initialize() {
     let base = DiscoverySettings::default();
     assert_eq!(chosen(r#"{"other":1}"#, &base).unwrap(), None);
-    let c = chosen(
-        r#"{"manifold/discovery":{"mode":"search","max_tools":7,"pinned":["gh__*"]}}"#,
+    let (c, asked) = chosen(
+        r#"{"progressToken":1,"manifold/discovery":{"mode":"search","max_tools":7,"pinned":["gh__*"]}}"#,
         &base,
     )
     .unwrap()
     .unwrap();
     assert_eq!((c.mode, c.max_tools), (DiscoveryMode::Search, 7));
     assert_eq!(c.pinned, ["gh__*"]);
+    // What was asked, alone, applies the same over the same base (another replica's).
+    assert!(!asked.contains("progressToken"), "{asked}");
+    assert_eq!(chosen(&asked, &base).unwrap().unwrap().0, c);
     let e = chosen(r#"{"manifold/discovery":{"mode":"all"}}"#, &base).unwrap_err();
     assert!(e.contains("mode"), "{e}");
 }

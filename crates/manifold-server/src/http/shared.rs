@@ -96,11 +96,13 @@ struct Calls {
 enum Write {
     /// A message for the session as a whole.
     Event { token: Box<str>, message: Vec<u8> },
-    /// The session's level or subscriptions changed here.
+    /// The session's level, subscriptions or found tools changed here.
     State {
         token: Box<str>,
         level: Option<u8>,
         subs: Vec<String>,
+        /// Tool discovery's found tools, most recently used first.
+        found: Vec<Box<str>>,
     },
     /// A host's answer, for the replica that sent the request.
     Answer {
@@ -125,6 +127,10 @@ struct Record {
     level: Option<u8>,
     home: String,
     subs: Vec<String>,
+    /// The discovery settings its host chose (a `_meta` object's JSON text).
+    discovery: Option<String>,
+    /// Its found tools, most recently used first.
+    found: Vec<Box<str>>,
 }
 
 impl Store {
@@ -272,6 +278,13 @@ impl Store {
         if let Some(info) = info {
             pipe.cmd("HSET").arg(&key).arg("info").arg(info).ignore();
         }
+        if let Some(asked) = session.found().asked() {
+            pipe.cmd("HSET")
+                .arg(&key)
+                .arg("discovery")
+                .arg(asked)
+                .ignore();
+        }
         pipe.cmd("PEXPIRE")
             .arg(&key)
             .arg(self.ttl_ms())
@@ -333,6 +346,7 @@ impl Store {
         for uri in &record.subs {
             session.subscribe(uri);
         }
+        router.restore_discovery(&session, record.discovery.as_deref(), record.found);
         self.streams.insert(id, &streams);
         if let Err(full) = sessions.add(Arc::clone(&session), Some(token)) {
             tracing::warn!("cannot take a shared session: {full}");
@@ -372,6 +386,11 @@ impl Store {
             level: fields.get("level").and_then(|l| l.parse().ok()),
             home: get("home"),
             subs,
+            discovery: fields.get("discovery").cloned(),
+            found: fields
+                .get("found")
+                .and_then(|f| serde_json::from_str(f).ok())
+                .unwrap_or_default(),
         }))
     }
 
@@ -715,7 +734,12 @@ impl Store {
                         .arg(self.ttl_ms())
                         .ignore();
                 }
-                Write::State { token, level, subs } => {
+                Write::State {
+                    token,
+                    level,
+                    subs,
+                    found,
+                } => {
                     let key = self.key(&token);
                     let subs_key = self.subs_key(&token);
                     pipe.atomic();
@@ -724,6 +748,12 @@ impl Store {
                         None => pipe.cmd("HDEL").arg(&key).arg("level"),
                     }
                     .ignore();
+                    if found.is_empty() {
+                        pipe.cmd("HDEL").arg(&key).arg("found").ignore();
+                    } else {
+                        let list = serde_json::to_string(&found).unwrap_or_default();
+                        pipe.cmd("HSET").arg(&key).arg("found").arg(list).ignore();
+                    }
                     pipe.cmd("DEL").arg(&subs_key).ignore();
                     if !subs.is_empty() {
                         pipe.cmd("SADD").arg(&subs_key).arg(&subs).ignore();
@@ -870,6 +900,7 @@ impl Store {
                     let relevel = session.log_level() != record.level;
                     session.set_log_level(level);
                     router.set_subscriptions(&session, &record.subs);
+                    router.restore_discovery(&session, None, record.found);
                     if relevel && !session.is_away() {
                         // Each upstream that logs is asked for what the sessions here want.
                         router.apply_log_levels(None).await;
@@ -1149,6 +1180,7 @@ impl Relay for SessionRelay {
             token: self.token.clone(),
             level: session.log_level(),
             subs: session.subscriptions(),
+            found: session.found().recent_first(),
         });
     }
 

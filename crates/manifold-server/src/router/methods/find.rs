@@ -11,6 +11,7 @@ use manifold_telemetry::discovery::DiscoveryCounters;
 use crate::context::Context;
 use crate::discovery::{self, Listed, Query, FIND_TOOLS};
 use crate::error::RouteError;
+use crate::policy::Caller;
 use crate::router::Router;
 use crate::session::Session;
 
@@ -21,10 +22,32 @@ impl Router {
         if let Some(chosen) = ctx.session.as_ref().and_then(|s| s.found().chosen()) {
             return Arc::new(chosen.clone());
         }
-        match &ctx.caller.team {
+        self.configured_discovery(&ctx.caller)
+    }
+
+    /// The discovery settings the configuration gives `caller`: its team's, else
+    /// `[discovery]`.
+    fn configured_discovery(&self, caller: &Caller) -> Arc<DiscoverySettings> {
+        match &caller.team {
             Some(team) => Arc::new(team.config().discovery.clone()),
             None => self.discovery.anonymous(),
         }
+    }
+
+    /// A shared session copied from the store (or refreshed) takes what its host chose at
+    /// `initialize` (`asked`, applied over this replica's settings for its caller) and the
+    /// tools it found on any replica (`found`, most recently used first).
+    pub fn restore_discovery(&self, session: &Session, asked: Option<&str>, found: Vec<Box<str>>) {
+        if let Some(asked) = asked {
+            if session.found().chosen().is_none() {
+                let base = self.configured_discovery(session.caller());
+                if let Ok(Some((settings, asked))) = discovery::chosen(asked, &base) {
+                    self.discovery.chosen(&settings);
+                    session.found().choose(settings, asked);
+                }
+            }
+        }
+        session.found().set(found);
     }
 
     /// The settings a host chose in its `initialize` (`_meta`), kept on its session; an
@@ -42,8 +65,9 @@ impl Router {
         }
         let base = self.discovery_of(ctx);
         match discovery::chosen(meta, &base) {
-            Ok(Some(settings)) => {
-                session.found().choose(settings);
+            Ok(Some((settings, asked))) => {
+                self.discovery.chosen(&settings);
+                session.found().choose(settings, asked);
                 Ok(())
             }
             Ok(None) => Ok(()),
@@ -84,6 +108,9 @@ impl Router {
         if let Some(session) = session.filter(|_| !evicted.is_empty()) {
             session.found().remove(&evicted);
             DiscoveryCounters::add(&counters.evicted, evicted.len());
+            if let Some(relay) = session.relay() {
+                relay.changed(session);
+            }
         }
         let body = discovery::page(&listed, ctx.is_stateless());
         DiscoveryCounters::add(&counters.listed_bytes, body.len());
@@ -140,18 +167,23 @@ impl Router {
             }
             None => Listed::default(),
         };
+        let changed = session.filter(|_| !listed.added.is_empty() || !listed.evicted.is_empty());
+        if let Some(session) = changed {
+            // Replicas sharing the session hear of its new list before its host does.
+            if let Some(relay) = session.relay() {
+                relay.changed(session);
+            }
+        }
         ctx.reply(&discovery::result(
             &hits,
             listing,
             &listed,
             session.is_none(),
         ));
-        if !listed.added.is_empty() || !listed.evicted.is_empty() {
-            if let Some(session) = session {
-                let mut line = Vec::new();
-                write::notification(&mut line, "notifications/tools/list_changed", None);
-                session.stream().notify(&[&line]);
-            }
+        if let Some(session) = changed {
+            let mut line = Vec::new();
+            write::notification(&mut line, "notifications/tools/list_changed", None);
+            session.stream().notify(&[&line]);
         }
         true
     }
