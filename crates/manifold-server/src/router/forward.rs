@@ -56,8 +56,9 @@ impl Router {
 
     /// Passes the request through the layers, then sends it upstream.
     pub(super) fn admit(self: &Arc<Self>, ctx: Context, target: Target) {
-        let layers = Arc::clone(&self.live().layers);
-        self.admit_from(ctx, target, &layers, 0);
+        // The guard, not a clone: no shared count touched unless a layer makes it wait.
+        let live = self.live();
+        self.admit_from(ctx, target, &live.layers, 0);
     }
 
     /// Passes the request through `layers` from `from` on, then sends it upstream. A layer
