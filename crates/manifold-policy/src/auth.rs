@@ -470,7 +470,6 @@ impl Jwt {
             return;
         }
         let result = fetcher.fetch().await;
-        *fetcher.last_attempt.lock() = Some(Instant::now());
         match result.and_then(|text| self.parse_jwks(&text)) {
             Ok(fetched) => {
                 tracing::debug!(
@@ -488,6 +487,9 @@ impl Jwt {
                 "could not fetch the JWT signing keys; the keys known before stay in use"
             ),
         }
+        // Only now is no fetch due: a request that finds no key before the new keys are
+        // stored must wait for this fetch (on `turn`), not be refused at once.
+        *fetcher.last_attempt.lock() = Some(Instant::now());
         fetcher.generation.fetch_add(1, Ordering::Release);
     }
 
