@@ -143,29 +143,6 @@ fn sample(text: &str, metric: &str, labels: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Children of `pid` (from /proc), with their state letter.
-fn children_of(pid: u32) -> Vec<(u32, char)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        let rest: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
-            out.push((child, rest[0].chars().next().unwrap_or('?')));
-        }
-    }
-    out
-}
-
 /// kill -9 of a stdio upstream while 16 hosts call it and another upstream, ten times: every
 /// call in flight to it is answered with -32010 naming it as soon as it dies, the other
 /// upstream's calls all succeed, it is back quickly, and no process is left behind.
@@ -244,7 +221,7 @@ fn a_stdio_upstream_killed_mid_call_fails_only_its_calls_at_once() {
         }
     }
     // Every process but the live one is gone; Manifold has no other child.
-    let children = children_of(server.child.id());
+    let children = children(server.child.id());
     let leaked: Vec<_> = killed.iter().filter(|p| process_alive(**p)).collect();
     println!(
         "figures: kill -9 x{KILLS} under 16 hosts: in-flight calls of the killed upstream answered after its death {} (answered before it died: {in_flight_ok}); its restart (kill to serving) {}; other upstream {steady_ok} ok / {steady_errors} errors; killed upstream errors {victim_errors} of {}; Manifold's children {children:?}; leaked {}",

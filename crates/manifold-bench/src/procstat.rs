@@ -111,36 +111,7 @@ pub fn entries(pid: u32, folder: &str) -> Result<usize> {
 }
 
 /// The children of `pid` and their state letters (`Z` for a zombie), from /proc.
-pub fn children(pid: u32) -> Vec<(u32, char)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    // Bounded by the machine's process count.
-    for entry in entries.flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        // The fields after the command name, which is in parentheses and may hold spaces:
-        // the state, then the parent's pid.
-        let rest: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
-            out.push((
-                child,
-                rest.first().and_then(|s| s.chars().next()).unwrap_or('?'),
-            ));
-        }
-    }
-    out
-}
+pub use manifold_testkit::process::children;
 
 #[cfg(test)]
 mod tests {

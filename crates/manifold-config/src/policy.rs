@@ -56,8 +56,8 @@ pub struct JwtConfig {
     pub jwks_min_refresh: Duration,
 }
 
-/// A team (`[teams.NAME]`).
-#[derive(Clone, Debug, PartialEq)]
+/// A team (`[teams.NAME]`). The default sees everything and has no keys or limits.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TeamConfig {
     pub name: String,
     /// SHA-256 of each API key that selects this team (keys are never kept in clear).

@@ -2,12 +2,11 @@
 //! over HTTP on 127.0.0.1; API keys by their hashes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use manifold_config::{AuthConfig, JwtConfig, KeyHash, TeamConfig, Visibility};
+use manifold_config::{AuthConfig, JwtConfig, KeyHash, TeamConfig};
 use manifold_policy::{AuthError, Authenticator, Principal};
 use manifold_testkit::jwt::{self, hs256_token, jwks, now, unsigned_token, Issuer, JwksServer};
 use serde_json::{json, Value};
@@ -23,15 +22,7 @@ fn team(name: &str, api_keys: &[&str], claims: &[&str]) -> TeamConfig {
         name: name.to_owned(),
         api_keys: api_keys.iter().map(|k| KeyHash::of(k)).collect(),
         claims: claims.iter().map(|c| (*c).to_owned()).collect(),
-        upstreams: Vec::new(),
-        tools: Visibility::default(),
-        prompts: Visibility::default(),
-        resources: Visibility::default(),
-        headers: BTreeMap::new(),
-        limits: None,
-        tool_limits: BTreeMap::new(),
-        upstream_limits: BTreeMap::new(),
-        discovery: Default::default(),
+        ..TeamConfig::default()
     }
 }
 

@@ -23,6 +23,8 @@ pub mod stateless;
 pub mod stdio;
 pub mod target;
 mod tasks;
+#[cfg(test)]
+mod testing;
 
 pub use context::{Context, Origin};
 pub use error::RouteError;

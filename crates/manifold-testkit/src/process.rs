@@ -511,6 +511,38 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// The children of `pid` and their state letters (`Z` for a zombie), from /proc.
+pub fn children(pid: u32) -> Vec<(u32, char)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    // Bounded by the machine's process count.
+    for entry in entries.flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // The fields after the command name, which is in parentheses and may hold spaces:
+        // the state, then the parent's pid.
+        let rest: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
+            out.push((
+                child,
+                rest.first().and_then(|s| s.chars().next()).unwrap_or('?'),
+            ));
+        }
+    }
+    out
+}
+
 /// Polls `cond` until true or the deadline passes (a hang guard, not a timing assertion).
 pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let until = Instant::now() + WAIT;

@@ -1,36 +1,16 @@
-use std::sync::Arc;
-
-use manifold_catalog::{Catalog, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
-use manifold_config::{DiscoveryMode, DiscoverySettings, NameSettings};
-use serde_json::value::RawValue;
+use manifold_catalog::{Catalog, Kind};
+use manifold_config::{DiscoveryMode, DiscoverySettings};
 use serde_json::{json, Value};
 
 use super::*;
 
+/// One upstream, `up`, with tools (name, description length).
 fn catalog(tools: &[(&str, usize)]) -> Catalog {
-    let def = UpstreamDef::for_key("up");
-    let slice = UpstreamSlice {
-        tools: tools
-            .iter()
-            .map(|(name, pad)| {
-                let text = json!({"name": name, "description": "x".repeat(*pad), "inputSchema": {"type": "object"}});
-                RawValue::from_string(text.to_string()).unwrap()
-            })
-            .collect(),
-        ..UpstreamSlice::default()
-    };
-    let names = NameSettings {
-        separator: "__".into(),
-        max_length: 64,
-    };
-    Catalog::build(
-        vec![def].into(),
-        &names,
-        0,
-        1,
-        vec![UpstreamState::Up],
-        vec![Some(Arc::new(slice))],
-    )
+    let tools = tools
+        .iter()
+        .map(|(name, pad)| json!({"name": name, "description": "x".repeat(*pad), "inputSchema": {"type": "object"}}))
+        .collect();
+    crate::testing::catalog(1, &[("up", tools)])
 }
 
 fn search(max_tools: usize, pinned: &[&str]) -> DiscoverySettings {

@@ -194,57 +194,24 @@ impl Teams {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use manifold_catalog::{UpstreamDef, UpstreamSlice, UpstreamState};
-    use manifold_config::NameSettings;
-    use serde_json::value::RawValue;
-
     use super::*;
 
     /// Two upstreams, `fx` and `other`, with the tools named; built as generation `generation`.
     fn catalog(generation: u64, fx: &[&str], other: &[&str]) -> Catalog {
-        let slice = |names: &[&str]| {
-            let tools = names
+        let tools = |names: &[&str]| {
+            names
                 .iter()
-                .map(|n| {
-                    let text = format!(r#"{{"name":"{n}","inputSchema":{{"type":"object"}}}}"#);
-                    RawValue::from_string(text).unwrap()
-                })
-                .collect();
-            Some(Arc::new(UpstreamSlice {
-                tools,
-                ..UpstreamSlice::default()
-            }))
+                .map(|n| serde_json::json!({"name": n, "inputSchema": {"type": "object"}}))
+                .collect()
         };
-        let names = NameSettings {
-            separator: "__".into(),
-            max_length: 64,
-        };
-        Catalog::build(
-            vec![UpstreamDef::for_key("fx"), UpstreamDef::for_key("other")].into(),
-            &names,
-            0,
-            generation,
-            vec![UpstreamState::Up; 2],
-            vec![slice(fx), slice(other)],
-        )
+        crate::testing::catalog(generation, &[("fx", tools(fx)), ("other", tools(other))])
     }
 
     fn team_of(upstreams: &[&str]) -> Arc<Team> {
         Team::new(TeamConfig {
             name: "b".to_owned(),
-            api_keys: Vec::new(),
-            claims: Vec::new(),
             upstreams: upstreams.iter().map(|u| (*u).to_owned()).collect(),
-            tools: Visibility::default(),
-            prompts: Visibility::default(),
-            resources: Visibility::default(),
-            headers: BTreeMap::new(),
-            limits: None,
-            tool_limits: BTreeMap::new(),
-            upstream_limits: BTreeMap::new(),
-            discovery: Default::default(),
+            ..TeamConfig::default()
         })
     }
 
