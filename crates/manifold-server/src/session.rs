@@ -105,8 +105,10 @@ pub struct Session {
 
 /// What a session kept in a store shared by replicas reports to it.
 pub trait Relay: Send + Sync {
-    /// The session's log level, subscriptions or found tools changed on this replica.
+    /// The session's log level or subscriptions changed on this replica.
     fn changed(&self, session: &Session);
+    /// The tools the session found (tool discovery) changed on this replica.
+    fn found_changed(&self, session: &Session);
     /// A task the session created on this replica (its exposed id).
     fn task_created(&self, session: &Session, task: &str);
     /// The host answered, here, a request another replica sent it: passes `message` (the

@@ -96,12 +96,15 @@ struct Calls {
 enum Write {
     /// A message for the session as a whole.
     Event { token: Box<str>, message: Vec<u8> },
-    /// The session's level, subscriptions or found tools changed here.
+    /// The session's level or subscriptions changed here.
     State {
         token: Box<str>,
         level: Option<u8>,
         subs: Vec<String>,
-        /// Tool discovery's found tools, most recently used first.
+    },
+    /// The session's found tools (tool discovery) changed here: most recently used first.
+    Found {
+        token: Box<str>,
         found: Vec<Box<str>>,
     },
     /// A host's answer, for the replica that sent the request.
@@ -734,12 +737,7 @@ impl Store {
                         .arg(self.ttl_ms())
                         .ignore();
                 }
-                Write::State {
-                    token,
-                    level,
-                    subs,
-                    found,
-                } => {
+                Write::State { token, level, subs } => {
                     let key = self.key(&token);
                     let subs_key = self.subs_key(&token);
                     pipe.atomic();
@@ -748,12 +746,6 @@ impl Store {
                         None => pipe.cmd("HDEL").arg(&key).arg("level"),
                     }
                     .ignore();
-                    if found.is_empty() {
-                        pipe.cmd("HDEL").arg(&key).arg("found").ignore();
-                    } else {
-                        let list = serde_json::to_string(&found).unwrap_or_default();
-                        pipe.cmd("HSET").arg(&key).arg("found").arg(list).ignore();
-                    }
                     pipe.cmd("DEL").arg(&subs_key).ignore();
                     if !subs.is_empty() {
                         pipe.cmd("SADD").arg(&subs_key).arg(&subs).ignore();
@@ -761,6 +753,20 @@ impl Store {
                             .arg(&subs_key)
                             .arg(self.ttl_ms())
                             .ignore();
+                    }
+                    pipe.cmd("PUBLISH")
+                        .arg(self.channel())
+                        .arg(format!("refresh {token} {}", self.replica))
+                        .ignore();
+                }
+                Write::Found { token, found } => {
+                    let key = self.key(&token);
+                    pipe.atomic();
+                    if found.is_empty() {
+                        pipe.cmd("HDEL").arg(&key).arg("found").ignore();
+                    } else {
+                        let list = serde_json::to_string(&found).unwrap_or_default();
+                        pipe.cmd("HSET").arg(&key).arg("found").arg(list).ignore();
                     }
                     pipe.cmd("PUBLISH")
                         .arg(self.channel())
@@ -1180,6 +1186,12 @@ impl Relay for SessionRelay {
             token: self.token.clone(),
             level: session.log_level(),
             subs: session.subscriptions(),
+        });
+    }
+
+    fn found_changed(&self, session: &Session) {
+        let _ = self.store.writes.send(Write::Found {
+            token: self.token.clone(),
             found: session.found().recent_first(),
         });
     }

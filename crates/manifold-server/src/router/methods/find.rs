@@ -109,7 +109,7 @@ impl Router {
             session.found().remove(&evicted);
             DiscoveryCounters::add(&counters.evicted, evicted.len());
             if let Some(relay) = session.relay() {
-                relay.changed(session);
+                relay.found_changed(session);
             }
         }
         let body = discovery::page(&listed, ctx.is_stateless());
@@ -171,7 +171,7 @@ impl Router {
         if let Some(session) = changed {
             // Replicas sharing the session hear of its new list before its host does.
             if let Some(relay) = session.relay() {
-                relay.changed(session);
+                relay.found_changed(session);
             }
         }
         ctx.reply(&discovery::result(
