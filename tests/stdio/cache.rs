@@ -214,14 +214,18 @@ fn an_entry_expires_after_its_ttl() {
 }
 
 #[test]
-fn the_byte_budget_evicts_the_oldest_entry() {
+fn the_byte_budget_evicts_the_least_recently_used_entry() {
     // Room for two 40 kB results, not three: in the budget of every cache, or one's own.
     let budgets = [
         ("[cache]\nmax_bytes = \"100KiB\"\n", CACHED),
         ("", "cache = { ttl = \"60s\", max_bytes = \"100KiB\" }\n"),
     ];
     for (global, settings) in budgets {
-        let mut m = serve(global, &[], settings);
+        let mut m = serve_with_flags(
+            &config(global, &[], settings),
+            &["--admin", "127.0.0.1:0"],
+        );
+        let metrics = Metrics::of(&m);
         let big = |m: &mut Manifold, bytes: usize| {
             let r = m.call("fx__big", json!({"bytes": bytes}));
             assert_eq!(text_of(&r).len(), bytes);
@@ -233,13 +237,29 @@ fn the_byte_budget_evicts_the_oldest_entry() {
         assert_eq!(kept, 2, "a result that fits was not kept ({settings})");
         big(&mut m, 40_002);
         assert_eq!(calls_of(&mut m, "big"), 3);
-        // Eviction may lag the insertion that overflowed: hits until then.
-        eventually(
-            &format!("the oldest result misses again ({settings})"),
-            || {
-                big(&mut m, 40_000);
-                calls_of(&mut m, "big") == 4
-            },
+        // The store evicts when it next does its pending work, which a small call of
+        // another key gets it to do; touching the big results before then would make the
+        // one touched the most recently used.
+        let by_size = [("cache", "tools"), ("cause", "size")];
+        eventually(&format!("an entry was evicted ({settings})"), || {
+            echo(&mut m, "tick");
+            metric(
+                &metrics.scrape(),
+                "manifold_cache_evictions_total",
+                &by_size,
+            ) >= 1.0
+        });
+        big(&mut m, 40_000);
+        assert_eq!(
+            calls_of(&mut m, "big"),
+            4,
+            "the least recently used result was kept ({settings})"
+        );
+        big(&mut m, 40_002);
+        assert_eq!(
+            calls_of(&mut m, "big"),
+            4,
+            "the newest result was evicted ({settings})"
         );
     }
 }
