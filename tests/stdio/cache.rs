@@ -221,10 +221,7 @@ fn the_byte_budget_evicts_the_least_recently_used_entry() {
         ("", "cache = { ttl = \"60s\", max_bytes = \"100KiB\" }\n"),
     ];
     for (global, settings) in budgets {
-        let mut m = serve_with_flags(
-            &config(global, &[], settings),
-            &["--admin", "127.0.0.1:0"],
-        );
+        let mut m = serve_with_flags(&config(global, &[], settings), &["--admin", "127.0.0.1:0"]);
         let metrics = Metrics::of(&m);
         let big = |m: &mut Manifold, bytes: usize| {
             let r = m.call("fx__big", json!({"bytes": bytes}));
