@@ -436,15 +436,13 @@ fn cached_answers_stay_across_a_reload_unless_their_rules_changed() {
         1,
         "the second was a hit"
     );
+    // alpha with its rule's `ttl`, beta beside it with a cache of its own.
+    let with_beta = |ttl: &str| {
+        let caches = format!("{}{}", cached(ttl), cached("1h").replace("alpha", "beta"));
+        config(&[("alpha", &[]), ("beta", &[])], &caches)
+    };
     // Another upstream (and its own cache) come: alpha's entry stays.
-    let grown = config(
-        &[("alpha", &[]), ("beta", &[])],
-        &format!(
-            "{}[upstreams.beta.tool_cache.echo]\nttl = \"1h\"\n",
-            cached("1h")
-        ),
-    );
-    assert_eq!(server.reload(&grown).0, StatusCode::OK);
+    assert_eq!(server.reload(&with_beta("1h")).0, StatusCode::OK);
     echo(&mut host);
     assert_eq!(
         calls_of(&mut host, "alpha", "echo"),
@@ -452,14 +450,7 @@ fn cached_answers_stay_across_a_reload_unless_their_rules_changed() {
         "still a hit after the reload"
     );
     // alpha's rule changes: its entries go.
-    let changed = config(
-        &[("alpha", &[]), ("beta", &[])],
-        &format!(
-            "{}[upstreams.beta.tool_cache.echo]\nttl = \"1h\"\n",
-            cached("30m")
-        ),
-    );
-    assert_eq!(server.reload(&changed).0, StatusCode::OK);
+    assert_eq!(server.reload(&with_beta("30m")).0, StatusCode::OK);
     echo(&mut host);
     assert_eq!(
         calls_of(&mut host, "alpha", "echo"),

@@ -11,7 +11,7 @@ impl Listener for Router {
     fn lists_changed(&self, before: &Catalog, after: &Catalog, kinds: &[Kind]) {
         if kinds.contains(&Kind::Tools) {
             // Found tools that left a session's view leave its list first.
-            self.prune_found(&self.hub.catalog());
+            self.prune_found(after);
         }
         self.fanout.lists_changed(before, after, kinds);
     }
