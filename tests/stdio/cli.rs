@@ -212,6 +212,37 @@ fn every_shipped_config_loads() {
     assert!(seen >= 2, "config/ should hold the demo and examples");
 }
 
+/// The demo is the first thing a newcomer runs: it exposes what a person would try (tools, a
+/// readme, prompts) and none of the fixture's test hooks (fault injection, counters).
+#[test]
+fn the_demo_exposes_only_what_a_person_would_try() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/demo.toml");
+    let (code, out, err) = check(&demo);
+    assert_eq!(code, 0, "{out}{err}");
+    let section = |name: &str| -> Vec<String> {
+        let head = format!("{name} (");
+        out.lines()
+            .skip_while(|l| !l.starts_with(&head))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect()
+    };
+    let mut tools = section("tools");
+    tools.sort();
+    assert_eq!(
+        tools,
+        ["calc__sum", "notes__echo", "notes__progress", "notes__sleep"],
+        "{out}"
+    );
+    let resources = section("resources");
+    assert!(
+        resources.iter().any(|uri| uri.ends_with("/readme")),
+        "a readme to read: {out}"
+    );
+    assert!(!section("prompts").is_empty(), "a prompt to try: {out}");
+}
+
 /// `check` of a config with `[server.tls]` (config/secure.toml), copied beside the files its
 /// comment tells how to make, so that `check` reads a real certificate and key and the lock
 /// file `manifold pin` wrote.
