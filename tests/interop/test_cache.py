@@ -5,6 +5,10 @@ listener).
 server-everything annotates `echo` readOnlyHint: true, openWorldHint: false, so `cache` on the
 upstream keeps it; `toggle-simulated-logging` is readOnlyHint: false, so it is never kept (and
 never counted as a hit or a miss). `resource_cache` keeps resources/read answers.
+
+Then a stateless-era upstream on the official Python SDK (dual_era_server.py), whose answers
+carry the SDK's default hints (ttlMs 0, cacheScope "private"): the configured rule outweighs
+them, and a resources/updated on its subscriptions/listen stream drops the entry.
 """
 
 from __future__ import annotations
