@@ -6,6 +6,7 @@
 
 mod auth;
 mod cache;
+mod cache_hints;
 mod discovery;
 mod drain;
 mod faults;

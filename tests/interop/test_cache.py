@@ -5,14 +5,20 @@ listener).
 server-everything annotates `echo` readOnlyHint: true, openWorldHint: false, so `cache` on the
 upstream keeps it; `toggle-simulated-logging` is readOnlyHint: false, so it is never kept (and
 never counted as a hit or a miss). `resource_cache` keeps resources/read answers.
+
+Then a stateless-era upstream on the official Python SDK (dual_era_server.py), whose answers
+carry the SDK's default hints (ttlMs 0, cacheScope "private"): the configured rule outweighs
+them, and a resources/updated on its subscriptions/listen stream drops the entry.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -130,3 +136,57 @@ async def test_read_only_tools_and_resources_are_answered_from_the_cache():
         stopped = text_of(await s.call_tool(WRITER, {}))
         assert started.startswith("Started") and stopped.startswith("Stopped"), (started, stopped)
         await assert_counts(port, expect(hits_tools=1, misses_tools=2, hits_resources=1, misses_resources=1))
+
+
+# --- A stateless-era upstream built on the official Python SDK -------------------------------
+
+#: dual_era_server.py over stdio: Manifold's default `era = "auto"` finds it speaks 2026-07-28.
+#: Its resources/read answers carry the SDK's default hints (ttlMs 0, cacheScope "private"),
+#: which the operator's rule outweighs.
+SDK_UPSTREAM = "sdk"
+SDK_CONFIG = (
+    f"[upstreams.{SDK_UPSTREAM}]\n"
+    f"command = {_toml_str(sys.executable)}\n"
+    f"args = [{_toml_str(Path(__file__).parent / 'dual_era_server.py')}, \"--stdio\"]\n"
+    'resource_cache = { ttl = "60s", scope = "shared" }\n'
+)
+
+
+async def read_counter(s: Any, uri: str) -> str:
+    contents = (await s.read_resource(uri)).contents
+    return "".join(getattr(c, "text", "") for c in contents)
+
+
+async def test_a_rule_outweighs_an_sdk_upstreams_default_hints_and_its_updates_drop_entries():
+    async with manifold_stdio(SDK_CONFIG, ["--admin", "127.0.0.1:0"]) as (s, _init, stderr):
+        port = await admin_port(stderr)
+        uri = next(str(r.uri) for r in await all_resources(s) if str(r.uri).endswith("test://counter"))
+        assert [await read_counter(s, uri) for _ in range(3)] == ["0", "0", "0"]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while sdk_resource_hits(port) < 2 and time.monotonic() < deadline:
+            await anyio.sleep(0.1)
+        assert sdk_resource_hits(port) == 2, "the SDK's ttlMs 0 / private outweighed the rule"
+        # The update reaches Manifold on the upstream's subscriptions/listen stream, naming the
+        # cached URI: the entry goes, and the next read is the upstream's.
+        assert text_of(await s.call_tool(f"{SDK_UPSTREAM}__bump", {})) == "1"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        seen = await read_counter(s, uri)
+        while seen != "1" and time.monotonic() < deadline:
+            await anyio.sleep(0.1)
+            seen = await read_counter(s, uri)
+        assert seen == "1", "the cached counter outlived the upstream's resources/updated"
+
+
+def sdk_resource_hits(port: int) -> float:
+    """manifold_cache_hits_total of the SDK upstream's resource cache (0 if absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if not m or m.group(1) != "manifold_cache_hits_total":
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if labels.get("upstream") == SDK_UPSTREAM and labels.get("cache") == "resources":
+            total += float(m.group(3))
+    return total

@@ -68,18 +68,18 @@ fn check_marks_what_is_cached_and_warns_of_cached_tools_that_do_not_exist() {
     );
     // Read-only and closed-world: the upstream-wide rule; named: its own rule.
     assert!(
-        out.contains("alpha__echo -> alpha:echo  [cached 30s]"),
+        out.contains("alpha__echo -> alpha:echo  [cached 30s, per team: config]"),
         "{out}"
     );
     assert!(
-        out.contains("alpha__whoami -> alpha:whoami  [cached 500ms]"),
+        out.contains("alpha__whoami -> alpha:whoami  [cached 500ms, per team: config]"),
         "{out}"
     );
     // Open-world by default, and not read-only: not cached.
     assert!(out.contains("alpha__add -> alpha:add\n"), "{out}");
     assert!(out.contains("alpha__crash -> alpha:crash\n"), "{out}");
     assert!(
-        out.contains("alpha+fixture://alpha/readme -> alpha:fixture://alpha/readme  [cached 300s]"),
+        out.contains("alpha+fixture://alpha/readme -> alpha:fixture://alpha/readme  [cached 300s, per team: config]"),
         "{out}"
     );
     assert!(
@@ -88,6 +88,34 @@ fn check_marks_what_is_cached_and_warns_of_cached_tools_that_do_not_exist() {
         ),
         "{out}"
     );
+}
+
+#[test]
+fn check_says_whether_the_config_or_a_stateless_upstreams_hints_decide_what_is_kept() {
+    let dir = TempDir::new("check-cache-hints");
+    let stateless = |name: &'static str| {
+        fixture_upstream(name, &["--name", name, "--hints", "--era", "stateless"])
+    };
+    let config = format!(
+        "{}resource_cache = {{ ttl = \"1m\", scope = \"shared\" }}\n{}",
+        stateless("ruled"),
+        stateless("free"),
+    );
+    let (code, out, err) = check(&dir.write("c.toml", &config));
+    assert_eq!(code, 0, "{out}{err}");
+    // The operator's rule outweighs the upstream's hints (the fixture says ttlMs 0, private).
+    assert!(
+        out.contains("ruled+fixture://ruled/readme -> ruled:fixture://ruled/readme  [cached 60s, shared: config]"),
+        "{out}"
+    );
+    // No rule: Manifold keeps nothing, and hosts get the upstream's hints.
+    assert!(
+        out.contains(
+            "free+fixture://free/readme -> free:fixture://free/readme  [upstream's cache hints]"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("free__echo -> free:echo\n"), "{out}");
 }
 
 #[test]

@@ -173,34 +173,6 @@ pub struct Entry {
     subscription: Option<(usize, Box<str>)>,
 }
 
-/// The caching hints an answer carries (`ttlMs`, `cacheScope`), if any.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Hint {
-    ttl: Option<Duration>,
-    private: bool,
-}
-
-impl Hint {
-    fn of(result: &str) -> Self {
-        let bytes = result.as_bytes();
-        if memchr::memmem::find(bytes, b"\"ttlMs\"").is_none()
-            && memchr::memmem::find(bytes, b"\"cacheScope\"").is_none()
-        {
-            return Self::default();
-        }
-        let Ok(obj) = RawObject::parse(result) else {
-            return Self::default();
-        };
-        Self {
-            ttl: obj
-                .get("ttlMs")
-                .and_then(|t| t.parse::<u64>().ok())
-                .map(Duration::from_millis),
-            private: obj.get_str("cacheScope").is_some_and(|s| s == "private"),
-        }
-    }
-}
-
 /// How one request uses the cache.
 pub struct Lookup {
     pub key: Key,
@@ -208,12 +180,6 @@ pub struct Lookup {
     ttl: Duration,
     /// Not looked up: the answer replaces the entry.
     pub refresh: bool,
-    /// Whether the caller belongs to a team while the entry is shared (an answer an upstream
-    /// says is private is then not kept).
-    shared_across_teams: bool,
-    /// Whether the upstream speaks the stateless era, whose answers may say how long they
-    /// may be kept (a session-era answer is not searched for what it cannot say).
-    hinted: bool,
     changes: u64,
     pub counters: Arc<CacheCounters>,
 }
@@ -485,11 +451,6 @@ impl Cache {
             store: rule.store.clone(),
             ttl: rule.ttl,
             refresh,
-            shared_across_teams: team.is_none() && ctx.caller.team.is_some(),
-            hinted: catalog
-                .slice(target.upstream)
-                .and_then(|s| s.era())
-                .is_some_and(|e| e == manifold_protocol::version::Era::Stateless),
             changes: up.changes.load(Ordering::Acquire),
             counters: Arc::clone(&up.counters[family as usize]),
         })))
@@ -503,37 +464,27 @@ impl Cache {
         result: Box<str>,
         subscription: Option<(usize, Box<str>)>,
     ) -> Result<Arc<Entry>, Option<(usize, Box<str>)>> {
-        match self.keepable(lookup, &result, None) {
+        match self.keepable(lookup, None) {
             Some(ttl) => self.entry_for(lookup, result, ttl, subscription),
             None => Err(subscription),
         }
     }
 
-    /// How long `result` may be kept for `lookup` (`remaining`: at most that, for an answer
+    /// How long an answer may be kept for `lookup` (`remaining`: at most that, for an answer
     /// found in the shared tier), or `None` when it may not be kept or served: the upstream
-    /// changed since the request was planned, or the answer's own hints forbid it.
-    pub fn keepable(
-        &self,
-        lookup: &Lookup,
-        result: &str,
-        remaining: Option<Duration>,
-    ) -> Option<Duration> {
+    /// changed since the request was planned.
+    ///
+    /// The rule that covers the request is the operator's decision and outweighs what the
+    /// answer says of itself (the stateless era's `ttlMs` and `cacheScope`): SDKs stamp every
+    /// result with their defaults (`ttlMs: 0`, `private`), which would otherwise silence
+    /// every rule. Where no rule covers a request nothing is kept here, and hosts get the
+    /// upstream's hints as it sent them.
+    pub fn keepable(&self, lookup: &Lookup, remaining: Option<Duration>) -> Option<Duration> {
         let up = &self.upstreams[lookup.key.upstream];
         if up.changes.load(Ordering::Acquire) != lookup.changes {
             return None;
         }
-        // What the upstream says of its answer (the stateless era's hints): a ttl can only
-        // shorten the configured one, 0 keeps nothing, and a private answer is never shared
-        // between authorization contexts, whatever the configuration says.
-        let hint = match lookup.hinted {
-            true => Hint::of(result),
-            false => Hint::default(),
-        };
-        if hint.ttl == Some(Duration::ZERO) || (hint.private && lookup.shared_across_teams) {
-            return None;
-        }
-        let ttl = hint.ttl.map_or(lookup.ttl, |t| t.min(lookup.ttl));
-        let ttl = remaining.map_or(ttl, |r| r.min(ttl));
+        let ttl = remaining.map_or(lookup.ttl, |r| r.min(lookup.ttl));
         (!ttl.is_zero()).then_some(ttl)
     }
 
@@ -793,27 +744,6 @@ fn directive(params: &RawObject<'_>) -> Result<Directive, RouteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_answers_own_hints_are_read() {
-        assert_eq!(Hint::of(r#"{"contents":[]}"#), Hint::default());
-        assert_eq!(
-            Hint::of(r#"{"contents":[],"ttlMs":1500,"cacheScope":"private"}"#),
-            Hint {
-                ttl: Some(Duration::from_millis(1500)),
-                private: true
-            }
-        );
-        assert_eq!(
-            Hint::of(r#"{"ttlMs":0,"cacheScope":"public"}"#).ttl,
-            Some(Duration::ZERO)
-        );
-        // Only the answer's own members count.
-        assert_eq!(
-            Hint::of(r#"{"contents":[{"text":"\"ttlMs\":0"}]}"#),
-            Hint::default()
-        );
-    }
 
     #[test]
     fn only_read_only_closed_world_tools_are_hinted() {

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use manifold_catalog::{Catalog, Kind, NameOrigin, UpstreamState};
-use manifold_config::{CacheRule, UpstreamConfig};
+use manifold_config::{CacheRule, CacheScope, UpstreamConfig};
+use manifold_protocol::version::Era;
 use manifold_protocol::RawObject;
 use manifold_server::cache;
 
@@ -78,9 +79,7 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
                 NameOrigin::Shortened => "  [shortened]",
                 NameOrigin::Renamed => "  [renamed]",
             };
-            let cached = cache_rule(catalog, upstreams, kind, item.upstream, &item.original)
-                .map(|r| format!("  [cached {:?}]", r.ttl))
-                .unwrap_or_default();
+            let cached = cache_note(catalog, upstreams, kind, item.upstream, &item.original);
             let _ = writeln!(
                 out,
                 "  {} -> {}:{}{note}{cached}",
@@ -89,6 +88,36 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
         }
     }
     out
+}
+
+/// What decides how long an item's answers are kept and for whom: the config's rule, which
+/// outweighs whatever the upstream's answers say of themselves, or, where no rule covers a
+/// resource of a stateless-era upstream, that upstream's own hints (`ttlMs`, `cacheScope`),
+/// which Manifold keeps nothing by and passes on to hosts.
+fn cache_note(
+    catalog: &Catalog,
+    upstreams: &[UpstreamConfig],
+    kind: Kind,
+    upstream: usize,
+    original: &str,
+) -> String {
+    if let Some(rule) = cache_rule(catalog, upstreams, kind, upstream, original) {
+        let scope = match rule.scope {
+            CacheScope::Team => "per team",
+            CacheScope::Shared => "shared",
+        };
+        return format!("  [cached {:?}, {scope}: config]", rule.ttl);
+    }
+    let stateless = catalog
+        .slice(upstream)
+        .and_then(|s| s.era())
+        .is_some_and(|e| e == Era::Stateless);
+    match kind {
+        Kind::Resources | Kind::ResourceTemplates if stateless => {
+            "  [upstream's cache hints]".to_owned()
+        }
+        _ => String::new(),
+    }
 }
 
 /// The cache rule that covers an item, if any.

@@ -87,11 +87,11 @@ impl Router {
                             result,
                             remaining,
                             ticket,
-                        } => match cache.keepable(lookup, &result, Some(remaining)) {
+                        } => match cache.keepable(lookup, Some(remaining)) {
                             Some(ttl) => {
                                 return router.serve_shared(cache, lookup, ctx, result, ttl).await
                             }
-                            // Not for this caller, or the upstream changed meanwhile.
+                            // The upstream changed meanwhile.
                             None => Some(ticket),
                         },
                     };
