@@ -121,3 +121,69 @@ fn an_upstream_that_lost_the_session_is_initialized_again() {
         "{log}"
     );
 }
+
+/// How many connections Manifold opened to upstreams (each start, and each restart, opens one).
+fn connections(log: &str) -> usize {
+    log.lines().filter(|l| l.contains(" connecting")).count()
+}
+
+#[test]
+fn an_upstream_without_a_session_or_get_stream_serves_without_restarts() {
+    // As the conformance suite's session-era client mocks: POST only, no Mcp-Session-Id ever,
+    // and the GET stream answered 404.
+    let up = FixtureHttp::start(0, &["--name", "remote", "--no-get-stream"]);
+    let config = http_upstream("remote", &up.url("/mcp"), None);
+    let mut m = Manifold::ready(&config);
+    eventually("the upstream refused the GET stream", || {
+        up.stderr().contains("GET answered 404")
+    });
+    // No session was issued, so none was lost: the upstream has no stream, and serves on.
+    for text in ["a", "b", "c"] {
+        let r = m.call("remote__echo", json!({"text": text}));
+        assert_eq!(text_of(&r), text, "{r}\n{}", m.stderr());
+    }
+    let seen = up.stderr();
+    assert_eq!(
+        seen.matches("initialize served without a session").count(),
+        1,
+        "one handshake, no restarts:\n{seen}"
+    );
+    let log = m.stderr();
+    assert_eq!(connections(&log), 1, "{log}");
+    assert!(!log.contains("lost its session"), "{log}");
+}
+
+#[test]
+fn a_refused_probe_is_retried_once_at_the_revision_both_speak() {
+    // As the conformance suite's request-metadata mock: the first request is refused with
+    // -32022, whose data.supported lists the very revision Manifold asked for.
+    let up = FixtureHttp::start(
+        0,
+        &[
+            "--name",
+            "remote",
+            "--era",
+            "stateless",
+            "--refuse-first-version",
+        ],
+    );
+    let config = http_upstream("remote", &up.url("/mcp"), None);
+    let mut m = Manifold::ready(&config);
+    let r = m.call("remote__echo", json!({"text": "a"}));
+    assert_eq!(text_of(&r), "a", "{r}\n{}", m.stderr());
+    let seen = up.stderr();
+    assert!(
+        seen.contains("server/discover refused: unsupported protocol version \"2026-07-28\""),
+        "{seen}"
+    );
+    // The retry is a stateless-era request of that revision, in its header and its _meta.
+    assert!(
+        seen.contains(
+            "after the version refusal: server/discover with MCP-Protocol-Version 2026-07-28 \
+             and _meta 2026-07-28"
+        ),
+        "{seen}"
+    );
+    let log = m.stderr();
+    assert_eq!(connections(&log), 1, "no restart: {log}");
+}

@@ -14,7 +14,8 @@
 //! `--subscriptions` (resource subscriptions per client, see `subscriptions`) and `--hints`
 //! (tool annotations, which decide what a result cache may keep, see `tools::hints`);
 //! `--faults` (HTTP faults switched at run time: 500s, dropped connections, stalled
-//! streams, see `http::fault`).
+//! streams, see `http::fault`); `--no-get-stream` and `--refuse-first-version` (what some of
+//! the conformance suite's client-mode mock servers do, see `http::mocks`).
 //!
 //! `--era` chooses the protocol era: the session era of 2024-11-05 .. 2025-11-25 (the
 //! default), the stateless era of 2026-07-28, or both (see `era`; stateless-era routing in
@@ -150,6 +151,15 @@ pub struct Args {
     /// With `--faults`: the fault on from the start.
     #[arg(long, value_enum, default_value_t = http::fault::Fault::None)]
     pub fault: http::fault::Fault,
+    /// Over HTTP, as some conformance mock servers: never issue `Mcp-Session-Id`, serve every
+    /// POST without one, answer GET and DELETE 404 (see `http::mocks`).
+    #[arg(long)]
+    pub no_get_stream: bool,
+    /// Over HTTP, as the conformance suite's `request-metadata` mock: refuse the first
+    /// request with 400 and -32022 (unsupported protocol version) listing the revisions
+    /// spoken here, and log the revision the next request names (see `http::mocks`).
+    #[arg(long)]
+    pub refuse_first_version: bool,
 }
 
 fn main() {

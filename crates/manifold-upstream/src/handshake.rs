@@ -104,10 +104,13 @@ struct DiscoverResult {
     meta: Option<std::collections::HashMap<String, Box<RawValue>>>,
 }
 
-/// Probes with `server/discover`, in the newest stateless-era revision Manifold speaks (or,
-/// after an unsupported-version error, the newest one the upstream offers).
+/// Probes with `server/discover`, in the newest stateless-era revision Manifold speaks. After
+/// an unsupported-version error the probe is sent once more, in the newest revision both speak
+/// by its `data.supported`: even the one just asked for, since a server may refuse the first
+/// request it sees whatever it names; a second refusal means the session era.
 async fn discover(conn: &Connection, capabilities: &str, limit: Duration) -> Probe {
     let mut version = version::MODERN_LATEST;
+    let mut retried = false;
     loop {
         let params = with_meta(None, &meta_members(version, capabilities));
         let answer = match conn.probe(&params, limit).await {
@@ -132,7 +135,11 @@ async fn discover(conn: &Connection, capabilities: &str, limit: Duration) -> Pro
             .as_deref()
             .and_then(|o| version::newest_modern(o.iter().map(String::as_str)))
         {
-            Some(other) if other != version => version = other,
+            Some(common) if !retried => {
+                tracing::debug!(upstream = %conn.name(), "server/discover in {version} was refused as an unsupported version; asking again in {common}");
+                retried = true;
+                version = common;
+            }
             _ => return Probe::Session(format!("server/discover was refused: {error}")),
         }
     }

@@ -635,7 +635,7 @@ impl Client {
     }
 
     /// The session's GET stream, reopened (with `Last-Event-ID`) whenever it ends, until the
-    /// connection closes. A server that offers none answers 405.
+    /// connection closes. A server that offers none answers 405 (or 404 without a session).
     async fn listen(self: Arc<Self>) {
         let mut last_id: Option<String> = None;
         let mut failures = 0u32;
@@ -653,9 +653,7 @@ impl Client {
             let mut delay = Duration::from_secs(1) * 2u32.saturating_pow(failures.min(5));
             match request.send().await {
                 Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return,
-                Ok(r) if r.status() == StatusCode::NOT_FOUND => {
-                    return self.fail("the upstream lost its session (404); starting a new one")
-                }
+                Ok(r) if r.status() == StatusCode::NOT_FOUND => return self.no_stream(),
                 Ok(r) if r.status().is_success() => {
                     failures = 0;
                     let parser = self.read_stream(r, false, None).await;
@@ -686,6 +684,17 @@ impl Client {
                 _ = closed.wait_for(|c| *c) => return,
             }
         }
+    }
+
+    /// The GET stream was answered 404. With a session, the upstream no longer knows it, and
+    /// the connection starts over. Without one nothing was lost: the upstream (one that keeps no
+    /// session) simply offers no stream, and is served on without it.
+    fn no_stream(&self) {
+        let had_session = self.state().session.is_some();
+        if had_session {
+            return self.fail("the upstream lost its session (404); starting a new one");
+        }
+        tracing::debug!(upstream = %self.key, "it offers no GET stream (404, and it issued no session)");
     }
 
     /// The HTTP+SSE transport: a GET opens the stream, whose first event names the URL that

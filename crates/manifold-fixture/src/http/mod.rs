@@ -15,6 +15,7 @@
 
 pub mod fault;
 mod legacy;
+mod mocks;
 mod session;
 mod sink;
 mod stateless;

@@ -33,6 +33,9 @@ pub(super) async fn post(
     if let Some(faulty) = super::fault::answer(&shared, &body) {
         return faulty;
     }
+    if let Some(refusal) = super::mocks::version_refusal(&shared, &req, &body) {
+        return refusal;
+    }
     let era = shared.state.args.era;
     // The session era checks the version header first, as it always did; the others only
     // once they know the era of the POST.
@@ -97,6 +100,9 @@ fn session_for(
     shared: &Shared,
     msg: &Incoming,
 ) -> Result<(Arc<Session>, bool), HttpResponse> {
+    if let Some(hidden) = super::mocks::hidden_session(shared, msg) {
+        return Ok((hidden, false));
+    }
     if req.headers().contains_key(SESSION_HEADER) {
         return session_from_header(req, shared).map(|s| (s, false));
     }
@@ -134,6 +140,9 @@ pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResp
     if let Err(refusal) = check_origin(&req) {
         return refusal;
     }
+    if let Some(refusal) = super::mocks::no_stream(&shared, "GET") {
+        return refusal;
+    }
     if let Some(refusal) = without_session(&req, shared.state.args.era) {
         return refusal;
     }
@@ -157,6 +166,9 @@ pub(super) async fn get(req: HttpRequest, shared: web::Data<Shared>) -> HttpResp
 
 pub(super) async fn delete(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
     if let Err(refusal) = check_origin(&req) {
+        return refusal;
+    }
+    if let Some(refusal) = super::mocks::no_stream(&shared, "DELETE") {
         return refusal;
     }
     if let Some(refusal) = without_session(&req, shared.state.args.era) {
