@@ -210,7 +210,8 @@ fn a_reader_that_takes_nothing_for_the_stall_time_is_given_up_once() {
         then: Box::new(move |waiting| tx.send(waiting).unwrap()),
     };
     let pw = PipeWriter::with_stall(w, 1 << 20, WhenFull::Fail, stall).unwrap();
-    let line = vec![b's'; 200 << 10];
+    // More than the largest pipe holds, so that some of it waits.
+    let line = vec![b's'; 2 * MAX_PIPE_BYTES];
     pw.write_owed(&[&line]).unwrap();
     assert!(pw.queued() > 0);
     let waiting = rx.recv_timeout(Duration::from_secs(10)).unwrap();
