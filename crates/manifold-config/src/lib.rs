@@ -93,8 +93,13 @@ pub struct ServerSettings {
     /// The CPUs Manifold and the upstreams it starts may run on; empty leaves placement to
     /// the operating system.
     pub cpus: Vec<usize>,
-    /// Output that may wait for one host that reads slowly; past it the session is ended.
+    /// Output that may wait for one host that reads slowly: past it the host is paced (stdio:
+    /// its input is not read; HTTP: 429), and past twice it an HTTP session is ended and a
+    /// stdio host's messages other than answers are dropped.
     pub session_queue_bytes: usize,
+    /// How long a stdio host may take none of its output while some waits before its
+    /// session is ended.
+    pub stall_timeout: Duration,
     /// Serving hosts over HTTP (Streamable HTTP and the 2024-11-05 SSE transport).
     pub http: HttpSettings,
     /// Where `/metrics`, `/healthz` and `/readyz` are served apart from hosts (`--admin`).

@@ -144,6 +144,7 @@ fn server_changes(old: &ServerSettings, new: &ServerSettings, out: &mut Vec<Stri
         "session_queue_bytes",
         old.session_queue_bytes != new.session_queue_bytes,
     );
+    differs("stall_timeout_ms", old.stall_timeout != new.stall_timeout);
     differs("admin", old.admin != new.admin);
     differs("metrics_token", old.metrics_token != new.metrics_token);
     differs("team", old.team != new.team);

@@ -19,6 +19,7 @@ pub(crate) struct RawServer {
     pub(crate) shutdown_grace_ms: Option<u64>,
     pub(crate) cpus: Option<Vec<u64>>,
     pub(crate) session_queue_bytes: Option<u64>,
+    pub(crate) stall_timeout_ms: Option<u64>,
     pub(crate) max_request_timeout_ms: Option<u64>,
     pub(crate) listen: Option<String>,
     pub(crate) allow_remote: Option<bool>,

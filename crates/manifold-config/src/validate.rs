@@ -25,6 +25,9 @@ pub(crate) const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 2_000;
 pub(crate) const DEFAULT_MAX_REQUEST_TIMEOUT_MS: u64 = 600_000;
 pub(crate) const DEFAULT_SESSION_QUEUE_BYTES: u64 = 64 * 1024 * 1024;
 pub(crate) const MIN_SESSION_QUEUE_BYTES: u64 = 64 * 1024;
+/// As long as a call may go unanswered by default: a host that takes nothing of its output
+/// for that long is taken for gone.
+pub(crate) const DEFAULT_STALL_TIMEOUT_MS: u64 = 60_000;
 pub(crate) const DEFAULT_SEPARATOR: &str = "__";
 pub(crate) const DEFAULT_MAX_LENGTH: u64 = 64;
 pub(crate) const MAX_MAX_LENGTH: u64 = 128;
@@ -92,6 +95,8 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         MIN_MAX_MESSAGE_BYTES,
     )?;
     check_min(ctx, "server.request_timeout_ms", request_timeout_ms, 1)?;
+    let stall_timeout_ms = raw.stall_timeout_ms.unwrap_or(DEFAULT_STALL_TIMEOUT_MS);
+    check_min(ctx, "server.stall_timeout_ms", stall_timeout_ms, 1)?;
     let session_queue_bytes = raw
         .session_queue_bytes
         .unwrap_or(DEFAULT_SESSION_QUEUE_BYTES);
@@ -121,6 +126,7 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
         shutdown_grace: ms(raw.shutdown_grace_ms, DEFAULT_SHUTDOWN_GRACE_MS),
         cpus: cpus(ctx, raw.cpus.clone().unwrap_or_default())?,
         session_queue_bytes: to_usize(ctx, "server.session_queue_bytes", session_queue_bytes)?,
+        stall_timeout: Duration::from_millis(stall_timeout_ms),
         http: http_settings(ctx, &raw)?,
         admin: admin_addr(ctx, &raw)?,
         metrics_token: raw

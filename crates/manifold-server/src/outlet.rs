@@ -7,6 +7,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use manifold_upstream::pipe::{PipeWriter, WriteError};
@@ -52,13 +53,17 @@ pub trait Outlet: Send + Sync {
 
 /// A session's output to a pipe or socket (stdio): non-blocking writes, queued while the host
 /// reads slowly. The stdio transport stops reading the host's input while the queue is long
-/// (see `stdio::read_loop`); should it still pass the writer's limit (twice
-/// `session_queue_bytes`), the session is ended: one host that stops reading must not hold
-/// memory, upstreams or shutdown hostage.
+/// (see `stdio::read_loop`), so every answer is owed to a request the host was let send: it
+/// is queued whatever the queue holds, and what waits is bounded by what was admitted. Other
+/// messages (progress, log messages, Manifold's own requests) are not owed: past the writer's
+/// limit (twice `session_queue_bytes`) they are dropped, with a warning, until the host
+/// catches up. A host that takes nothing at all is let go by the writer's stall timeout.
 pub struct PipeOutlet {
     writer: Arc<PipeWriter>,
     session: u64,
     ending: Ending,
+    /// Messages other than answers are being dropped (warned of once per episode).
+    dropping: AtomicBool,
 }
 
 impl PipeOutlet {
@@ -67,7 +72,13 @@ impl PipeOutlet {
             writer,
             session,
             ending,
+            dropping: AtomicBool::new(false),
         }
+    }
+
+    fn closed(&self) {
+        self.ending
+            .end(self.session, "the host closed its output".into());
     }
 }
 
@@ -80,15 +91,30 @@ fn sent(parts: &[&[u8]]) {
 impl Outlet for PipeOutlet {
     fn answer(&self, parts: &[&[u8]]) {
         sent(parts);
+        if self.writer.write_owed(parts).is_err() {
+            self.closed();
+        }
+    }
+
+    fn notify(&self, parts: &[&[u8]]) {
         match self.writer.write_parts(parts) {
-            Ok(()) => {}
-            Err(WriteError::Full(queued)) => self.ending.end(
-                self.session,
-                format!("the host is not reading its output ({queued} bytes waiting)"),
-            ),
-            Err(WriteError::Closed) => self
-                .ending
-                .end(self.session, "the host closed its output".into()),
+            Ok(()) => {
+                sent(parts);
+                if self.dropping.load(Ordering::Relaxed) {
+                    self.dropping.store(false, Ordering::Relaxed);
+                    tracing::info!("the host caught up with its output; nothing more is dropped");
+                }
+            }
+            Err(WriteError::Full(queued)) => {
+                if !self.dropping.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        queued,
+                        "the host is not keeping up with its output: messages other than \
+                         answers are dropped until it does (server.session_queue_bytes)"
+                    );
+                }
+            }
+            Err(WriteError::Closed) => self.closed(),
         }
     }
 

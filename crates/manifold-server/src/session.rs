@@ -430,6 +430,12 @@ impl Session {
         self.state.load(Ordering::Acquire) == STATELESS
     }
 
+    /// Whether nothing settled the session's era yet: no `initialize` begun, no request of
+    /// the stateless era served.
+    pub fn is_new(&self) -> bool {
+        self.state.load(Ordering::Acquire) == NEW
+    }
+
     /// Whether `initialize` has been answered.
     pub fn is_ready(&self) -> bool {
         self.state.load(Ordering::Acquire) == READY

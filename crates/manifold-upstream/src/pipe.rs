@@ -4,7 +4,8 @@
 //! hop through another thread or task). The pipe is non-blocking: when the reader is slow and
 //! the pipe is full, the rest is queued and a drainer thread, started once per pipe, finishes
 //! the job while later lines queue behind it in order. A peer that never reads is detected by
-//! the queue limit instead of by a hung caller.
+//! the queue limit instead of by a hung caller, or, for lines that must not be refused, by the
+//! time it has taken nothing (see [`Stall`]).
 //!
 //! Pipes start with the kernel's 64 KiB buffer. A message larger than that crosses in many
 //! pipe-fulls, each a write, a wake-up and a read; so when one comes, the pipe is grown to hold
@@ -13,14 +14,16 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::AsFd;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::fs::OFlags;
+
+mod size;
+pub use size::{Budget, PipeSize, GROWTH_BUDGET, MAX_PIPE_BYTES};
 
 /// What to do when the queue is at its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +43,29 @@ pub enum WriteError {
     Full(usize),
 }
 
+/// What a writer does about a reader that takes nothing while bytes wait for it: after
+/// `after`, the drainer gives up, closes the pipe (dropping what waits) and calls `then` once,
+/// with the number of bytes that were waiting.
+pub struct Stall {
+    pub after: Duration,
+    pub then: Box<dyn Fn(usize) + Send + Sync>,
+}
+
+impl std::fmt::Debug for Stall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stall({:?})", self.after)
+    }
+}
+
+/// How the drainer's writing of one chunk ended.
+enum Written {
+    All,
+    /// The pipe broke (the reader closed it).
+    Broken,
+    /// The reader took nothing for the [`Stall`] time.
+    Stalled,
+}
+
 /// A line writer over a non-blocking pipe. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct PipeWriter {
@@ -51,6 +77,11 @@ pub struct PipeWriter {
     /// `State::queued`, readable without the lock (set under it), for a reader that checks
     /// it before every message it takes in.
     backlog: AtomicUsize,
+    stall: Option<Stall>,
+    /// When the reader last took bytes, or bytes began to wait for it (since `born`, in ms):
+    /// written by the drainer and by a write that starts a queue, never on the direct path.
+    progress_ms: AtomicU64,
+    born: Instant,
 }
 
 #[derive(Debug)]
@@ -76,6 +107,25 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl PipeWriter {
     /// Wraps `fd` (made non-blocking) with a queue of at most `limit` bytes.
     pub fn new(fd: OwnedFd, limit: usize, when_full: WhenFull) -> io::Result<Arc<Self>> {
+        Self::build(fd, limit, when_full, None)
+    }
+
+    /// The same, giving up on a reader that takes nothing for `stall.after` while bytes wait.
+    pub fn with_stall(
+        fd: OwnedFd,
+        limit: usize,
+        when_full: WhenFull,
+        stall: Stall,
+    ) -> io::Result<Arc<Self>> {
+        Self::build(fd, limit, when_full, Some(stall))
+    }
+
+    fn build(
+        fd: OwnedFd,
+        limit: usize,
+        when_full: WhenFull,
+        stall: Option<Stall>,
+    ) -> io::Result<Arc<Self>> {
         let flags = rustix::fs::fcntl_getfl(&fd)?;
         rustix::fs::fcntl_setfl(&fd, flags | OFlags::NONBLOCK)?;
         let size = PipeSize::of(&fd);
@@ -92,6 +142,9 @@ impl PipeWriter {
             limit,
             when_full,
             backlog: AtomicUsize::new(0),
+            stall,
+            progress_ms: AtomicU64::new(0),
+            born: Instant::now(),
         }))
     }
 
@@ -104,6 +157,17 @@ impl PipeWriter {
     /// pipe has room: a large payload goes from where it lies straight to the pipe, and only
     /// what does not fit is copied into the queue.
     pub fn write_parts(self: &Arc<Self>, parts: &[&[u8]]) -> Result<(), WriteError> {
+        self.write(parts, true)
+    }
+
+    /// Writes a line the reader is owed whatever it costs (an answer to a request it was let
+    /// send): queued past the limit rather than refused, so only a closed pipe fails it. The
+    /// caller bounds how much of it there can be.
+    pub fn write_owed(self: &Arc<Self>, parts: &[&[u8]]) -> Result<(), WriteError> {
+        self.write(parts, false)
+    }
+
+    fn write(self: &Arc<Self>, parts: &[&[u8]], bounded: bool) -> Result<(), WriteError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut st = lock(&self.state);
         let Some(file) = st.file.clone() else {
@@ -124,7 +188,7 @@ impl PipeWriter {
             }
         }
         let rest = remainder(parts, written);
-        while st.queued + rest.len() > self.limit && st.queued > 0 {
+        while bounded && st.queued + rest.len() > self.limit && st.queued > 0 {
             if self.when_full == WhenFull::Fail {
                 return Err(WriteError::Full(st.queued));
             }
@@ -135,6 +199,10 @@ impl PipeWriter {
             if st.file.is_none() {
                 return Err(WriteError::Closed);
             }
+        }
+        if st.queue.is_empty() && !st.draining {
+            // Bytes begin to wait: a stall is counted from here.
+            self.mark_progress();
         }
         st.queued += rest.len();
         self.backlog.store(st.queued, Ordering::Relaxed);
@@ -173,29 +241,51 @@ impl PipeWriter {
         self.backlog.load(Ordering::Relaxed)
     }
 
-    /// Waits while more than `high` bytes are queued, until at most `low` are (or the pipe
-    /// closes); returns at once below `high`. The stdio transport calls it before reading
-    /// more of a host's input, so that a host that reads its output slowly is paced instead
-    /// of having its answers pile up.
-    pub fn wait_below(&self, high: usize, low: usize) {
-        if self.backlog.load(Ordering::Relaxed) <= high {
-            return;
+    /// How long the reader has taken nothing while bytes wait for it; zero when none wait.
+    pub fn unread_for(&self) -> Duration {
+        if self.backlog.load(Ordering::Relaxed) == 0 {
+            return Duration::ZERO;
         }
+        let since = Duration::from_millis(self.progress_ms.load(Ordering::Relaxed));
+        self.born.elapsed().saturating_sub(since)
+    }
+
+    fn mark_progress(&self) {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.progress_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Waits while more than `high` bytes are queued, until at most `low` are (or the pipe
+    /// closes), for at most `timeout`; returns at once below `high`, and whether it got there
+    /// (false: the time ran out first). The stdio transport calls it before reading more of a
+    /// host's input, so that a host that reads its output slowly is paced instead of having
+    /// its answers pile up.
+    pub fn wait_below(&self, high: usize, low: usize, timeout: Duration) -> bool {
+        if self.backlog.load(Ordering::Relaxed) <= high {
+            return true;
+        }
+        let deadline = Instant::now() + timeout;
         let mut st = lock(&self.state);
         if st.queued <= high {
-            return;
+            return true;
         }
         while st.queued > low && st.file.is_some() {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
             st = self
                 .changed
-                .wait(st)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
         }
+        true
     }
 
     /// Waits until everything queued has been written, the pipe closed, or `deadline`
     /// passed; returns whether everything was written.
-    pub fn flush(&self, deadline: std::time::Instant) -> bool {
+    pub fn flush(&self, deadline: Instant) -> bool {
         let mut st = lock(&self.state);
         loop {
             if st.file.is_none() {
@@ -204,7 +294,7 @@ impl PipeWriter {
             if st.queue.is_empty() && !st.draining {
                 return true;
             }
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             if now >= deadline {
                 return false;
             }
@@ -232,140 +322,62 @@ impl PipeWriter {
                 st.draining = true;
                 (file, chunk)
             };
-            let ok = write_all_polling(&file, &chunk);
+            let written = self.write_out(&file, &chunk);
             let mut st = lock(&self.state);
+            let waiting = st.queued;
             st.queued = st.queued.saturating_sub(chunk.len());
             self.backlog.store(st.queued, Ordering::Relaxed);
             // Nothing owned any more: a flush waiting for the last chunk may return.
             st.draining = !st.queue.is_empty();
-            if !ok {
+            if !matches!(written, Written::All) {
                 st.file = None;
                 st.queue.clear();
                 st.queued = 0;
+                st.draining = false;
                 self.backlog.store(0, Ordering::Relaxed);
             }
             self.changed.notify_all();
-        }
-    }
-}
-
-/// The largest pipe buffer Manifold asks for: the kernel's default ceiling for unprivileged
-/// processes (`/proc/sys/fs/pipe-max-size`).
-pub const MAX_PIPE_BYTES: usize = 1 << 20;
-
-/// How much pipe buffer, beyond the default, all of Manifold's pipes together may grow by.
-/// The kernel charges pipe buffers to the user (64 MiB by default before new pipes are cut
-/// down), so Manifold takes a bounded share of that rather than 1 MiB per upstream.
-pub const GROWTH_BUDGET: usize = 16 << 20;
-
-/// Pipe buffer bytes added beyond the pipes' initial sizes, against a limit.
-pub struct Budget {
-    grown: AtomicUsize,
-    limit: usize,
-}
-
-impl Budget {
-    pub const fn new(limit: usize) -> Self {
-        Self {
-            grown: AtomicUsize::new(0),
-            limit,
+            drop(st);
+            if let (Written::Stalled, Some(stall)) = (written, &self.stall) {
+                (stall.then)(waiting);
+                return;
+            }
         }
     }
 
-    /// Takes `bytes` from what is left; false, taking nothing, if too few are left.
-    fn take(&self, bytes: usize) -> bool {
-        self.grown
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
-                (g + bytes <= self.limit).then_some(g + bytes)
-            })
-            .is_ok()
-    }
-
-    fn give_back(&self, bytes: usize) {
-        self.grown.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    /// Bytes currently taken.
-    pub fn used(&self) -> usize {
-        self.grown.load(Ordering::Relaxed)
-    }
-}
-
-impl std::fmt::Debug for Budget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Budget({}/{})", self.used(), self.limit)
-    }
-}
-
-/// The one budget every pipe of the process grows within.
-static BUDGET: Budget = Budget::new(GROWTH_BUDGET);
-
-/// The kernel buffer size of one pipe, grown on demand within a [`Budget`]. What it took from
-/// the budget is given back when it is dropped, with the writer or reader that owns it.
-#[derive(Debug)]
-pub struct PipeSize {
-    start: usize,
-    now: usize,
-    budget: &'static Budget,
-}
-
-impl PipeSize {
-    /// The current size of pipe `fd` (0, and never grown, if it is not a pipe).
-    pub fn of(fd: impl AsFd) -> Self {
-        Self::within(fd, &BUDGET)
-    }
-
-    /// The same, growing within `budget` instead of the process-wide one.
-    pub fn within(fd: impl AsFd, budget: &'static Budget) -> Self {
-        let start = rustix::pipe::fcntl_getpipe_size(fd).unwrap_or(0);
-        Self {
-            start,
-            now: start,
-            budget,
-        }
-    }
-
-    /// The pipe's buffer in bytes.
-    pub fn bytes(&self) -> usize {
-        self.now
-    }
-
-    /// Grows pipe `fd` so that a `len`-byte message fits (a power of two, at most
-    /// [`MAX_PIPE_BYTES`]) if the budget allows; a refusal (budget spent, kernel limit) just
-    /// leaves the pipe as it was.
-    pub fn fit(&mut self, fd: impl AsFd, len: usize) {
-        let target = len.next_power_of_two().min(MAX_PIPE_BYTES);
-        if self.now == 0 || target <= self.now || !self.budget.take(target - self.now) {
-            return;
-        }
-        match rustix::pipe::fcntl_setpipe_size(fd, target) {
-            Ok(size) => {
-                // The kernel rounds up to whole pages; account for what it actually gave.
-                if size > target {
-                    self.budget
-                        .grown
-                        .fetch_add(size - target, Ordering::Relaxed);
+    /// Writes all of `buf`, waiting for the pipe to become writable, unless the pipe breaks or
+    /// the reader stalls.
+    fn write_out(&self, file: &File, mut buf: &[u8]) -> Written {
+        while !buf.is_empty() {
+            match write_some(file, buf) {
+                Ok(0) => return Written::Broken,
+                Ok(n) => {
+                    buf = &buf[n..];
+                    self.mark_progress();
                 }
-                tracing::debug!(from = self.now, to = size, "pipe buffer grown");
-                self.now = size;
-            }
-            Err(e) => {
-                self.budget.give_back(target - self.now);
-                tracing::debug!(
-                    from = self.now,
-                    wanted = target,
-                    "pipe buffer not grown: {e}"
-                );
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self
+                        .stall
+                        .as_ref()
+                        .is_some_and(|s| self.unread_for() >= s.after)
+                    {
+                        return Written::Stalled;
+                    }
+                    // A bounded wait lets a closed writer or a stall be noticed even if the
+                    // reader hangs.
+                    let timeout = rustix::event::Timespec::try_from(POLL_SLICE).ok();
+                    let mut fds = [PollFd::new(file, PollFlags::OUT)];
+                    let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+                }
+                Err(_) => return Written::Broken,
             }
         }
+        Written::All
     }
 }
 
-impl Drop for PipeSize {
-    fn drop(&mut self) {
-        self.budget.give_back(self.now - self.start);
-    }
-}
+/// How long the drainer waits for a full pipe at a time.
+const POLL_SLICE: Duration = Duration::from_millis(200);
 
 fn write_vectored_some(file: &File, parts: &[&[u8]]) -> io::Result<usize> {
     // An answer is five parts; no allocation for up to eight.
@@ -406,24 +418,6 @@ fn write_some(file: &File, buf: &[u8]) -> io::Result<usize> {
             other => return other,
         }
     }
-}
-
-/// Writes all of `buf`, waiting for the pipe to become writable; false if the pipe broke.
-fn write_all_polling(file: &File, mut buf: &[u8]) -> bool {
-    while !buf.is_empty() {
-        match write_some(file, buf) {
-            Ok(0) => return false,
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                // A bounded wait lets a closed writer be noticed even if the reader hangs.
-                let timeout = rustix::event::Timespec::try_from(Duration::from_millis(200)).ok();
-                let mut fds = [PollFd::new(file, PollFlags::OUT)];
-                let _ = rustix::event::poll(&mut fds, timeout.as_ref());
-            }
-            Err(_) => return false,
-        }
-    }
-    true
 }
 
 #[cfg(test)]

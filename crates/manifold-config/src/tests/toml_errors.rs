@@ -363,6 +363,11 @@ fn http_server_settings_are_checked() {
             "at least 65536",
         ),
         (
+            "stall_timeout_ms = 0",
+            "server.stall_timeout_ms",
+            "greater than 0",
+        ),
+        (
             "drain_delay = \"5\"",
             "server.drain_delay",
             "not a duration",

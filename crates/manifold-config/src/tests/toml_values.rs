@@ -15,6 +15,7 @@ fn empty_file_gives_every_server_and_name_default() {
     assert_eq!(config.server.request_timeout, Duration::from_millis(60_000));
     assert_eq!(config.server.startup_timeout, Duration::from_millis(10_000));
     assert_eq!(config.server.shutdown_grace, Duration::from_millis(2_000));
+    assert_eq!(config.server.stall_timeout, Duration::from_millis(60_000));
     assert!(config.server.cpus.is_empty());
     assert_eq!(config.names.separator, "__");
     assert_eq!(config.names.max_length, 64);
@@ -56,6 +57,7 @@ max_message_bytes = 1024
 request_timeout_ms = 5
 startup_timeout_ms = 0
 shutdown_grace_ms = 7
+stall_timeout_ms = 9
 cpus = [1, 0, 1]
 
 [names]
@@ -91,6 +93,7 @@ fn every_setting_is_read() {
     assert_eq!(config.server.request_timeout, Duration::from_millis(5));
     assert_eq!(config.server.startup_timeout, Duration::ZERO);
     assert_eq!(config.server.shutdown_grace, Duration::from_millis(7));
+    assert_eq!(config.server.stall_timeout, Duration::from_millis(9));
     assert_eq!(config.server.cpus, [1, 0], "duplicates are dropped");
     assert_eq!(config.names.separator, "-x_9");
     assert_eq!(config.names.max_length, 128);

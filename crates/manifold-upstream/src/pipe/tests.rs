@@ -1,5 +1,6 @@
 use super::*;
 use std::io::Read;
+use std::os::fd::AsFd;
 
 fn capacity(fd: impl AsFd) -> usize {
     rustix::pipe::fcntl_getpipe_size(fd).unwrap()
@@ -174,4 +175,84 @@ fn growth_stops_at_the_budget_and_a_dropped_pipe_gives_its_share_back() {
         256 << 10,
         "the share given back is used again"
     );
+}
+
+#[test]
+fn owed_lines_are_queued_past_the_limit_and_others_are_not() {
+    let (mut r, w) = pipe();
+    let pw = PipeWriter::new(w, 256 << 10, WhenFull::Fail).unwrap();
+    let line = vec![b'z'; 100 << 10];
+    for _ in 0..10 {
+        pw.write_owed(&[&line[..], b"\n"]).unwrap();
+    }
+    assert!(
+        pw.queued() > 256 << 10,
+        "owed lines wait whatever the limit"
+    );
+    assert!(matches!(
+        pw.write_line(b"other\n"),
+        Err(WriteError::Full(_))
+    ));
+    let mut got = vec![0u8; 10 * ((100 << 10) + 1)];
+    r.read_exact(&mut got).unwrap();
+    assert!(got
+        .chunks(line.len() + 1)
+        .all(|c| c[..line.len()] == line[..]));
+    assert!(pw.flush(std::time::Instant::now() + Duration::from_secs(5)));
+}
+
+#[test]
+fn a_reader_that_takes_nothing_for_the_stall_time_is_given_up_once() {
+    let (r, w) = pipe();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stall = Stall {
+        after: Duration::from_millis(300),
+        then: Box::new(move |waiting| tx.send(waiting).unwrap()),
+    };
+    let pw = PipeWriter::with_stall(w, 1 << 20, WhenFull::Fail, stall).unwrap();
+    // More than the largest pipe holds, so that some of it waits.
+    let line = vec![b's'; 2 * MAX_PIPE_BYTES];
+    pw.write_owed(&[&line]).unwrap();
+    assert!(pw.queued() > 0);
+    let waiting = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(waiting > 0 && waiting <= line.len(), "{waiting}");
+    assert!(pw.is_closed());
+    assert_eq!(pw.queued(), 0, "what waited is dropped");
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "told once"
+    );
+    drop(r);
+}
+
+#[test]
+fn a_slow_reader_is_not_a_stalled_one() {
+    let (mut r, w) = pipe();
+    let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&stalled);
+    let stall = Stall {
+        after: Duration::from_secs(1),
+        then: Box::new(move |_| flag.store(true, Ordering::Relaxed)),
+    };
+    let pw = PipeWriter::with_stall(w, 64 << 20, WhenFull::Fail, stall).unwrap();
+    // Four times what the largest pipe holds, read a little at a time: slow, but never a
+    // second without taking anything.
+    let line = vec![b'q'; 4 * MAX_PIPE_BYTES];
+    pw.write_owed(&[&line]).unwrap();
+    let mut got = vec![0u8; line.len()];
+    let mut at = 0;
+    while at < got.len() {
+        std::thread::sleep(Duration::from_millis(50));
+        let end = (at + (256 << 10)).min(line.len());
+        match r.read(&mut got[at..end]).unwrap() {
+            0 => break,
+            n => at += n,
+        }
+    }
+    assert!(
+        !stalled.load(Ordering::Relaxed),
+        "a slow reader was taken for a stalled one"
+    );
+    assert!(got == line);
+    assert!(!pw.is_closed());
 }
