@@ -18,7 +18,7 @@ pub(crate) enum Field {
     Description = 2,
     /// The input schema's property names and their descriptions.
     Params = 3,
-    /// Words for the annotations that are set ("read only", "destructive", ...).
+    /// A term of its own for each annotation hint that is set (see [`HINTS`]).
     Hints = 4,
 }
 
@@ -102,18 +102,46 @@ fn schema_terms(schema: &Map<String, Value>, depth: usize, out: &mut Vec<String>
     }
 }
 
-/// Words for the annotations a tool sets to true, so that "read-only" or "destructive" in a
-/// query finds them. `openWorldHint` has none: no one asks for a tool by it, and its natural
-/// word ("open") would match "open a ticket".
+/// The annotation hints a tool may set, each with the term its hints field gets and the
+/// analyzed query term that asks for it. A hint's term is of its own vocabulary (the `:` never
+/// survives analysis), so that the read-only hint most tools set does not make "read" a word
+/// of their documents: "read a file" is about reading, and the word must keep its weight.
+/// A query reaches a hint only by naming it ("read-only", "read only", "destructive").
+/// `openWorldHint` has none: no one asks for a tool by it.
+pub(crate) const HINTS: [Hint; 3] = [
+    Hint {
+        annotation: "readOnlyHint",
+        term: "hint:readonly",
+        asked_by: "readonli",
+    },
+    Hint {
+        annotation: "destructiveHint",
+        term: "hint:destructive",
+        asked_by: "destructiv",
+    },
+    Hint {
+        annotation: "idempotentHint",
+        term: "hint:idempotent",
+        asked_by: "idempotent",
+    },
+];
+
+/// One annotation hint's place in the index (see [`HINTS`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hint {
+    /// Its key in a tool's `annotations`.
+    pub annotation: &'static str,
+    /// The term of the hints field of a tool that sets it to true.
+    pub term: &'static str,
+    /// The query term (analyzed, as `text::terms` gives it) that brings `term`.
+    pub asked_by: &'static str,
+}
+
+/// The hint terms of the annotations a tool sets to true.
 fn hint_terms(annotations: &Map<String, Value>, out: &mut Vec<String>) {
-    const HINTS: [(&str, &str); 3] = [
-        ("readOnlyHint", "read only"),
-        ("destructiveHint", "destructive"),
-        ("idempotentHint", "idempotent"),
-    ];
-    for (key, words) in HINTS {
-        if annotations.get(key) == Some(&Value::Bool(true)) {
-            text::terms(words, out);
+    for hint in HINTS {
+        if annotations.get(hint.annotation) == Some(&Value::Bool(true)) {
+            out.push(hint.term.to_owned());
         }
     }
 }

@@ -9,7 +9,9 @@
 //! - title: `title` and `annotations.title`;
 //! - description;
 //! - parameters: the input schema's property names, their descriptions and enum values;
-//! - hints: "read only", "destructive", "idempotent" for the annotations set to true;
+//! - hints: a term of their own (`hint:readonly`, `hint:destructive`, `hint:idempotent`) for
+//!   each annotation set to true, which only a query naming the hint reaches ("read-only"),
+//!   so that the hint's words are not counted as what the tool does;
 //! - upstream: the upstream's key and the `instructions` it gave at its handshake.
 //!
 //! Text is lowercased, common accents are folded to ASCII, English stop words dropped and

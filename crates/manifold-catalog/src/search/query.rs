@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use super::document::HINTS;
 use super::score::QueryTerm;
 use super::text;
 
@@ -168,7 +169,8 @@ const SYNONYMS: &[&[&str]] = &[
 
 /// The terms of `query`: its own, in order of first appearance, and each pair of adjacent
 /// words written as one ("proton mail" also searches for "protonmail", as an upstream may be
-/// called), then the synonyms of those (each term once, at the highest weight it gets).
+/// called), then the annotation hints those name ("read only" asks for read-only tools) and
+/// the synonyms of those terms (each term once, at the highest weight it gets).
 pub(crate) fn terms(query: &str) -> Vec<QueryTerm> {
     let mut out: Vec<QueryTerm> = Vec::new();
     let words = text::words(query);
@@ -185,6 +187,13 @@ pub(crate) fn terms(query: &str) -> Vec<QueryTerm> {
     }
     let own = out.len();
     for i in 0..own {
+        let asked = HINTS.iter().find(|h| h.asked_by == out[i].term);
+        if let Some(hint) = asked.filter(|h| !out.iter().any(|q| q.term == h.term)) {
+            out.push(QueryTerm {
+                term: hint.term.to_owned(),
+                weight: 1.0,
+            });
+        }
         for synonym in synonyms_of(&out[i].term) {
             if !out.iter().any(|q| &q.term == synonym) {
                 out.push(QueryTerm {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::document::DOC_FIELDS;
-use super::segment::{Posting, Segment, SHARED_FIELDS};
+use super::segment::{Posting, Segment, INSTRUCTIONS, KEY, SHARED_FIELDS};
 
 /// Per-tool fields, then the upstream's key and instructions fields.
 pub(crate) const FIELDS: usize = DOC_FIELDS + SHARED_FIELDS;
@@ -158,25 +158,35 @@ pub(crate) fn add_term(
     }
 }
 
-/// How many admitted documents have the term found at `places`: every admitted one of an
-/// upstream whose own fields have it, else those with a posting.
+/// How many admitted documents have the term found at `places`: those whose own fields have
+/// it, and every admitted one of an upstream whose key has it. An upstream's instructions
+/// count only for a term nothing else has: instructions that mention files make every tool
+/// of their upstream hold "file", and a word made that common would weigh nothing in "read
+/// a file".
 fn document_frequency(
     segments: &[Arc<Segment>],
     starts: &[usize],
     places: &[(u32, u32)],
     admitted: &Admission,
 ) -> u32 {
-    let mut df = 0;
+    let (mut df, mut instructed) = (0, 0);
     for &(s, t) in places {
         let (s, term) = (s as usize, &segments[s as usize].terms[t as usize]);
-        if term.shared.iter().any(|&tf| tf > 0) {
+        if term.shared[KEY] > 0 {
             df += admitted.per_segment[s];
-        } else {
-            let hits = (term.postings.iter())
-                .filter(|p| admitted.admitted[starts[s] + p.doc as usize])
-                .count();
-            df += u32::try_from(hits).unwrap_or(u32::MAX);
+            continue;
         }
+        if term.shared[INSTRUCTIONS] > 0 {
+            instructed += admitted.per_segment[s];
+        }
+        let hits = (term.postings.iter())
+            .filter(|p| admitted.admitted[starts[s] + p.doc as usize])
+            .count();
+        df += u32::try_from(hits).unwrap_or(u32::MAX);
     }
-    df
+    if df > 0 {
+        df
+    } else {
+        instructed
+    }
 }

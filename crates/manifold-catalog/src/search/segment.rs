@@ -60,6 +60,12 @@ pub(crate) struct Segment {
 /// instructions.
 pub(crate) const SHARED_FIELDS: usize = 2;
 
+/// The upstream's key field, among the shared fields.
+pub(crate) const KEY: usize = 0;
+
+/// The upstream's instructions field, among the shared fields.
+pub(crate) const INSTRUCTIONS: usize = 1;
+
 impl Segment {
     /// The segment of upstream `upstream` (`def`, slice `slice`) holding `items`, all of
     /// that upstream, in listing order.

@@ -1,7 +1,8 @@
-//! The real catalogs: the reference servers the interop tests install (server-everything
-//! from npm, `mcp-server-time` from PyPI; `bash tests/interop/install.sh`) and the in-repo
-//! fixture, each started over stdio and asked for `tools/list` (every page) as a host would.
-//! Their tool descriptions are never stored in the repository: they are read live.
+//! The real catalogs: the reference servers the interop tests install (server-everything,
+//! server-memory and server-filesystem from npm, `mcp-server-time` from PyPI;
+//! `bash tests/interop/install.sh`) and the in-repo fixture, each started over stdio and asked
+//! for `tools/list` (every page) as a host would. Their tool descriptions are never stored in
+//! the repository: they are read live.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +12,7 @@ use serde_json::{json, Value};
 use crate::mcp::RequestLine;
 use crate::session::Session;
 use crate::setup::Setup;
+use crate::target::TargetSpec;
 
 /// Most `tools/list` pages read from one server.
 const MAX_PAGES: usize = 100;
@@ -29,39 +31,29 @@ pub struct Real {
     pub skipped: Vec<(String, String)>,
 }
 
+/// A server to start: its key in the catalog, the program (`None` when it cannot be run),
+/// its arguments, and the file whose absence is reported when it is left out.
+struct Candidate {
+    key: &'static str,
+    program: Option<PathBuf>,
+    args: Vec<String>,
+    needed: PathBuf,
+}
+
 /// Fetches every real catalog that can be had; a reference server that is not installed is
 /// skipped with the reason (the fixture, built with the load tool, always is there).
 pub fn fetch(setup: &Setup) -> Result<Real> {
-    let root = repository_root();
-    let everything = root
-        .join("tests/interop/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let time = root.join(".venv/bin/mcp-server-time");
     let mut real = Real {
         servers: Vec::new(),
         skipped: Vec::new(),
     };
-    let node = find_on_path("node");
-    let candidates: [(&str, Option<PathBuf>, Vec<String>, &Path); 3] = [
-        (
-            "everything",
-            node.filter(|_| everything.exists()),
-            vec![everything.display().to_string(), "stdio".into()],
-            &everything,
-        ),
-        (
-            "time",
-            time.exists().then(|| time.clone()),
-            vec!["--local-timezone".into(), "UTC".into()],
-            &time,
-        ),
-        (
-            "fixture",
-            Some(setup.fixture.clone()),
-            vec!["--name".into(), "fixture".into()],
-            &setup.fixture,
-        ),
-    ];
-    for (key, program, args, needed) in candidates {
+    for candidate in candidates(setup) {
+        let Candidate {
+            key,
+            program,
+            args,
+            needed,
+        } = candidate;
         let Some(program) = program else {
             let why = format!(
                 "not installed ({} or node missing): run `bash tests/interop/install.sh`",
@@ -70,7 +62,14 @@ pub fn fetch(setup: &Setup) -> Result<Real> {
             real.skipped.push((key.to_owned(), why));
             continue;
         };
-        let spec = setup.stdio(&format!("search-{key}"), &program, args);
+        let mut spec = setup.stdio(&format!("search-{key}"), &program, args);
+        if let (TargetSpec::Stdio(stdio), "memory") = (&mut spec, key) {
+            // server-memory keeps its graph in a file beside its own code unless told
+            // otherwise: listing writes nothing, but it is pointed at the run's directory.
+            let graph = stdio.log.with_file_name("search-memory.jsonl");
+            let graph = Some(graph.display().to_string());
+            stdio.env.push(("MEMORY_FILE_PATH".into(), graph));
+        }
         let mut session = Session::start(&spec, setup.limits)
             .with_context(|| format!("cannot start the {key} server"))?;
         let tools = list_tools(&mut session).with_context(|| format!("{key}: tools/list"))?;
@@ -81,6 +80,45 @@ pub fn fetch(setup: &Setup) -> Result<Real> {
         });
     }
     Ok(real)
+}
+
+/// The real servers, in the order their catalogs are merged.
+fn candidates(setup: &Setup) -> Vec<Candidate> {
+    let root = repository_root();
+    let npm = root.join("tests/interop/node_modules/@modelcontextprotocol");
+    let node = find_on_path("node");
+    let on_node = |package: &str, key: &'static str, extra: &[String]| {
+        let entry = npm.join(package).join("dist/index.js");
+        let mut args = vec![entry.display().to_string()];
+        args.extend_from_slice(extra);
+        Candidate {
+            key,
+            program: node.clone().filter(|_| entry.exists()),
+            args,
+            needed: entry,
+        }
+    };
+    let time = root.join(".venv/bin/mcp-server-time");
+    // server-filesystem serves the directories it is given; which one does not change its
+    // tool list, and it only reads this one when asked to.
+    let shared = root.join("bench/search").display().to_string();
+    vec![
+        on_node("server-everything", "everything", &["stdio".into()]),
+        on_node("server-memory", "memory", &[]),
+        on_node("server-filesystem", "files", &[shared]),
+        Candidate {
+            key: "time",
+            program: time.exists().then(|| time.clone()),
+            args: vec!["--local-timezone".into(), "UTC".into()],
+            needed: time,
+        },
+        Candidate {
+            key: "fixture",
+            program: Some(setup.fixture.clone()),
+            args: vec!["--name".into(), "fixture".into()],
+            needed: setup.fixture.clone(),
+        },
+    ]
 }
 
 /// Every tool of every page of `tools/list`.

@@ -6,6 +6,8 @@ use serde_json::value::RawValue;
 use super::*;
 use crate::build::{UpstreamDef, UpstreamSlice, UpstreamState};
 
+mod reference;
+
 fn def(key: &str) -> UpstreamDef {
     UpstreamDef::for_key(key)
 }
@@ -249,9 +251,19 @@ fn upstream_instructions_and_annotations_count() {
     let index = SearchIndex::build(&c);
     let hits = index.search("destructive", 5, &all);
     assert_eq!(names(&hits), ["web__store"]);
-    let hits = index.search("only", 5, &all);
-    assert_eq!(names(&hits), ["web__fetch"]);
-    assert_eq!(hits[0].title.as_deref(), Some("Fetch a page"));
+    // "read-only" asks for the hint (and for "read", which `fs__readFile` says).
+    for query in ["read-only", "read only", "readonly"] {
+        let hits = index.search(query, 5, &all);
+        let fetch = hits.iter().find(|h| h.exposed == "web__fetch");
+        assert_eq!(
+            fetch.unwrap().title.as_deref(),
+            Some("Fetch a page"),
+            "{query}"
+        );
+        assert!(!names(&hits).contains(&"web__store"), "{query}: {hits:?}");
+    }
+    // The hint's words are not the tool's: "only" alone finds nothing.
+    assert!(index.search("only", 5, &all).is_empty());
     let hits = index.search("fetch a page", 1, &all);
     assert_eq!(names(&hits), ["web__fetch"]);
     // Both tools of `web` match "pages" through the instructions they share.
