@@ -2,7 +2,9 @@
 # Installs the third-party peers and clients of Manifold's interoperability tests:
 #   <repo>/.venv                   Python venv with the pinned packages of requirements.txt
 #                                  (official MCP Python SDK client, mcp-server-time, pytest)
-#   tests/interop/node_modules     @modelcontextprotocol/server-everything, from package-lock.json
+#   tests/interop/node_modules     @modelcontextprotocol/server-everything, server-memory and
+#                                  server-filesystem (the last two for the tool search
+#                                  benchmark's real catalogs), from package-lock.json
 #
 # Idempotent: each half is skipped when its stamp file matches the current pin file, so a
 # second run takes well under a second. Needs python3 >= 3.10 (with the venv module), Node.js
