@@ -260,7 +260,12 @@ fn the_demo_exposes_only_what_a_person_would_try() {
     tools.sort();
     assert_eq!(
         tools,
-        ["calc__sum", "notes__echo", "notes__progress", "notes__sleep"],
+        [
+            "calc__sum",
+            "notes__echo",
+            "notes__progress",
+            "notes__sleep"
+        ],
         "{out}"
     );
     let resources = section("resources");
