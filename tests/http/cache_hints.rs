@@ -5,8 +5,6 @@
 //! come from API keys; whether the upstream was reached is read from the fixture's own
 //! `call_count`, and hits from `/metrics`.
 
-use std::collections::BTreeMap;
-
 use serde_json::json;
 
 use crate::auth::{client_with, Cred};
@@ -76,28 +74,11 @@ fn read(host: &mut Host) {
 
 /// The resource cache's hits of upstream `fx`, summed over tiers (0 if none yet).
 fn resource_hits(server: &Server) -> f64 {
-    let text = client()
-        .get(server.admin_url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (name, labels) = series.split_once('{')?;
-            let labels: BTreeMap<&str, &str> = labels
-                .trim_end_matches('}')
-                .split(',')
-                .filter_map(|pair| pair.split_once('='))
-                .map(|(k, v)| (k, v.trim_matches('"')))
-                .collect();
-            let wanted = name == "manifold_cache_hits_total"
-                && labels.get("cache") == Some(&"resources")
-                && labels.get("upstream") == Some(&"fx");
-            wanted.then(|| value.parse::<f64>().ok()).flatten()
-        })
-        .sum()
+    crate::shared_cache::metric(
+        server,
+        "manifold_cache_hits_total",
+        &[("cache", "resources"), ("upstream", "fx")],
+    )
 }
 
 #[test]

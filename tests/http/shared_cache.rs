@@ -126,7 +126,7 @@ fn value_of(redis: &RedisServer, pattern: &str) -> String {
 }
 
 /// The value of every sample of `name` whose labels include `labels`, summed (0 if none).
-fn metric(server: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn metric(server: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
     let text = client()
         .get(server.admin_url("/metrics"))
         .send()
