@@ -8,7 +8,6 @@
 //! (a catalog change only one replica sees drops the others' entries, memory included).
 //! Whether an upstream was reached is read from the fixture's own `call_count`.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
@@ -133,23 +132,7 @@ pub(crate) fn metric(server: &Server, name: &str, labels: &[(&str, &str)]) -> f6
         .unwrap()
         .text()
         .unwrap();
-    text.lines()
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (sample, rest) = series.split_once('{').unwrap_or((series, "}"));
-            if sample != name {
-                return None;
-            }
-            let pairs: BTreeMap<&str, &str> = rest
-                .trim_end_matches('}')
-                .split(',')
-                .filter_map(|pair| pair.split_once('='))
-                .map(|(k, v)| (k, v.trim_matches('"')))
-                .collect();
-            let wanted = labels.iter().all(|(k, v)| pairs.get(k) == Some(v));
-            wanted.then(|| value.parse::<f64>().ok()).flatten()
-        })
-        .sum()
+    manifold_testkit::metrics::sum(&text, name, labels)
 }
 
 fn hits(server: &Server, tier: &str) -> f64 {

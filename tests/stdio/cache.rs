@@ -7,7 +7,6 @@
 //! cache's metrics. Whether the upstream was reached is read from the fixture's own
 //! `call_count`: a hit never reaches it.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -240,7 +239,7 @@ fn the_byte_budget_evicts_the_least_recently_used_entry() {
         let by_size = [("cache", "tools"), ("cause", "size")];
         eventually(&format!("an entry was evicted ({settings})"), || {
             echo(&mut m, "tick");
-            metric(
+            manifold_testkit::metrics::sum(
                 &metrics.scrape(),
                 "manifold_cache_evictions_total",
                 &by_size,
@@ -567,7 +566,7 @@ fn the_cache_and_a_host_subscribing_to_one_resource_do_not_undo_each_other() {
     eventually("the updated entry was dropped", || {
         // Another resource's read gets the store to process what is pending.
         read(&mut m, "fx+fixture://fx/data.json");
-        metric(
+        manifold_testkit::metrics::sum(
             &metrics.scrape(),
             "manifold_cache_evictions_total",
             &invalidated,
@@ -666,27 +665,6 @@ fn cache_settings_are_checked_and_mistakes_named_by_key() {
     );
 }
 
-/// The value of every sample of `name` whose labels include `labels`, summed (0 if none).
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (sample, rest) = series.split_once('{').unwrap_or((series, "}"));
-            if sample != name {
-                return None;
-            }
-            let pairs: BTreeMap<&str, &str> = rest
-                .trim_end_matches('}')
-                .split(',')
-                .filter_map(|pair| pair.split_once('='))
-                .map(|(k, v)| (k, v.trim_matches('"')))
-                .collect();
-            let wanted = labels.iter().all(|(k, v)| pairs.get(k) == Some(v));
-            wanted.then(|| value.parse::<f64>().ok()).flatten()
-        })
-        .sum()
-}
-
 /// /metrics of a Manifold started with `--admin 127.0.0.1:0`.
 struct Metrics {
     url: String,
@@ -743,7 +721,11 @@ fn hits_and_misses_are_counted_per_cache() {
             .iter()
             .map(|(name, cache, _)| {
                 let labels = [("cache", *cache), ("upstream", "fx")];
-                (*name, *cache, metric(text, name, &labels))
+                (
+                    *name,
+                    *cache,
+                    manifold_testkit::metrics::sum(text, name, &labels),
+                )
             })
             .collect()
     };
@@ -757,7 +739,7 @@ fn hits_and_misses_are_counted_per_cache() {
     assert_eq!(seen(&text), expected, "/metrics:\n{text}");
     for cache in ["tools", "resources"] {
         let labels = [("cache", cache), ("upstream", "fx")];
-        let bytes = metric(&text, "manifold_cache_bytes", &labels);
+        let bytes = manifold_testkit::metrics::sum(&text, "manifold_cache_bytes", &labels);
         assert!(bytes > 0.0, "no bytes held by the {cache} cache:\n{text}");
     }
 }

@@ -9,6 +9,7 @@
 //!   Streamable HTTP (`http::Host`), SSE streams (`http::Events`) and the fixture as an HTTP
 //!   upstream (`http::FixtureHttp`).
 //! - `jwt` (feature `jwt`): an Ed25519 token issuer and a JWKS server.
+//! - [`metrics`]: samples of `/metrics` (the Prometheus text format) by name and labels.
 //! - [`redis_server`]: a real `redis-server` on a free loopback port.
 //!
 //! # Finding the binaries
@@ -34,5 +35,6 @@
 pub mod http;
 #[cfg(feature = "jwt")]
 pub mod jwt;
+pub mod metrics;
 pub mod process;
 pub mod redis_server;

@@ -1,0 +1,45 @@
+//! Reading Manifold's `/metrics` (the Prometheus text format) in tests.
+
+use std::collections::BTreeMap;
+
+/// The value of every sample of `name` in `text` whose labels include `labels`, summed (0 if
+/// none): a test names the labels it cares about and is not broken by labels added later.
+pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (sample, rest) = series.split_once('{').unwrap_or((series, "}"));
+            if sample != name {
+                return None;
+            }
+            let pairs: BTreeMap<&str, &str> = rest
+                .trim_end_matches('}')
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(k, v)| (k, v.trim_matches('"')))
+                .collect();
+            let wanted = labels.iter().all(|(k, v)| pairs.get(k) == Some(v));
+            wanted.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_whose_labels_include_the_ones_named_are_summed() {
+        let text = "# TYPE x counter\n\
+                    x{a=\"1\",b=\"2\"} 3\n\
+                    x{a=\"1\",b=\"3\"} 4\n\
+                    x{a=\"2\"} 5\n\
+                    xy{a=\"1\"} 100\n\
+                    y 6\n";
+        assert_eq!(sum(text, "x", &[("a", "1")]), 7.0);
+        assert_eq!(sum(text, "x", &[]), 12.0);
+        assert_eq!(sum(text, "x", &[("a", "1"), ("b", "3")]), 4.0);
+        assert_eq!(sum(text, "y", &[]), 6.0);
+        assert_eq!(sum(text, "z", &[]), 0.0);
+    }
+}
