@@ -106,10 +106,7 @@ fn check_refusals(answers: &[Value], code: i64, kind: &str, limit: &str) -> Vec<
 
 /// How many times the fixture behind `upstream` ran `what` (`tool:NAME`).
 fn upstream_count(m: &mut Manifold, upstream: &str, what: &str) -> u64 {
-    let r = m.call(&format!("{upstream}__call_count"), json!({"what": what}));
-    text_of(&r)
-        .parse()
-        .unwrap_or_else(|e| panic!("call_count answered {r}: {e}"))
+    m.call_count(upstream, what)
 }
 
 /// The day window index Redis's clock is in (Redis runs on this machine).

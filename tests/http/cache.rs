@@ -40,10 +40,7 @@ fn host_of(server: &Server, key: &str) -> Host {
 
 /// How many times the fixture ran tool `name`.
 fn calls_of(host: &mut Host, tool: &str) -> u64 {
-    let r = host.call("fx__call_count", json!({"what": format!("tool:{tool}")}));
-    text_of(&r)
-        .parse()
-        .unwrap_or_else(|_| panic!("call_count answered {r}"))
+    host.call_count("fx", &format!("tool:{tool}"))
 }
 
 fn echo(host: &mut Host, text: &str) {

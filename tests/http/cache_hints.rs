@@ -57,13 +57,7 @@ fn host_of(server: &Server, key: &str) -> Host {
 
 /// How many times the fixture read its readme.
 fn reads(host: &mut Host) -> u64 {
-    let r = host.call(
-        "fx__call_count",
-        json!({"what": format!("read:{README_UPSTREAM}")}),
-    );
-    text_of(&r)
-        .parse()
-        .unwrap_or_else(|_| panic!("call_count answered {r}"))
+    host.call_count("fx", &format!("read:{README_UPSTREAM}"))
 }
 
 /// Reads the readme; the answer is the upstream's, hints and all.

@@ -412,11 +412,7 @@ fn reloads_of_every_kind_under_load_fail_no_call_they_do_not_concern() {
 
 /// How many times fixture `up` ran `tool` (a cache hit never reaches it).
 fn calls_of(host: &mut Host, up: &str, tool: &str) -> u64 {
-    let r = host.call(
-        &format!("{up}__call_count"),
-        json!({"what": format!("tool:{tool}")}),
-    );
-    text_of(&r).parse().unwrap()
+    host.call_count(up, &format!("tool:{tool}"))
 }
 
 #[test]

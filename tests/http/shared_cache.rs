@@ -68,10 +68,7 @@ fn http_fixture() -> FixtureHttp {
 
 /// How many times the fixture behind `host` ran `what` (`tool:NAME` or `read:URI`).
 fn count(host: &mut Host, what: &str) -> u64 {
-    let r = host.call("fx__call_count", json!({"what": what}));
-    text_of(&r)
-        .parse()
-        .unwrap_or_else(|_| panic!("call_count answered {r}"))
+    host.call_count("fx", what)
 }
 
 fn echoes(host: &mut Host) -> u64 {

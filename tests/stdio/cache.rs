@@ -52,10 +52,7 @@ fn tool_cache(tool: &str, ttl: &str) -> String {
 
 /// How many times the fixture ran `what`: `tool:NAME` or `read:URI` (its own names).
 fn upstream_count(m: &mut Manifold, what: &str) -> u64 {
-    let r = m.call("fx__call_count", json!({"what": what}));
-    text_of(&r)
-        .parse()
-        .unwrap_or_else(|_| panic!("call_count answered {r}"))
+    m.call_count("fx", what)
 }
 
 fn calls_of(m: &mut Manifold, tool: &str) -> u64 {

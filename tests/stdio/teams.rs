@@ -149,8 +149,7 @@ fn calls(m: &mut Manifold, tool: &str, n: usize) -> Vec<Value> {
 }
 
 fn upstream_count(m: &mut Manifold, upstream: &str, what: &str) -> u64 {
-    let r = m.call(&format!("{upstream}__call_count"), json!({"what": what}));
-    text_of(&r).parse().unwrap()
+    m.call_count(upstream, what)
 }
 
 #[test]

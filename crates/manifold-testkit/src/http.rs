@@ -294,6 +294,15 @@ impl Host {
         self.request("tools/call", json!({"name": tool, "arguments": args}))
     }
 
+    /// How many times the fixture behind `upstream` (its prefix) did `what`: `tool:NAME` or
+    /// `read:URI`, in its own names (see `process::Manifold::call_count`).
+    pub fn call_count(&mut self, upstream: &str, what: &str) -> u64 {
+        let r = self.call(&format!("{upstream}__call_count"), json!({"what": what}));
+        crate::process::text_of(&r)
+            .parse()
+            .unwrap_or_else(|e| panic!("call_count answered {r}: {e}"))
+    }
+
     /// The names in the first page of `tools/list`.
     pub fn tool_names(&mut self) -> Vec<String> {
         let r = self.request("tools/list", json!({}));

@@ -413,6 +413,16 @@ impl Manifold {
         self.request("tools/call", json!({"name": tool, "arguments": args}))
     }
 
+    /// How many times the fixture behind `upstream` (its prefix) did `what`: `tool:NAME` (calls
+    /// of a tool) or `read:URI` (reads of a resource), in its own names. A cache hit never
+    /// reaches it.
+    pub fn call_count(&mut self, upstream: &str, what: &str) -> u64 {
+        let r = self.call(&format!("{upstream}__call_count"), json!({"what": what}));
+        text_of(&r)
+            .parse()
+            .unwrap_or_else(|e| panic!("call_count answered {r}: {e}"))
+    }
+
     /// Closes stdin and waits (bounded) for Manifold to exit; returns its exit code.
     pub fn close(&mut self) -> Option<i32> {
         drop(self.stdin.take());
