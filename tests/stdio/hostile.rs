@@ -2,9 +2,7 @@
 //! should, the session goes on serving (a ping and a real call afterwards), no upstream is
 //! restarted that should not be, and no process is left behind.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -404,81 +402,4 @@ fn an_oversize_message_is_answered_with_its_own_id() {
     expect_error(&mut m, &line, json!(7), -32600, "over the limit");
     still_serving(&mut m);
     ends_cleanly(m, &pids);
-}
-
-/// Starts Manifold with its stdout piped and never read, as a host that stops reading.
-fn start_unread(server: &str) -> (std::process::Child, TempDir) {
-    let dir = TempDir::new("unread");
-    let text = config(&dir, server);
-    let path = dir.write("manifold.toml", &text);
-    let child = Command::new(manifold_bin())
-        .args(["serve", "--config", path.to_str().unwrap()])
-        .env("MANIFOLD_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    (child, dir)
-}
-
-fn wait_exit(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
-    let until = Instant::now() + WAIT;
-    while Instant::now() < until {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
-/// Completes the handshake (reading only its answer), then returns the lines that ask for
-/// `count` answers of 100 kB each, which the test never reads.
-fn handshake_then_big_calls(
-    stdin: &mut std::process::ChildStdin,
-    stdout: std::process::ChildStdout,
-    count: usize,
-) -> (String, std::io::BufReader<std::process::ChildStdout>) {
-    use std::io::BufRead;
-    stdin
-        .write_all(concat!(
-            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-            "\n",
-            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-            "\n"
-        ).as_bytes())
-        .unwrap();
-    let mut reader = std::io::BufReader::new(stdout);
-    let mut first = String::new();
-    reader.read_line(&mut first).unwrap();
-    assert!(first.contains("\"result\""), "initialize failed: {first}");
-    let mut input = String::new();
-    for i in 1..=count {
-        input.push_str(&format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"tools/call\",\"params\":{{\"name\":\"alpha__big\",\"arguments\":{{\"bytes\":100000}}}}}}\n"
-        ));
-    }
-    (input, reader)
-}
-
-#[test]
-fn shutdown_never_waits_on_a_host_that_does_not_read() {
-    let (mut child, dir) = start_unread("");
-    let mut stdin = child.stdin.take().unwrap();
-    // About 3 MB of answers: far more than the pipe holds, less than the queue limit.
-    let (input, stdout) = handshake_then_big_calls(&mut stdin, child.stdout.take().unwrap(), 30);
-    stdin.write_all(input.as_bytes()).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    drop(stdin);
-    let status = wait_exit(&mut child);
-    drop(stdout);
-    assert!(
-        status.is_some(),
-        "Manifold kept running behind a host that does not read"
-    );
-    for pid in read_pids(&dir.path().join("pids")) {
-        eventually(&format!("upstream {pid} exits"), || !process_alive(pid));
-    }
-    let _ = child.kill();
 }

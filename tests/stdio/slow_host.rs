@@ -1,7 +1,7 @@
 //! A stdio host that reads its output slowly, or not at all: the answers it is owed are kept
 //! (its input is paced instead), a host that reads nothing for `server.stall_timeout_ms` is
-//! let go with a log line saying so, and a host that closes its input without reading never
-//! holds Manifold's exit.
+//! let go with a log line saying so, and a host that closes its input without reading (paced
+//! or not) never holds Manifold's exit.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -213,6 +213,27 @@ fn a_host_that_closes_its_input_and_never_reads_does_not_hold_the_exit() {
     assert!(
         status.is_some(),
         "Manifold kept running behind a host that closed its input:\n{stderr}"
+    );
+    upstreams_gone(&dir);
+}
+
+#[test]
+fn shutdown_never_waits_on_a_host_that_does_not_read() {
+    let dir = TempDir::new("unread");
+    let (mut child, log) = serve(&dir, "");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    // About 3 MB of answers: far more than the pipe holds, less than the queue limit.
+    let input = initialize_then_big_calls(&mut stdin, &mut stdout, 30);
+    stdin.write_all(input.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stdin);
+    let status = exits(&mut child);
+    let stderr = log.text(&mut child);
+    drop(stdout);
+    assert!(
+        status.is_some(),
+        "Manifold kept running behind a host that does not read:\n{stderr}"
     );
     upstreams_gone(&dir);
 }
