@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use manifold_catalog::UpstreamDef;
+use manifold_core::layer::{Check, Layer};
+use manifold_core::router::{Parts, Target};
+use manifold_core::{Context, Origin, Outlet, RouteError, Router, Session, Sessions, Transport};
 use manifold_protocol::codes;
-use manifold_server::layer::{Check, Layer};
-use manifold_server::router::{Parts, Target};
-use manifold_server::{Context, Origin, Outlet, RouteError, Router, Session, Sessions, Transport};
 use manifold_upstream::{Hub, UpstreamHandle};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -109,7 +109,7 @@ fn a_waiting_layer_holds_only_its_own_request_and_a_refusal_never_reaches_the_up
             teams: Arc::default(),
             stdio_team: None,
             cache: None,
-            released: manifold_server::router::releases(),
+            released: manifold_core::router::releases(),
             discovery: Default::default(),
         });
         let (tx, mut rx) = mpsc::unbounded_channel();

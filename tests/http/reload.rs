@@ -475,7 +475,7 @@ fn the_log_level_follows_a_reload() {
         !server.stderr().contains("request refused"),
         "debug lines at info"
     );
-    let (status, report) = server.reload(&with_level("info,manifold_server=debug"));
+    let (status, report) = server.reload(&with_level("info,manifold_core=debug"));
     assert_eq!(status, StatusCode::OK, "{report}");
     assert_eq!(report["telemetry"], true, "{report}");
     refused(&mut host);

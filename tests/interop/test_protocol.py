@@ -61,7 +61,7 @@ async def stdio_session(log: Path, **callbacks: Any) -> AsyncIterator[ClientSess
             command=str(bin_),
             args=["serve", "--config", str(config)],
             cwd=str(REPO),
-            env={**os.environ, "MANIFOLD_LOG": "info,manifold_server=debug"},
+            env={**os.environ, "MANIFOLD_LOG": "info,manifold_core=debug"},
         )
         with log.open("w") as errlog:
             async with stdio_client(params, errlog=errlog) as (read, write):

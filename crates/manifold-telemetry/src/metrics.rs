@@ -1,7 +1,7 @@
 //! The process's metrics: request durations by label set, session lifetimes, bytes moved and
 //! per-upstream counters. Recording is a relaxed atomic add after, for durations, a read-locked
 //! map lookup; what can be read when scraped (sessions open, upstreams up, catalog sizes) is
-//! not recorded at all, but read then (see `manifold_server::metrics`).
+//! not recorded at all, but read then (see `manifold_core::scrape`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 
 use manifold_catalog::{Catalog, Kind, NameOrigin, UpstreamState};
 use manifold_config::{CacheRule, CacheScope, UpstreamConfig};
+use manifold_core::cache;
 use manifold_protocol::version::Era;
 use manifold_protocol::RawObject;
-use manifold_server::cache;
 
 use crate::{pin, run};
 

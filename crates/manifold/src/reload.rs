@@ -3,7 +3,7 @@
 //! `manifold check --no-start` makes (and reads the TLS files and the pinning lock file);
 //! refused, it changes nothing and the running configuration stays. Accepted, only what
 //! changed takes effect (see `manifold_config::reload` for what is compared, and
-//! `manifold_server::router::Reload` for how it is applied): sessions are never dropped.
+//! `manifold_core::router::Reload` for how it is applied): sessions are never dropped.
 //!
 //! Reloads run one at a time, on the task that serves them ([`Reloader::run`]), which is on
 //! the actix system that runs the upstream actors: upstreams added are started there.
@@ -16,14 +16,14 @@ use std::time::Duration;
 use manifold_catalog::UpstreamDef;
 use manifold_config::reload::{changes, needs_restart, Changes};
 use manifold_config::{Config, UpstreamConfig};
+use manifold_core::cache::Cache;
+use manifold_core::layer::Layer;
+use manifold_core::policy::LimitLayer;
+use manifold_core::router::Reload;
+use manifold_core::Router;
+use manifold_http::tls::Certificate;
+use manifold_http::{AuthSlot, HttpAuth};
 use manifold_policy::Authenticator;
-use manifold_server::cache::Cache;
-use manifold_server::http::tls::Certificate;
-use manifold_server::http::{AuthSlot, HttpAuth};
-use manifold_server::layer::Layer;
-use manifold_server::policy::LimitLayer;
-use manifold_server::router::Reload;
-use manifold_server::Router;
 use manifold_upstream::{Hub, Timing, UpstreamHandle};
 use tokio::sync::{mpsc, oneshot};
 
@@ -366,7 +366,7 @@ pub fn watched_files(config: &Config) -> Vec<PathBuf> {
 }
 
 /// Where `POST /reload` sends its asks, and how the answer comes back.
-pub fn admin_hook(asks: mpsc::UnboundedSender<Ask>) -> manifold_server::http::ReloadHook {
+pub fn admin_hook(asks: mpsc::UnboundedSender<Ask>) -> manifold_http::ReloadHook {
     Arc::new(move || {
         let asks = asks.clone();
         Box::pin(async move {

@@ -10,16 +10,17 @@ use std::time::Duration;
 use anyhow::Context as _;
 use manifold_catalog::{Catalog, UpstreamDef};
 use manifold_config::{Config, HttpSettings};
+use manifold_core::cache::Cache;
+use manifold_core::layer::Layer;
+use manifold_core::policy::{LimitLayer, Teams};
+use manifold_core::router::Parts;
+use manifold_http::drain::Drain;
+use manifold_http::{AuthSlot, HttpAuth};
 use manifold_policy::Authenticator;
-use manifold_server::cache::Cache;
-use manifold_server::http::drain::Drain;
-use manifold_server::http::{AuthSlot, HttpAuth};
-use manifold_server::layer::Layer;
-use manifold_server::policy::{LimitLayer, Teams};
-use manifold_server::router::Parts;
 
 use crate::reload;
-use manifold_server::{http, stdio, Router, Sessions};
+use manifold_core::{stdio, Router, Sessions};
+use manifold_http as http;
 use manifold_upstream::{Hub, Isolation, Timing, UpstreamHandle};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -223,7 +224,7 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
         };
         let (sessions, ending) = Sessions::new(limit);
         let (hub, handles) = start_upstreams(&config, &defs);
-        let released = manifold_server::router::releases();
+        let released = manifold_core::router::releases();
         let cache = Cache::new(&config.cache, &config.upstreams, &released.0);
         let timing = Timing {
             request: config.server.request_timeout,

@@ -18,11 +18,11 @@ use super::{
     backlogged, hard_limit, new_token, read_body, refuse, sse_response, trace_context, Shared,
     SESSION_HEADER,
 };
-use crate::context::Origin;
-use crate::error::RouteError;
-use crate::policy::Caller;
-use crate::router::Handled;
-use crate::session::{Session, Transport};
+use manifold_core::context::Origin;
+use manifold_core::error::RouteError;
+use manifold_core::policy::Caller;
+use manifold_core::router::Handled;
+use manifold_core::session::{Session, Transport};
 
 pub(super) async fn post(
     req: HttpRequest,

@@ -10,7 +10,6 @@ pub mod context;
 pub mod discovery;
 pub mod error;
 mod fanout;
-pub mod http;
 pub mod layer;
 pub mod outlet;
 pub mod policy;

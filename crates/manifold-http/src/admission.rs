@@ -19,7 +19,7 @@ use futures::future::{ready, Either, LocalBoxFuture, Map, Ready};
 use futures::FutureExt;
 
 use super::{caller_from, check_origin, check_version, cors_headers, Shared};
-use crate::policy::Caller;
+use manifold_core::policy::Caller;
 
 /// The browser rules of an MCP route: a request from an origin that is not allowed is refused
 /// before anything else is looked at, without CORS headers (the page that sent it may not read

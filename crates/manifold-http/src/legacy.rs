@@ -15,10 +15,10 @@ use super::streams::{EventBody, LegacyOutlet};
 use super::{
     backlogged, hard_limit, new_token, read_body, refuse, sse_response, trace_context, Shared,
 };
-use crate::context::Origin;
-use crate::error::RouteError;
-use crate::router::Handled;
-use crate::session::{Session, Transport};
+use manifold_core::context::Origin;
+use manifold_core::error::RouteError;
+use manifold_core::router::Handled;
+use manifold_core::session::{Session, Transport};
 
 pub(super) async fn open(admitted: Unversioned, shared: web::Data<Shared>) -> HttpResponse {
     let token = match new_token() {

@@ -66,7 +66,7 @@ impl Router {
     /// Asks each upstream that logs (or only `only`) for the most verbose level any session
     /// wants, when that differs from what it was last asked. Nothing is asked while no
     /// session has set a level: upstreams keep their own default.
-    pub(crate) async fn apply_log_levels(self: &Arc<Self>, only: Option<usize>) {
+    pub async fn apply_log_levels(self: &Arc<Self>, only: Option<usize>) {
         let requests = self
             .pool
             .upstreams()

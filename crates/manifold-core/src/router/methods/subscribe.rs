@@ -139,14 +139,14 @@ impl Router {
 /// recorded.
 impl Router {
     /// Subscribes upstream for each of the session's URIs (this replica became its home).
-    pub(crate) fn take_subscriptions(&self, session: &Session) {
+    pub fn take_subscriptions(&self, session: &Session) {
         for uri in session.subscriptions() {
             self.move_subscription(&uri, true);
         }
     }
 
     /// Releases upstream each of the session's URIs (another replica became its home).
-    pub(crate) fn release_subscriptions(&self, session: &Session) {
+    pub fn release_subscriptions(&self, session: &Session) {
         for uri in session.subscriptions() {
             self.move_subscription(&uri, false);
         }
@@ -154,7 +154,7 @@ impl Router {
 
     /// Makes the session's subscriptions `wanted` (as another replica recorded them),
     /// subscribing or releasing upstream if this replica is its home.
-    pub(crate) fn set_subscriptions(&self, session: &Session, wanted: &[String]) {
+    pub fn set_subscriptions(&self, session: &Session, wanted: &[String]) {
         let current = session.subscriptions();
         for uri in current.iter().filter(|u| !wanted.contains(u)) {
             if session.unsubscribe(uri) && !session.is_away() {

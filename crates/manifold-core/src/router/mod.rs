@@ -223,7 +223,7 @@ impl Router {
     }
 
     /// Whether the session (this replica's copy) owns the task.
-    pub(crate) fn owns_task(&self, session: u64, task: &str) -> bool {
+    pub fn owns_task(&self, session: u64, task: &str) -> bool {
         self.tasks.owner(task) == Some(session)
     }
 

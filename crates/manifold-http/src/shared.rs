@@ -44,11 +44,11 @@ use redis::{AsyncConnectionConfig, Client, Value};
 use tokio::sync::mpsc;
 
 use super::streams::{EventBody, Registry, Streams};
-use crate::context::Origin;
-use crate::outlet::Outlet;
-use crate::policy::Caller;
-use crate::router::Router;
-use crate::session::{Client as HostClient, Relay, Session, Transport};
+use manifold_core::context::Origin;
+use manifold_core::outlet::Outlet;
+use manifold_core::policy::Caller;
+use manifold_core::router::Router;
+use manifold_core::session::{Client as HostClient, Relay, Session, Transport};
 
 /// How often a replica renews its liveness, and looks for replicas that stopped.
 const BEAT: Duration = Duration::from_millis(500);

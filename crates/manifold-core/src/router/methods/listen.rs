@@ -74,7 +74,7 @@ impl Router {
 
     /// A listen stream ended (its host went away, or cancelled it): the upstream
     /// subscriptions it held are released.
-    pub(crate) fn end_listen(&self, owner: u64, id: Option<&str>) {
+    pub fn end_listen(&self, owner: u64, id: Option<&str>) {
         for listen in self.fanout.stop_listening(owner, id) {
             for (upstream, original) in listen.upstream_uris() {
                 if self.interest.unsubscribe(*upstream, original) {

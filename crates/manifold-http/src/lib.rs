@@ -37,10 +37,10 @@ use manifold_protocol::{version, write};
 
 use manifold_policy::{AuthError, Authenticator, Principal};
 
-use crate::error::RouteError;
-use crate::policy::Caller;
-use crate::router::Router;
-use crate::session::Transport;
+use manifold_core::error::RouteError;
+use manifold_core::policy::Caller;
+use manifold_core::router::Router;
+use manifold_core::session::Transport;
 
 /// `Mcp-Session-Id`.
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -429,7 +429,7 @@ fn hard_limit(shared: &Shared) -> usize {
 /// A host that has left more than `session_queue_bytes` of its session's output unread gets
 /// 429 for new requests until it reads: it slows down instead of losing its session. Only if
 /// what it already asked for, or notifications, pass twice that is the session ended.
-fn backlogged(shared: &Shared, outlet: &dyn crate::outlet::Outlet) -> Option<HttpResponse> {
+fn backlogged(shared: &Shared, outlet: &dyn manifold_core::outlet::Outlet) -> Option<HttpResponse> {
     let limit = shared.router.settings().session_queue_bytes;
     let waiting = outlet.backlog();
     if waiting <= limit {

@@ -19,13 +19,13 @@ use tokio::sync::{mpsc, oneshot};
 use super::peer::Peer;
 use super::streams::{message, EventBody};
 use super::{refuse, sse_response, trace_context, Shared};
-use crate::context::Origin;
-use crate::error::RouteError;
-use crate::outlet::Outlet;
-use crate::policy::Caller;
-use crate::router::{Handled, Router};
-use crate::session::Session;
-use crate::stateless::{self, Asked};
+use manifold_core::context::Origin;
+use manifold_core::error::RouteError;
+use manifold_core::outlet::Outlet;
+use manifold_core::policy::Caller;
+use manifold_core::router::{Handled, Router};
+use manifold_core::session::Session;
+use manifold_core::stateless::{self, Asked};
 
 /// How often a request waiting for its answer looks whether its host is still connected.
 pub(super) const PEER_CHECK: Duration = Duration::from_millis(100);

@@ -21,8 +21,8 @@ use manifold_protocol::sse;
 use manifold_telemetry::{metrics, Direction, HostTransport};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::outlet::Ending;
-use crate::outlet::Outlet;
+use manifold_core::outlet::Ending;
+use manifold_core::outlet::Outlet;
 
 /// Finished POST streams kept for resumption, per session.
 const FINISHED_KEPT: usize = 16;
@@ -520,7 +520,7 @@ mod tests {
 
     #[test]
     fn the_registry_finds_streams_only_while_their_session_holds_them() {
-        let (sessions, _ending) = crate::sessions::Sessions::new(4);
+        let (sessions, _ending) = manifold_core::sessions::Sessions::new(4);
         let registry = Registry::default();
         let streams = Arc::new(Streams::new(7, sessions.ending(), 1024, 8));
         registry.insert(7, &streams);

@@ -307,7 +307,7 @@ impl Session {
     }
 
     /// Takes every subscription (the session is ending).
-    pub(crate) fn take_subscriptions(&self) -> Vec<String> {
+    pub fn take_subscriptions(&self) -> Vec<String> {
         self.subs().drain().collect()
     }
 

@@ -29,7 +29,7 @@ use futures::StreamExt;
 use manifold_protocol::{scan, Envelope, Kind, MessageError};
 use manifold_telemetry::{metrics, HostTransport};
 
-use crate::error::RouteError;
+use manifold_core::error::RouteError;
 
 /// Where a draining server is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

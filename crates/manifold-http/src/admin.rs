@@ -15,7 +15,7 @@ use manifold_upstream::{BreakerState, BreakerView};
 
 use super::drain::{Drain, Phase};
 use super::AuthSlot;
-use crate::router::Router;
+use manifold_core::router::Router;
 
 /// What the admin handlers read.
 pub(super) struct Admin {
@@ -265,7 +265,7 @@ async fn scrape(req: HttpRequest, admin: web::Data<Admin>) -> HttpResponse {
                 .body(*why);
         }
     }
-    let text = crate::scrape::render(&admin.router);
+    let text = manifold_core::scrape::render(&admin.router);
     HttpResponse::Ok()
         .content_type(manifold_telemetry::exposition::CONTENT_TYPE)
         .body(text)
