@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use manifold_protocol::{codes, write};
+use manifold_protocol::version::Era;
+use manifold_protocol::write;
 use manifold_telemetry::spans::{self, ServerDone, Subject};
 use manifold_telemetry::trace::Carrier;
 use manifold_telemetry::{metrics, HostTransport, OpLabels, Outcome};
 
-use crate::error::RouteError;
+use crate::error::{self, RouteError};
 use crate::outlet::Outlet;
 use crate::policy::Caller;
 use crate::session::{Client, Session};
@@ -47,6 +48,15 @@ impl Origin {
             caller: None,
             owner: 0,
             asked: None,
+        }
+    }
+
+    /// The era its messages are spoken in: stateless when the transport read a stateless
+    /// request's `_meta`.
+    pub fn era(&self) -> Era {
+        match self.asked.is_some() {
+            true => Era::Stateless,
+            false => Era::Session,
         }
     }
 
@@ -194,6 +204,14 @@ impl Context {
         self.asked.is_some()
     }
 
+    /// The era the request is spoken in.
+    pub fn era(&self) -> Era {
+        match self.is_stateless() {
+            true => Era::Stateless,
+            false => Era::Session,
+        }
+    }
+
     /// What the host declared about itself: with this request (stateless era), or in
     /// `initialize` (session era).
     pub fn client(&self) -> Option<&Client> {
@@ -222,24 +240,36 @@ impl Context {
         }
     }
 
-    /// Answers with the error.
+    /// Answers with the error, as its classification in the request's era says.
     pub fn fail(&self, err: &RouteError) {
+        let era = self.era();
+        let classified = err.classify(era);
         let _entered = self.span.enter();
         tracing::debug!(
             error = %err,
-            fault = err.fault().label(),
-            retryable = err.retryable(),
+            fault = classified.fault.label(),
+            retryable = classified.retryable,
             "request refused"
         );
-        let mut obj = err.to_error_object();
-        if self.is_stateless() && obj.code == codes::RESOURCE_NOT_FOUND {
-            // The stateless era retired -32002: an unknown resource is invalid params.
-            obj.code = codes::INVALID_PARAMS;
-        }
-        self.ended(err.outcome(), Some(obj.code));
+        self.ended(classified.outcome, Some(classified.code));
         let mut out = Vec::new();
-        write::error_response(&mut out, Some(&self.id), &obj);
-        self.outlet.answer(&[&out]);
+        write::error_response(&mut out, Some(&self.id), &err.error_object(era));
+        self.outlet.answer_error(&[&out], classified.answer_status);
+    }
+
+    /// Answers with the error object an upstream refused the request with (JSON text, its
+    /// names already mapped), renumbered for the request's era; returns its code.
+    pub fn fail_upstream(&self, error: &str) -> Option<i64> {
+        let era = self.era();
+        let (code, renumbered) = error::upstream_refusal(era, error);
+        let error = renumbered.as_deref().unwrap_or(error);
+        tracing::debug!(error, "upstream refused the request");
+        let mut out = Vec::with_capacity(64 + error.len());
+        write::raw_error_response(&mut out, &self.id, error);
+        let status = code.map_or(200, |code| error::answer_status(era, code));
+        self.ended(Outcome::ProtocolError, code);
+        self.outlet.answer_error(&[&out], status);
+        code
     }
 }
 
@@ -285,9 +315,10 @@ impl Drop for Context {
     }
 }
 
-/// Sends the JSON-RPC error for `err` to `outlet`; `id` is JSON text, `None` for `null`.
-pub fn reply_error(outlet: &dyn Outlet, id: Option<&str>, err: &RouteError) {
+/// Sends the JSON-RPC error for `err` to `outlet`, for a message of `era` that no request
+/// context stands for; `id` is JSON text, `None` for `null`.
+pub fn reply_error(outlet: &dyn Outlet, id: Option<&str>, era: Era, err: &RouteError) {
     let mut out = Vec::new();
-    write::error_response(&mut out, id, &err.to_error_object());
-    outlet.answer(&[&out]);
+    write::error_response(&mut out, id, &err.error_object(era));
+    outlet.answer_error(&[&out], err.classify(era).answer_status);
 }

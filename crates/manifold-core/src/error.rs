@@ -1,11 +1,15 @@
-//! Every failure a host can be told of, and the one place that turns any of them into a
-//! JSON-RPC error object and, for HTTP, a status. Each says whose fault it is ([`Fault`]) and
-//! whether the same request may succeed later ([`RouteError::retryable`]). The codes are in
-//! `manifold_protocol::codes`, one documented table.
+//! Every failure a host (or an upstream Manifold answers for its host) can be told of, and the
+//! one place that turns any of them into a JSON-RPC error object and, for HTTP, a status.
+//! [`RouteError::classify`] is the one classification every path asks: whose fault it is, whether
+//! the same request may succeed later, its code in the request's era, its HTTP status and
+//! `Retry-After`. Every error object Manifold makes says `retryable` in its `data`. The codes are
+//! in `manifold_protocol::codes`, one documented table; no other module of the server crates
+//! names one (a test reads their sources to hold that).
 
 use manifold_catalog::Collision;
 use manifold_policy::{Refusal, RefusalKind};
-use manifold_protocol::{codes, version, ErrorObject, MessageError};
+use manifold_protocol::version::Era;
+use manifold_protocol::{codes, version, ErrorObject, MessageError, RawObject};
 use manifold_telemetry::Outcome;
 use manifold_upstream::UpstreamError;
 
@@ -148,6 +152,43 @@ pub enum RouteError {
     /// expired or was used already.
     #[error("invalid requestState: {0}")]
     RequestState(String),
+    /// An upstream's request to its client that Manifold does not pass to hosts.
+    #[error("Manifold does not forward {0} to hosts")]
+    NotForwarded(String),
+    /// An upstream's request a session-era host did not declare the capability for.
+    #[error("{method}: the host did not declare the {capability} capability")]
+    Undeclared {
+        method: String,
+        capability: &'static str,
+    },
+    /// An upstream's request during a host request that has no session to ask it in.
+    #[error("{0}: the host request this belongs to has no session to ask")]
+    NoSessionToAsk(String),
+    /// An upstream's request to its client given up on the host's side: the request it
+    /// belonged to is over, the host went away, or it did not answer in time.
+    #[error("{0}")]
+    Abandoned(String),
+}
+
+/// One failure, classified: what every path that reports a failure asks of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classified {
+    pub fault: Fault,
+    /// Whether the same request may succeed later (after a restart, a window, less load).
+    pub retryable: bool,
+    /// The JSON-RPC error code, in the request's era.
+    pub code: i64,
+    /// The HTTP status when the HTTP transport refuses a request with this failure: its own
+    /// for a transport's refusal (401, 404, 413, 429, 503, ...), else 400.
+    pub status: u16,
+    /// The HTTP status of a response whose body answers a JSON-RPC request with this failure:
+    /// in the stateless era the one that revision gives its code (see [`answer_status`]), else
+    /// 200.
+    pub answer_status: u16,
+    /// Seconds after which the same request may succeed, for `Retry-After`.
+    pub retry_after_secs: Option<u32>,
+    /// How the request ended, for metrics and spans.
+    pub outcome: Outcome,
 }
 
 impl RouteError {
@@ -166,7 +207,7 @@ impl RouteError {
     }
 
     /// How a request refused with this error ended, for metrics and spans.
-    pub fn outcome(&self) -> Outcome {
+    fn outcome(&self) -> Outcome {
         match self {
             RouteError::Upstream(e) => upstream_outcome(e),
             RouteError::Hidden(_) | RouteError::Held { .. } => Outcome::Denied,
@@ -174,29 +215,48 @@ impl RouteError {
                 RefusalKind::RateLimited => Outcome::RateLimited,
                 RefusalKind::QuotaExceeded => Outcome::QuotaExceeded,
             },
-            RouteError::LimitStore => Outcome::Unavailable,
+            RouteError::LimitStore | RouteError::Abandoned(_) => Outcome::Unavailable,
             _ => Outcome::ProtocolError,
         }
     }
 
-    /// The JSON-RPC error object for this error.
-    pub fn to_error_object(&self) -> ErrorObject {
-        let code = match self {
-            RouteError::Message(MessageError::Parse(_)) => codes::PARSE_ERROR,
+    /// The one classification of this failure, for a request of `era`.
+    pub fn classify(&self, era: Era) -> Classified {
+        let code = code_in(era, self.base_code());
+        let answered = answer_status(era, code);
+        Classified {
+            fault: self.fault(),
+            retryable: self.retryable(),
+            code,
+            status: self.http_status().unwrap_or(400),
+            answer_status: answered,
+            retry_after_secs: self.retry_after_secs(),
+            outcome: self.outcome(),
+        }
+    }
+
+    /// The JSON-RPC error object for this error, as a host of `era` gets it.
+    pub fn error_object(&self, era: Era) -> ErrorObject {
+        let mut obj = self.object();
+        obj.code = code_in(era, obj.code);
+        obj
+    }
+
+    /// The error object as JSON text, for an answer Manifold gives an upstream's request on its
+    /// host's behalf (a session-era exchange between Manifold and the upstream).
+    pub fn error_text(&self) -> String {
+        serde_json::to_string(&self.object()).unwrap_or_default()
+    }
+
+    /// The JSON-RPC code, as the session era numbers it.
+    fn base_code(&self) -> i64 {
+        match self {
+            RouteError::Message(MessageError::Parse(_)) | RouteError::Body(_) => codes::PARSE_ERROR,
             RouteError::Message(_)
             | RouteError::NotInitialized
             | RouteError::AlreadyInitialized
-            | RouteError::Oversize { .. } => codes::INVALID_REQUEST,
-            RouteError::UnknownMethod(_) => codes::METHOD_NOT_FOUND,
-            RouteError::InvalidParams(_)
-            | RouteError::UnknownTool(_)
-            | RouteError::UnknownPrompt(_)
-            | RouteError::Ambiguous { .. }
-            | RouteError::Held { .. }
-            | RouteError::BadCursor => codes::INVALID_PARAMS,
-            RouteError::UnknownResource(_) => codes::RESOURCE_NOT_FOUND,
-            RouteError::Upstream(e) => return upstream_error_object(e),
-            RouteError::Unauthorized(_)
+            | RouteError::Oversize { .. }
+            | RouteError::Unauthorized(_)
             | RouteError::Origin(_)
             | RouteError::NotFound(_)
             | RouteError::BadRequest(_)
@@ -204,60 +264,83 @@ impl RouteError {
             | RouteError::SlowBody(_)
             | RouteError::MethodNotAllowed { .. }
             | RouteError::NotAcceptable(_) => codes::INVALID_REQUEST,
-            RouteError::Body(_) => codes::PARSE_ERROR,
+            RouteError::UnknownMethod(_)
+            | RouteError::Removed(_)
+            | RouteError::NotForwarded(_)
+            | RouteError::Undeclared { .. }
+            | RouteError::NoSessionToAsk(_) => codes::METHOD_NOT_FOUND,
+            RouteError::InvalidParams(_)
+            | RouteError::UnknownTool(_)
+            | RouteError::UnknownPrompt(_)
+            | RouteError::Ambiguous { .. }
+            | RouteError::Held { .. }
+            | RouteError::BadCursor
+            | RouteError::RequestState(_) => codes::INVALID_PARAMS,
+            RouteError::UnknownResource(_) => codes::RESOURCE_NOT_FOUND,
+            RouteError::Upstream(e) => upstream_code(e),
             RouteError::Busy(_) => codes::TOO_MANY_REQUESTS,
-            RouteError::Full(_) | RouteError::Internal(_) | RouteError::ShuttingDown => {
-                codes::INTERNAL_ERROR
-            }
-            RouteError::Hidden(inner) => return inner.to_error_object(),
+            RouteError::Full(_)
+            | RouteError::Internal(_)
+            | RouteError::ShuttingDown
+            | RouteError::Abandoned(_) => codes::INTERNAL_ERROR,
+            RouteError::Hidden(inner) => inner.base_code(),
             RouteError::HeaderMismatch(_) => codes::HEADER_MISMATCH,
-            RouteError::Removed(_) => codes::METHOD_NOT_FOUND,
-            RouteError::RequestState(_) => codes::INVALID_PARAMS,
-            RouteError::UnsupportedVersion { requested } => {
-                return ErrorObject::new(codes::UNSUPPORTED_PROTOCOL_VERSION, self.to_string())
-                    .with_data(&serde_json::json!({
-                        "supported": version::ALL,
-                        "requested": requested,
-                    }));
-            }
+            RouteError::UnsupportedVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
+            RouteError::MissingCapability { .. } => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            RouteError::Limited { refusal, .. } => match refusal.kind {
+                RefusalKind::RateLimited => codes::RATE_LIMITED,
+                RefusalKind::QuotaExceeded => codes::QUOTA_EXCEEDED,
+            },
+            RouteError::LimitStore => codes::LIMIT_STORE_UNAVAILABLE,
+        }
+    }
+
+    /// The error object, with the codes of the session era.
+    fn object(&self) -> ErrorObject {
+        match self {
+            RouteError::Upstream(e) => upstream_error_object(e),
+            RouteError::Hidden(inner) => inner.object(),
+            _ => ErrorObject::new(self.base_code(), self.to_string()).with_data(&self.data()),
+        }
+    }
+
+    /// The `data` of the error object: what a host can act on, and always `retryable`.
+    fn data(&self) -> serde_json::Value {
+        let retryable = self.retryable();
+        match self {
+            RouteError::UnsupportedVersion { requested } => serde_json::json!({
+                "supported": version::ALL,
+                "requested": requested,
+                "retryable": retryable,
+            }),
             RouteError::MissingCapability { capability, .. } => {
                 // An extension (a reverse-DNS name) is required under `extensions`.
                 let required = match capability.contains('/') {
                     true => serde_json::json!({ "extensions": { *capability: {} } }),
                     false => serde_json::json!({ *capability: {} }),
                 };
-                return ErrorObject::new(
-                    codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
-                    self.to_string(),
-                )
-                .with_data(&serde_json::json!({ "requiredCapabilities": required }));
+                serde_json::json!({ "requiredCapabilities": required, "retryable": retryable })
             }
-            RouteError::Limited { refusal, .. } => {
-                let code = match refusal.kind {
-                    RefusalKind::RateLimited => codes::RATE_LIMITED,
-                    RefusalKind::QuotaExceeded => codes::QUOTA_EXCEEDED,
-                };
-                return ErrorObject::new(code, self.to_string()).with_data(&serde_json::json!({
-                    "retryAfterMs": retry_ms(refusal),
-                    "limit": &*refusal.limit,
-                    "kind": refusal.kind.label(),
-                }));
+            RouteError::Limited { refusal, .. } => serde_json::json!({
+                "retryAfterMs": retry_ms(refusal),
+                "limit": &*refusal.limit,
+                "kind": refusal.kind.label(),
+                "retryable": retryable,
+            }),
+            RouteError::LimitStore => serde_json::json!({
+                "retryAfterMs": LIMIT_STORE_RETRY_MS,
+                "retryable": retryable,
+            }),
+            RouteError::UnknownResource(uri) => {
+                serde_json::json!({ "uri": uri, "retryable": retryable })
             }
-            RouteError::LimitStore => {
-                return ErrorObject::new(codes::LIMIT_STORE_UNAVAILABLE, self.to_string())
-                    .with_data(&serde_json::json!({ "retryAfterMs": LIMIT_STORE_RETRY_MS }));
-            }
-        };
-        let obj = ErrorObject::new(code, self.to_string());
-        match self {
-            RouteError::UnknownResource(uri) => obj.with_data(&serde_json::json!({ "uri": uri })),
-            _ => obj,
+            _ => serde_json::json!({ "retryable": retryable }),
         }
     }
 
-    /// The HTTP status of a refusal made by the HTTP transport; a JSON-RPC error answering a
-    /// request travels in a 200 (`None`).
-    pub fn http_status(&self) -> Option<u16> {
+    /// The HTTP status of a refusal made by the HTTP transport; `None` for a JSON-RPC error
+    /// answering a request (see [`answer_status`]).
+    fn http_status(&self) -> Option<u16> {
         Some(match self {
             RouteError::Unauthorized(_) => 401,
             RouteError::Origin(_) => 403,
@@ -279,7 +362,7 @@ impl RouteError {
     }
 
     /// Seconds after which the same request may succeed, for `Retry-After`.
-    pub fn retry_after_secs(&self) -> Option<u32> {
+    fn retry_after_secs(&self) -> Option<u32> {
         match self {
             RouteError::Busy(_) | RouteError::ShuttingDown => Some(1),
             RouteError::Full(_) => Some(5),
@@ -288,7 +371,7 @@ impl RouteError {
     }
 
     /// Whose fault it is.
-    pub fn fault(&self) -> Fault {
+    fn fault(&self) -> Fault {
         match self {
             RouteError::Upstream(_) => Fault::Upstream,
             RouteError::Limited { .. } | RouteError::LimitStore => Fault::Policy,
@@ -301,7 +384,7 @@ impl RouteError {
     }
 
     /// Whether the same request may succeed later (after a restart, a window, less load).
-    pub fn retryable(&self) -> bool {
+    fn retryable(&self) -> bool {
         match self {
             RouteError::Upstream(e) => e.retryable(),
             RouteError::Limited { .. }
@@ -314,17 +397,52 @@ impl RouteError {
     }
 }
 
-/// An upstream failure as the host sees it: which upstream, and whether retrying may help.
-pub(crate) fn upstream_error_object(err: &UpstreamError) -> ErrorObject {
-    let code = match err {
-        UpstreamError::Timeout { .. } => codes::UPSTREAM_TIMEOUT,
-        UpstreamError::Unavailable { .. }
-        | UpstreamError::Closed { .. }
-        | UpstreamError::Overloaded { .. }
-        | UpstreamError::Cancelled { .. } => codes::UPSTREAM_UNAVAILABLE,
-        UpstreamError::AnswerTooLarge { .. } => codes::UPSTREAM_ANSWER_TOO_LARGE,
-        UpstreamError::CircuitOpen { .. } => codes::UPSTREAM_CIRCUIT_OPEN,
+/// The code `code` (of the session era) has in `era`: the stateless era retired -32002
+/// (resource not found) and answers an unknown resource as invalid params.
+pub fn code_in(era: Era, code: i64) -> i64 {
+    match (era, code) {
+        (Era::Stateless, codes::RESOURCE_NOT_FOUND) => codes::INVALID_PARAMS,
+        _ => code,
+    }
+}
+
+/// The HTTP status of a response whose JSON-RPC answer is an error with `code`: in the
+/// stateless era 400 for a header mismatch, a missing client capability and an unsupported
+/// revision, 404 for an unknown method; 200 otherwise, and always in the session era.
+pub fn answer_status(era: Era, code: i64) -> u16 {
+    match (era, code) {
+        (
+            Era::Stateless,
+            codes::HEADER_MISMATCH
+            | codes::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | codes::UNSUPPORTED_PROTOCOL_VERSION,
+        ) => 400,
+        (Era::Stateless, codes::METHOD_NOT_FOUND) => 404,
+        _ => 200,
+    }
+}
+
+/// An upstream's error object (JSON text) as a host of `era` gets it: its code, and the
+/// object renumbered for the era when its code changes there (`None`: send it as it is).
+pub fn upstream_refusal(era: Era, error: &str) -> (Option<i64>, Option<String>) {
+    let obj = RawObject::parse(error).ok();
+    let code = obj
+        .as_ref()
+        .and_then(|e| e.get("code").and_then(|c| c.parse::<i64>().ok()));
+    let Some((mut obj, code)) = obj.zip(code) else {
+        return (code, None);
     };
+    let renumbered = code_in(era, code);
+    if renumbered == code {
+        return (Some(code), None);
+    }
+    obj.set_raw("code", renumbered.to_string());
+    (Some(renumbered), Some(obj.to_text()))
+}
+
+/// An upstream failure as the host sees it: which upstream, and whether retrying may help.
+fn upstream_error_object(err: &UpstreamError) -> ErrorObject {
+    let code = upstream_code(err);
     let data = match err {
         UpstreamError::CircuitOpen { retry_in, .. } => serde_json::json!({
             "upstream": err.upstream(), "retryable": true,
@@ -337,6 +455,19 @@ pub(crate) fn upstream_error_object(err: &UpstreamError) -> ErrorObject {
         _ => serde_json::json!({ "upstream": err.upstream(), "retryable": err.retryable() }),
     };
     ErrorObject::new(code, err.to_string()).with_data(&data)
+}
+
+/// The code of an upstream failure.
+fn upstream_code(err: &UpstreamError) -> i64 {
+    match err {
+        UpstreamError::Timeout { .. } => codes::UPSTREAM_TIMEOUT,
+        UpstreamError::Unavailable { .. }
+        | UpstreamError::Closed { .. }
+        | UpstreamError::Overloaded { .. }
+        | UpstreamError::Cancelled { .. } => codes::UPSTREAM_UNAVAILABLE,
+        UpstreamError::AnswerTooLarge { .. } => codes::UPSTREAM_ANSWER_TOO_LARGE,
+        UpstreamError::CircuitOpen { .. } => codes::UPSTREAM_CIRCUIT_OPEN,
+    }
 }
 
 /// What a host is told to wait when the limit store is unreachable.
@@ -364,138 +495,4 @@ pub fn upstream_outcome(e: &UpstreamError) -> Outcome {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_failure_says_whose_fault_it_is_and_whether_to_retry() {
-        let upstream = RouteError::Upstream(UpstreamError::Closed {
-            upstream: "a".into(),
-            reason: "gone".into(),
-        });
-        let timeout = RouteError::Upstream(UpstreamError::Timeout {
-            upstream: "a".into(),
-            after: std::time::Duration::from_secs(1),
-        });
-        let hidden = RouteError::Hidden(Box::new(RouteError::UnknownTool("x".into())));
-        for (e, fault, retry) in [
-            (&upstream, Fault::Upstream, true),
-            (&timeout, Fault::Upstream, false),
-            (&RouteError::LimitStore, Fault::Policy, true),
-            (&hidden, Fault::Host, false),
-            (&RouteError::BadCursor, Fault::Host, false),
-            (&RouteError::Busy("b".into()), Fault::Host, true),
-            (&RouteError::Full("f".into()), Fault::Manifold, true),
-            (&RouteError::ShuttingDown, Fault::Manifold, true),
-            (&RouteError::Internal("i".into()), Fault::Manifold, false),
-        ] {
-            assert_eq!((e.fault(), e.retryable()), (fault, retry), "{e}");
-        }
-    }
-
-    #[test]
-    fn an_open_breaker_has_its_own_code_and_says_when_to_retry() {
-        let open = RouteError::Upstream(UpstreamError::CircuitOpen {
-            upstream: "a".into(),
-            reason: "5 failures in a row, the last: timed out".into(),
-            retry_in: Some(std::time::Duration::from_millis(1500)),
-        });
-        let obj = open.to_error_object();
-        assert_eq!(obj.code, codes::UPSTREAM_CIRCUIT_OPEN);
-        assert!(
-            obj.message.contains("tried again in 1500ms"),
-            "{}",
-            obj.message
-        );
-        let data: serde_json::Value =
-            serde_json::from_str(obj.data.as_ref().unwrap().get()).unwrap();
-        assert_eq!(
-            data,
-            serde_json::json!({"upstream": "a", "retryable": true, "retryAfterMs": 1500})
-        );
-        assert_eq!((open.fault(), open.retryable()), (Fault::Upstream, true));
-        assert_eq!(open.outcome(), Outcome::Unavailable);
-        assert_eq!(open.http_status(), None);
-    }
-
-    #[test]
-    fn http_refusals_have_their_status_code_and_retry_after() {
-        let method = RouteError::MethodNotAllowed {
-            method: "PUT".into(),
-            path: "/mcp".into(),
-        };
-        for (e, status, code, retry) in [
-            (
-                RouteError::Unauthorized("no key".into()),
-                401,
-                codes::INVALID_REQUEST,
-                None,
-            ),
-            (
-                RouteError::Origin("http://x".into()),
-                403,
-                codes::INVALID_REQUEST,
-                None,
-            ),
-            (
-                RouteError::NotFound("n".into()),
-                404,
-                codes::INVALID_REQUEST,
-                None,
-            ),
-            (
-                RouteError::Body("empty body".into()),
-                400,
-                codes::PARSE_ERROR,
-                None,
-            ),
-            (
-                RouteError::BodyTooLarge(10),
-                413,
-                codes::INVALID_REQUEST,
-                None,
-            ),
-            (
-                RouteError::SlowBody(std::time::Duration::from_secs(10)),
-                408,
-                codes::INVALID_REQUEST,
-                None,
-            ),
-            (method, 405, codes::INVALID_REQUEST, None),
-            (
-                RouteError::Busy("b".into()),
-                429,
-                codes::TOO_MANY_REQUESTS,
-                Some(1),
-            ),
-            (
-                RouteError::Full("f".into()),
-                503,
-                codes::INTERNAL_ERROR,
-                Some(5),
-            ),
-            (
-                RouteError::ShuttingDown,
-                503,
-                codes::INTERNAL_ERROR,
-                Some(1),
-            ),
-            (
-                RouteError::Internal("i".into()),
-                500,
-                codes::INTERNAL_ERROR,
-                None,
-            ),
-        ] {
-            assert_eq!(e.http_status(), Some(status), "{e}");
-            assert_eq!(e.to_error_object().code, code, "{e}");
-            assert_eq!(e.retry_after_secs(), retry, "{e}");
-        }
-        // A JSON-RPC error answering a request travels in a 200.
-        assert_eq!(RouteError::UnknownTool("x".into()).http_status(), None);
-        assert_eq!(
-            RouteError::Unauthorized("bad key".into()).to_string(),
-            "authentication required: bad key"
-        );
-    }
-}
+mod tests;

@@ -38,6 +38,13 @@ impl Ending {
 pub trait Outlet: Send + Sync {
     /// The answer to a request this outlet serves (for a session's stream, any message).
     fn answer(&self, parts: &[&[u8]]);
+    /// The answer to a request this outlet serves, when it is an error: `status` is the HTTP
+    /// status the error's classification gives it (see `error::Classified`), which only an
+    /// outlet that is an HTTP response uses.
+    fn answer_error(&self, parts: &[&[u8]], status: u16) {
+        let _ = status;
+        self.answer(parts);
+    }
     /// A message that belongs with a request but is not its answer (progress), or a message
     /// for the session as a whole.
     fn notify(&self, parts: &[&[u8]]) {

@@ -160,15 +160,9 @@ impl Awaited {
         }
     }
 
-    pub fn error(self, code: i64, message: &str) {
-        match self {
-            Awaited::Upstream(reply) => reply.error(code, message),
-            Awaited::Local(f) => {
-                let obj = manifold_protocol::ErrorObject::new(code, message);
-                let text = serde_json::to_string(&obj).unwrap_or_default();
-                f(Err(&text));
-            }
-        }
+    /// Answers with `err`, on the host's behalf.
+    pub fn refuse(self, err: &crate::error::RouteError) {
+        self.raw_error(&err.error_text());
     }
 }
 
@@ -334,10 +328,8 @@ impl Session {
                 .min_by_key(|k| (k.len(), (*k).clone()))
                 .cloned();
             if let Some(reply) = oldest.and_then(|k| out.waiting.remove(&k)) {
-                reply.error(
-                    manifold_protocol::codes::INTERNAL_ERROR,
-                    "the host has too many requests to answer; this one was given up",
-                );
+                let why = "the host has too many requests to answer; this one was given up";
+                reply.refuse(&crate::error::RouteError::Abandoned(why.into()));
             }
         }
         out.waiting.insert(id.clone(), reply);
@@ -353,7 +345,7 @@ impl Session {
     pub(crate) fn abandon_outbound(&self, reason: &str) {
         let waiting: Vec<Awaited> = self.outbound().waiting.drain().map(|(_, r)| r).collect();
         for reply in waiting {
-            reply.error(manifold_protocol::codes::INTERNAL_ERROR, reason);
+            reply.refuse(&crate::error::RouteError::Abandoned(reason.into()));
         }
     }
 

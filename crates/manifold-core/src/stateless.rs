@@ -314,7 +314,7 @@ mod tests {
                 r#"{{"_meta":{{"io.modelcontextprotocol/protocolVersion":"{v}","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
             );
             let err = read(Some(&params)).unwrap_err();
-            let obj = err.to_error_object();
+            let obj = err.error_object(manifold_protocol::version::Era::Stateless);
             assert_eq!(obj.code, -32022, "{v}");
             let data = value(obj.data.unwrap().get());
             assert_eq!(data["requested"], v);
@@ -326,7 +326,13 @@ mod tests {
         let missing = read(Some(
             r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
         ));
-        assert_eq!(missing.unwrap_err().to_error_object().code, -32602);
+        assert_eq!(
+            missing
+                .unwrap_err()
+                .error_object(manifold_protocol::version::Era::Stateless)
+                .code,
+            -32602
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use bytes::Bytes;
 use futures::StreamExt;
 use manifold_config::{HttpSettings, SessionStore};
+use manifold_protocol::version::Era;
 use manifold_protocol::{version, write};
 
 use manifold_policy::{AuthError, Authenticator, Principal};
@@ -413,7 +414,7 @@ fn refuse_request(e: &RouteError, body: &[u8]) -> HttpResponse {
         .as_ref()
         .and_then(|env| env.id)
         .filter(|id| manifold_protocol::envelope::is_valid_id(id));
-    refusal(e, id)
+    refusal(e, id, Era::Session)
 }
 
 /// What a session's streams may hold unread before the session is ended: twice
@@ -475,22 +476,20 @@ async fn read_body_of(mut payload: web::Payload, max: usize) -> Result<Bytes, Ht
 /// The HTTP answer refusing a request: the status and `Retry-After` the error says, and a
 /// body that is its JSON-RPC error without id, as the spec suggests.
 fn refuse(e: &RouteError) -> HttpResponse {
-    refusal(e, None)
+    refusal(e, None, Era::Session)
 }
 
-/// [`refuse`] with the id of the request refused, if known.
-fn refusal(e: &RouteError, id: Option<&str>) -> HttpResponse {
+/// [`refuse`] with the id of the request refused, if known, in the era it was spoken in.
+fn refusal(e: &RouteError, id: Option<&str>, era: Era) -> HttpResponse {
+    let classified = e.classify(era);
     let mut body = Vec::new();
-    write::error_response(&mut body, id, &e.to_error_object());
+    write::error_response(&mut body, id, &e.error_object(era));
     if body.last() == Some(&b'\n') {
         body.pop();
     }
-    let status = e
-        .http_status()
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .unwrap_or(StatusCode::BAD_REQUEST);
+    let status = StatusCode::from_u16(classified.status).unwrap_or(StatusCode::BAD_REQUEST);
     let mut r = HttpResponse::build(status);
-    if let Some(secs) = e.retry_after_secs() {
+    if let Some(secs) = classified.retry_after_secs {
         r.insert_header((header::RETRY_AFTER, secs.to_string()));
     }
     r.content_type("application/json").body(body)

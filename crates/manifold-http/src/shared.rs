@@ -45,6 +45,7 @@ use tokio::sync::mpsc;
 
 use super::streams::{EventBody, Registry, Streams};
 use manifold_core::context::Origin;
+use manifold_core::error::RouteError;
 use manifold_core::outlet::Outlet;
 use manifold_core::policy::Caller;
 use manifold_core::router::Router;
@@ -499,11 +500,12 @@ impl Store {
                     .and_then(|env| env.id.map(str::to_owned))
                     .unwrap_or_else(|| "null".to_owned());
                 let mut out = Vec::new();
-                let error = manifold_protocol::ErrorObject::new(
-                    manifold_protocol::codes::INTERNAL_ERROR,
+                let error = RouteError::Internal(
                     "the replica running this task did not answer (it may have stopped, and \
-                     the task with it)",
+                     the task with it)"
+                        .into(),
                 );
+                let error = error.error_object(manifold_protocol::version::Era::Session);
                 manifold_protocol::write::error_response(&mut out, Some(&id), &error);
                 if out.last() == Some(&b'\n') {
                     out.pop();

@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
+use manifold_protocol::version::Era;
 use manifold_protocol::{sse, Envelope, Kind, RawObject};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 use tokio::sync::{mpsc, oneshot};
@@ -51,14 +53,10 @@ pub(super) async fn post(
     let asked = match agrees(req, &env, version) {
         Ok(asked) => asked,
         Err(e) => {
-            let mut out = Vec::new();
             let id = env
                 .id
                 .filter(|id| manifold_protocol::envelope::is_valid_id(id));
-            manifold_protocol::write::error_response(&mut out, id, &e.to_error_object());
-            return HttpResponse::BadRequest()
-                .content_type("application/json")
-                .body(out);
+            return super::refusal(&e, id, Era::Stateless);
         }
     };
     // A stateless host has no initialize that waits for the upstreams' first start: its
@@ -100,14 +98,12 @@ pub(super) async fn post(
         }
     };
     match first.await {
-        Some(First::Answer(answer)) => {
+        Some(First::Answer(answer, status)) => {
             guard.disarm();
-            let mut status = match status_of(&answer) {
-                400 => HttpResponse::BadRequest(),
-                404 => HttpResponse::NotFound(),
-                _ => HttpResponse::Ok(),
-            };
-            status.content_type("application/json").body(answer)
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            HttpResponse::build(status)
+                .content_type("application/json")
+                .body(answer)
         }
         Some(First::Stream(events, queued)) => {
             guard.disarm();
@@ -143,7 +139,7 @@ fn answer_alone(shared: &Shared, body: &Bytes, caller: Arc<Caller>) -> HttpRespo
     let _ = shared.router.handle_line(&origin, body);
     drop(origin);
     match first.try_recv() {
-        Ok(First::Answer(error)) => HttpResponse::BadRequest()
+        Ok(First::Answer(error, _)) => HttpResponse::BadRequest()
             .content_type("application/json")
             .body(error),
         _ => refuse(&RouteError::Body("not a JSON-RPC message".into())),
@@ -230,37 +226,6 @@ fn agrees(
     }
 }
 
-/// The HTTP status of a stateless answer: 400 for the errors the revision answers so (header
-/// mismatch, missing client capability, unsupported version), 404 for an unknown method, 200
-/// for the rest.
-fn status_of(answer: &[u8]) -> u16 {
-    // Manifold writes its errors as `"error":{"code":N,...`: most answers are not errors, and
-    // are not decoded to find out.
-    if manifold_protocol::needle::ERROR_MEMBER
-        .find(answer)
-        .is_none()
-    {
-        return 200;
-    }
-    let Ok(env) = Envelope::decode(answer) else {
-        return 200;
-    };
-    let code = env
-        .error
-        .and_then(|e| manifold_protocol::RawObject::parse(e).ok())
-        .and_then(|e| e.get("code").and_then(|c| c.parse::<i64>().ok()));
-    use manifold_protocol::codes;
-    match code {
-        Some(
-            codes::HEADER_MISMATCH
-            | codes::MISSING_REQUIRED_CLIENT_CAPABILITY
-            | codes::UNSUPPORTED_PROTOCOL_VERSION,
-        ) => 400,
-        Some(codes::METHOD_NOT_FOUND) => 404,
-        _ => 200,
-    }
-}
-
 /// Cancels, when dropped armed, whatever the request standing under `owner` has in flight.
 struct Cancel {
     router: std::sync::Weak<Router>,
@@ -297,7 +262,8 @@ impl Drop for Cancel {
 
 /// What the response to a stateless POST turns out to be.
 enum First {
-    Answer(Bytes),
+    /// The answer, with its HTTP status (see `error::Classified::answer_status`).
+    Answer(Bytes, u16),
     Stream(mpsc::UnboundedReceiver<Bytes>, Arc<AtomicUsize>),
     Unanswered,
 }
@@ -342,10 +308,14 @@ impl StatelessOutlet {
 
 impl Outlet for StatelessOutlet {
     fn answer(&self, parts: &[&[u8]]) {
+        self.answer_error(parts, 200);
+    }
+
+    fn answer_error(&self, parts: &[&[u8]], status: u16) {
         let msg = message(parts, HostTransport::Http);
         match std::mem::replace(&mut *self.state(), State::Done) {
             State::Waiting(tx) => {
-                let _ = tx.send(First::Answer(Bytes::from(msg)));
+                let _ = tx.send(First::Answer(Bytes::from(msg), status));
             }
             State::Streaming(tx) => {
                 let _ = tx.send(self.event(&msg));

@@ -18,7 +18,12 @@ impl Router {
     pub(super) fn batch(self: &Arc<Self>, origin: &Origin, line: &[u8]) -> Handled {
         let version = origin.session.as_ref().and_then(|s| s.version());
         if version != Some(BATCH_VERSION) {
-            reply_error(&*origin.outlet, None, &MessageError::Batch.into());
+            reply_error(
+                &*origin.outlet,
+                None,
+                origin.era(),
+                &MessageError::Batch.into(),
+            );
             return Handled::Rejected;
         }
         // The line was checked as JSON by the decoder: it is UTF-8 and an array.
@@ -28,7 +33,7 @@ impl Router {
             .unwrap_or_default();
         if elements.is_empty() {
             let e = MessageError::Invalid("an empty batch".into());
-            reply_error(&*origin.outlet, None, &e.into());
+            reply_error(&*origin.outlet, None, origin.era(), &e.into());
             return Handled::Rejected;
         }
         let decoded: Vec<_> = elements
@@ -55,12 +60,12 @@ impl Router {
             match d {
                 Ok(env) if env.method.as_deref() == Some("initialize") && env.id.is_some() => {
                     let e = MessageError::Invalid("initialize must not be part of a batch".into());
-                    reply_error(&*batch.outlet, env.id, &e.into());
+                    reply_error(&*batch.outlet, env.id, batch.era(), &e.into());
                 }
                 Ok(env) => {
                     self.handle_envelope(&batch, &env);
                 }
-                Err(e) => reply_error(&*batch.outlet, None, &e.into()),
+                Err(e) => reply_error(&*batch.outlet, None, batch.era(), &e.into()),
             }
         }
         Handled::Batch(expected)

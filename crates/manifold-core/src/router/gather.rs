@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use manifold_protocol::object::json_string;
-use manifold_protocol::{codes, scan, write, RawObject};
+use manifold_protocol::{scan, write, RawObject};
 
 use super::Router;
 use crate::context::Context;
@@ -123,15 +123,16 @@ fn ask_one(
         .as_ref()
         .and_then(|o| o.get("params").map(str::to_owned));
     let Some(method) = method else {
-        return Awaited::Local(hear).error(codes::INVALID_PARAMS, "an input request has no method");
+        let missing = RouteError::InvalidParams("an input request has no method".into());
+        return Awaited::Local(hear).refuse(&missing);
     };
     let capabilities = session.client().map_or("{}", |c| &*c.capabilities);
     if let Err(needs) = stateless::may_ask(capabilities, &method, params.as_deref()) {
-        let why = match needs {
-            "unknown" => format!("Manifold does not forward {method} to hosts"),
-            needs => format!("{method}: the host did not declare the {needs} capability"),
+        let refusal = match needs {
+            "unknown" => RouteError::NotForwarded(method),
+            capability => RouteError::Undeclared { method, capability },
         };
-        return Awaited::Local(hear).error(codes::METHOD_NOT_FOUND, &why);
+        return Awaited::Local(hear).refuse(&refusal);
     }
     let id = session.expect_answer(Awaited::Local(hear));
     let mut line = Vec::with_capacity(params.as_ref().map_or(0, String::len) + 64);
@@ -155,10 +156,8 @@ fn finish(round: &Mutex<Round>) {
         return;
     };
     if let Some(error) = refused {
-        let mut out = Vec::with_capacity(64 + error.len());
-        write::raw_error_response(&mut out, &ctx.id, &error);
-        ctx.ended(manifold_telemetry::Outcome::ProtocolError, None);
-        return ctx.outlet.answer(&[&out]);
+        ctx.fail_upstream(&error);
+        return;
     }
     let Some(router) = retry.router.upgrade() else {
         return;

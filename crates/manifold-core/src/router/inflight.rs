@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use manifold_catalog::{rewrite, Kind};
 use manifold_protocol::envelope::canonical_id;
-use manifold_protocol::{codes, write, ErrorObject, RawObject};
+use manifold_protocol::{write, RawObject};
 use manifold_telemetry::spans::{self, ClientDone, Subject};
 use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
 use manifold_upstream::{Exchange, Hub, Outcome, Peer, ServerRequest};
@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use super::gather;
 use super::mrtr::{Park, Parked, Settled};
 use crate::context::Context;
-use crate::error::upstream_outcome;
+use crate::error::RouteError;
 use crate::outlet::Outlet;
 use crate::session::Session;
 use crate::stateless;
@@ -201,25 +201,14 @@ impl Exchange for Inflight {
                 let mapped = self.map(|prefix| {
                     rewrite::error_data(error, prefix, |original| self.exposed_name(original))
                 });
-                let error = mapped.as_deref().unwrap_or(error);
-                let renumbered = ctx.is_stateless().then(|| stateless_error(error)).flatten();
-                let error = renumbered.as_deref().unwrap_or(error);
-                tracing::debug!(error, "upstream refused the request");
-                let mut out = Vec::with_capacity(64 + error.len());
-                write::raw_error_response(&mut out, &ctx.id, error);
-                ctx.outlet.answer(&[&out]);
-                let code = RawObject::parse(error)
-                    .ok()
-                    .and_then(|e| e.get("code").and_then(|c| c.parse().ok()));
+                let code = ctx.fail_upstream(mapped.as_deref().unwrap_or(error));
                 (Ended::ProtocolError, code)
             }
             Outcome::Failed(err) => {
-                tracing::debug!(error = %err, "request failed");
-                let obj = crate::error::upstream_error_object(&err);
-                let mut out = Vec::new();
-                write::error_response(&mut out, Some(&ctx.id), &obj);
-                ctx.outlet.answer(&[&out]);
-                (upstream_outcome(&err), Some(obj.code))
+                let err = RouteError::Upstream(err);
+                let classified = err.classify(ctx.era());
+                ctx.fail(&err);
+                (classified.outcome, Some(classified.code))
             }
         };
         self.hop.ended(&ctx, self.method, ended, code);
@@ -247,26 +236,17 @@ impl Exchange for Inflight {
             let park = match (self.park.get(), &first) {
                 (Some(park), _) => Arc::clone(park),
                 (None, Some(ctx)) => Arc::clone(self.park.get_or_init(|| parking.open(ctx))),
-                (None, None) => {
-                    return request
-                        .reply
-                        .error(codes::INTERNAL_ERROR, "the request it belongs to is over")
-                }
+                (None, None) => return refuse(request, over()),
             };
             return parking.ask(&park, first, request);
         }
         let guard = lock(&self.ctx);
         let Some(ctx) = &*guard else {
-            return request
-                .reply
-                .error(codes::INTERNAL_ERROR, "the request it belongs to is over");
+            return refuse(request, over());
         };
         let Some(session) = &ctx.session else {
             let method = request.method.clone();
-            return request.reply.error(
-                codes::METHOD_NOT_FOUND,
-                &format!("{method}: the host request this belongs to has no session to ask"),
-            );
+            return refuse(request, RouteError::NoSessionToAsk(method));
         };
         let _entered = self.hop.span.enter();
         if let Some(fill) = &self.fill {
@@ -299,16 +279,18 @@ pub(super) fn ask_host(session: &Session, outlet: &dyn Outlet, request: ServerRe
     match stateless::may_ask(capabilities, method, request.params.as_deref()) {
         Ok(()) => {}
         Err("unknown") => {
-            return request.reply.error(
-                codes::METHOD_NOT_FOUND,
-                &format!("Manifold does not forward {method} to hosts"),
-            )
+            let method = method.to_owned();
+            return refuse(request, RouteError::NotForwarded(method));
         }
         Err(needs) => {
-            return request.reply.error(
-                codes::METHOD_NOT_FOUND,
-                &format!("{method}: the host did not declare the {needs} capability"),
-            )
+            let method = method.to_owned();
+            return refuse(
+                request,
+                RouteError::Undeclared {
+                    method,
+                    capability: needs,
+                },
+            );
         }
     }
     tracing::debug!(method, "forwarding the upstream's request to the host");
@@ -326,9 +308,10 @@ impl Peer for SessionPeer {
     fn server_request(&self, request: ServerRequest) {
         match self.0.upgrade() {
             Some(session) => ask_host(&session, &**session.stream(), request),
-            None => request
-                .reply
-                .error(codes::INTERNAL_ERROR, "the host session ended"),
+            None => refuse(
+                request,
+                RouteError::Abandoned("the host session ended".into()),
+            ),
         }
     }
 
@@ -366,10 +349,9 @@ impl Inflight {
                 let mapped = self.map(|prefix| {
                     rewrite::error_data(error, prefix, |original| self.exposed_name(original))
                 });
-                let error = mapped.unwrap_or_else(|| (*error).to_owned());
-                Settled::Error(stateless_error(&error).unwrap_or(error))
+                Settled::Error(mapped.unwrap_or_else(|| (*error).to_owned()))
             }
-            Outcome::Failed(err) => Settled::Failed(crate::error::upstream_error_object(err)),
+            Outcome::Failed(err) => Settled::Failed(RouteError::Upstream(err.clone())),
         }
     }
 
@@ -429,10 +411,7 @@ impl Drop for Inflight {
         let taken = match (taken, self.park.get()) {
             (Some(ctx), _) => Some(ctx),
             (None, Some(park)) => park.claim(|| {
-                Settled::Failed(ErrorObject::new(
-                    codes::INTERNAL_ERROR,
-                    "the request was cancelled",
-                ))
+                Settled::Failed(RouteError::Abandoned("the request was cancelled".into()))
             }),
             (None, None) => None,
         };
@@ -455,14 +434,14 @@ fn read_hints(method: &str, ctx: &Context) -> &'static [(&'static str, &'static 
     }
 }
 
-/// An upstream's error as a stateless host must get it: the session era's "resource not
-/// found" (-32002, retired in 2026-07-28) becomes invalid params (-32602). `None`: unchanged.
-fn stateless_error(error: &str) -> Option<String> {
-    memchr::memmem::find(error.as_bytes(), b"-32002")?;
-    let mut obj = RawObject::parse(error).ok()?;
-    (obj.get("code")? == "-32002").then_some(())?;
-    obj.set_raw("code", "-32602");
-    Some(obj.to_text())
+/// Answers an upstream's request to its client with `err`, on its host's behalf.
+pub(super) fn refuse(request: ServerRequest, err: RouteError) {
+    request.reply.raw_error(&err.error_text());
+}
+
+/// The refusal of an upstream's request that came after the host request it belongs to.
+fn over() -> RouteError {
+    RouteError::Abandoned("the request it belongs to is over".into())
 }
 
 /// Whether a tool result says the tool failed (`"isError": true` among its members). Results

@@ -340,7 +340,7 @@ impl Router {
             Ok(env) => self.handle_envelope(origin, &env),
             Err(MessageError::Batch) => self.batch(origin, line),
             Err(e) => {
-                reply_error(&*origin.outlet, None, &e.into());
+                reply_error(&*origin.outlet, None, origin.era(), &e.into());
                 Handled::Rejected
             }
         }
@@ -351,7 +351,7 @@ impl Router {
         let kind = match env.kind() {
             Ok(kind) => kind,
             Err(e) => {
-                reply_error(&*origin.outlet, usable_id(env), &e.into());
+                reply_error(&*origin.outlet, usable_id(env), origin.era(), &e.into());
                 return Handled::Rejected;
             }
         };
@@ -361,7 +361,7 @@ impl Router {
                     let e = refusal(env).unwrap_or(RouteError::Message(MessageError::Invalid(
                         "unusable id".into(),
                     )));
-                    reply_error(&*origin.outlet, None, &e);
+                    reply_error(&*origin.outlet, None, origin.era(), &e);
                     return Handled::Rejected;
                 };
                 let method = env.method.as_deref().unwrap_or_default();
@@ -433,6 +433,7 @@ impl Router {
         reply_error(
             &*origin.outlet,
             id.as_deref(),
+            origin.era(),
             &RouteError::Oversize { len, max },
         );
     }

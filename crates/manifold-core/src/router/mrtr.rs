@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use manifold_config::StateKey;
 use manifold_protocol::object::json_string;
-use manifold_protocol::{codes, write, ErrorObject, RawObject};
+use manifold_protocol::RawObject;
 use manifold_upstream::ServerRequest;
 
 use crate::context::Context;
@@ -87,7 +87,7 @@ pub enum Settled {
     /// The upstream's error object (JSON text).
     Error(String),
     /// Manifold's own error.
-    Failed(ErrorObject),
+    Failed(RouteError),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -163,10 +163,8 @@ impl Parked {
         for park in expired {
             let asked = std::mem::take(&mut lock(&park.state).asked);
             for a in asked {
-                a.request.reply.error(
-                    codes::INTERNAL_ERROR,
-                    "the host did not answer in time (the stateless host never retried)",
-                );
+                let why = "the host did not answer in time (the stateless host never retried)";
+                super::inflight::refuse(a.request, RouteError::Abandoned(why.into()));
             }
         }
     }
@@ -178,10 +176,7 @@ impl Parked {
     pub fn ask(self: &Arc<Self>, park: &Arc<Park>, first: Option<Context>, request: ServerRequest) {
         if capability_for(&request.method).is_none() {
             let method = request.method.clone();
-            return request.reply.error(
-                codes::METHOD_NOT_FOUND,
-                &format!("Manifold does not forward {method} to hosts"),
-            );
+            return super::inflight::refuse(request, RouteError::NotForwarded(method));
         }
         let mut st = lock(&park.state);
         if let Some(ctx) = first {
@@ -195,12 +190,12 @@ impl Parked {
             drop(st);
             // The stateless era's own refusal: the host did not declare what this needs.
             let needs = needs.split('.').next().unwrap_or(needs);
-            let error = serde_json::json!({
-                "code": codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
-                "message": format!("{}: the host did not declare the {needs} capability", request.method),
-                "data": { "requiredCapabilities": { needs: {} } },
-            });
-            return request.reply.raw_error(&error.to_string());
+            let what = request.method.clone();
+            let missing = RouteError::MissingCapability {
+                capability: needs,
+                what,
+            };
+            return super::inflight::refuse(request, missing);
         }
         // The upstream's own id names the question: unique while it waits.
         let id = request.reply.id();
@@ -343,9 +338,8 @@ impl Parked {
 
 fn refuse_all(answers: Vec<(ServerRequest, String)>) {
     for (request, _) in answers {
-        request
-            .reply
-            .error(codes::INTERNAL_ERROR, "the request is over");
+        let over = RouteError::Abandoned("the request is over".into());
+        super::inflight::refuse(request, over);
     }
 }
 
@@ -354,17 +348,9 @@ pub fn deliver(ctx: Context, settled: Settled) {
     match settled {
         Settled::Result(result) => ctx.reply(&result),
         Settled::Error(error) => {
-            let mut out = Vec::with_capacity(64 + error.len());
-            write::raw_error_response(&mut out, &ctx.id, &error);
-            ctx.ended(manifold_telemetry::Outcome::ProtocolError, None);
-            ctx.outlet.answer(&[&out]);
+            ctx.fail_upstream(&error);
         }
-        Settled::Failed(obj) => {
-            let mut out = Vec::new();
-            write::error_response(&mut out, Some(&ctx.id), &obj);
-            ctx.ended(manifold_telemetry::Outcome::Unavailable, Some(obj.code));
-            ctx.outlet.answer(&[&out]);
-        }
+        Settled::Failed(err) => ctx.fail(&err),
     }
 }
 

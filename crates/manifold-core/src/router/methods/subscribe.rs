@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use manifold_protocol::{write, Params};
+use manifold_protocol::Params;
 use manifold_upstream::UpstreamHandle;
 
 use crate::context::Context;
@@ -81,9 +81,7 @@ impl Router {
                             relay.changed(&session);
                         }
                     }
-                    let mut out = Vec::new();
-                    write::raw_error_response(&mut out, &ctx.id, &e);
-                    ctx.outlet.answer(&[&out]);
+                    ctx.fail_upstream(&e);
                 }
                 Err(e) => ctx.fail(&RouteError::Upstream(e)),
             }

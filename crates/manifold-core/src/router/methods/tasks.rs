@@ -83,10 +83,8 @@ impl Router {
             let task = match conn.request(method, Some(&target.params)).await {
                 Ok(Answer::Result(task)) => task,
                 Ok(Answer::Error(error)) => {
-                    let mut out = Vec::new();
-                    manifold_protocol::write::raw_error_response(&mut out, &ctx.id, &error);
-                    ctx.ended(manifold_telemetry::Outcome::ProtocolError, None);
-                    return ctx.outlet.answer(&[&out]);
+                    ctx.fail_upstream(&error);
+                    return;
                 }
                 Err(e) => return ctx.fail(&RouteError::Upstream(e)),
             };
