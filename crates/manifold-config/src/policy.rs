@@ -6,7 +6,7 @@
 //! against. HTTP hosts are mapped to a team by an API key or a JWT claim; a stdio host runs as
 //! the team given by `server.team` or `--team`.
 //!
-//! Long (about 670 lines before its tests) but flat: one short function per key of `[auth]`,
+//! Long but flat: one short function per key of `[auth]`,
 //! `[teams.*]` and `[limits]`, each naming its key in its errors.
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! Turning the parsed schema into the runtime types: defaults, range checks and `${VAR}`
 //! interpolation, each failure reported with the dotted key it concerns.
 //!
-//! Long (about 660 lines) but flat: one short function per section or key of the schema, in
+//! Long but flat: one short function per section or key of the schema, in
 //! the schema's order, so that a key's rule is found where its neighbours' are.
 
 use std::collections::BTreeMap;

@@ -14,7 +14,7 @@
 //! a request the stores miss is looked up there before it goes upstream, and a fill is kept in
 //! both; changes reach every replica.
 //!
-//! Kept whole (about 700 lines of code): keys, rules, stores and invalidation share the epoch
+//! Kept whole: keys, rules, stores and invalidation share the epoch
 //! and change counters whose order decides whether a fill may be stored.
 
 mod shared;

@@ -117,16 +117,16 @@ impl Drain {
 }
 
 /// Counts one request to an MCP route while it is alive.
-struct Exchange(Arc<Drain>);
+struct Admitted(Arc<Drain>);
 
-impl Exchange {
+impl Admitted {
     fn new(drain: &Arc<Drain>) -> Self {
         drain.exchanges.fetch_add(1, Ordering::Relaxed);
         Self(Arc::clone(drain))
     }
 }
 
-impl Drop for Exchange {
+impl Drop for Admitted {
     fn drop(&mut self) {
         self.0.exchanges.fetch_sub(1, Ordering::Relaxed);
     }
@@ -192,7 +192,7 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        let exchange = Exchange::new(&self.drain);
+        let exchange = Admitted::new(&self.drain);
         if self.drain.phase() != Phase::Refusing {
             return Either::Left(Counted {
                 inner: self.service.call(req),
@@ -212,7 +212,7 @@ where
 /// A route's answer, counted as in progress until it is made.
 pub(super) struct Counted<F> {
     inner: F,
-    _exchange: Exchange,
+    _exchange: Admitted,
 }
 
 impl<F: Future + Unpin> Future for Counted<F> {

@@ -12,7 +12,7 @@
 //! concurrent requests that need a fetch wait for one shared fetch, bounded by the fetch
 //! timeout. Keys that were fetched stay in use until the next fetch replaces them.
 //!
-//! One file (about 700 lines): API keys, JWT checks and the JWKS cache meet in `authenticate`,
+//! One file: API keys, JWT checks and the JWKS cache meet in `authenticate`,
 //! and the refetch rules (coalesced, rate-limited, bounded) are read beside the checks they
 //! serve.
 

@@ -19,7 +19,7 @@
 //! A breach of these rules is a [`Violation`]: the scan goes on past it (so that the id of a
 //! request can still be read and answered), and only the first one is reported.
 //!
-//! One file (about 630 lines): the scanner is one state machine over the text, and its hot
+//! One file: the scanner is one state machine over the text, and its hot
 //! paths (strings, numbers, nesting) and the I-JSON checks on them read best side by side.
 
 use std::borrow::Cow;
