@@ -285,7 +285,10 @@ fn starts_work(body: &[u8]) -> bool {
 /// The refusal of new work, naming the request when `body` holds one whose id can be read.
 fn refusal(body: Option<&[u8]>) -> HttpResponse {
     let mut r = match body {
-        Some(body) => super::refuse_request(&RouteError::ShuttingDown, body),
+        Some(body) => {
+            let message = manifold_protocol::Envelope::decode_host(body);
+            super::refuse_request(&RouteError::ShuttingDown, message.as_ref().ok())
+        }
         None => super::refuse(&RouteError::ShuttingDown),
     };
     // The load balancer (or the host) opens a new connection for its retry, which no longer

@@ -407,11 +407,12 @@ fn version_of(headers: &HeaderMap) -> Result<&'static str, String> {
     version::known(text).ok_or_else(|| text.to_owned())
 }
 
-/// [`refuse`], naming the request the refusal answers when its id could be read.
-fn refuse_request(e: &RouteError, body: &[u8]) -> HttpResponse {
-    let env = manifold_protocol::Envelope::decode_host(body).ok();
-    let id = env
-        .as_ref()
+/// [`refuse`], naming the request the refusal answers when it is one whose id is usable.
+fn refuse_request(
+    e: &RouteError,
+    message: Option<&manifold_protocol::Envelope<'_>>,
+) -> HttpResponse {
+    let id = message
         .and_then(|env| env.id)
         .filter(|id| manifold_protocol::envelope::is_valid_id(id));
     refusal(e, id, Era::Session)

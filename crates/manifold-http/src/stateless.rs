@@ -14,7 +14,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
 use manifold_protocol::version::Era;
-use manifold_protocol::{sse, Envelope, Kind, RawObject};
+use manifold_protocol::{sse, Envelope, Kind, MessageError, RawObject};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 use tokio::sync::{mpsc, oneshot};
 
@@ -41,11 +41,12 @@ pub(super) async fn post(
     req: &HttpRequest,
     shared: &Shared,
     body: &Bytes,
+    decoded: Result<Envelope<'_>, MessageError>,
     caller: Arc<Caller>,
     version: &str,
 ) -> HttpResponse {
     metrics().host_bytes(HostTransport::Http, Direction::In, body.len());
-    let env = match Envelope::decode_host(body) {
+    let env = match decoded {
         Ok(env) => env,
         // Not a message: the router says why, as it does for every transport.
         Err(_) => return answer_alone(shared, body, caller),

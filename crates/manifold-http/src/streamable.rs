@@ -42,16 +42,20 @@ async fn handle_post(
     body: &Bytes,
     caller: Arc<Caller>,
 ) -> HttpResponse {
+    // Decoded once: what the transport needs of the message and the router read the same.
+    let decoded = Envelope::decode_host(body);
     // The version is checked once the body is read, so that the refusal names the request.
     if let Err(requested) = super::version_of(req.headers()) {
-        return super::refuse_request(&RouteError::UnsupportedVersion { requested }, body);
+        let refused = RouteError::UnsupportedVersion { requested };
+        return super::refuse_request(&refused, decoded.as_ref().ok());
     }
     if req.headers().get(SESSION_HEADER).is_none() {
         if let Some(version) = stateless_version(req) {
-            return super::stateless::post(req, shared, body, caller, version).await;
+            return super::stateless::post(req, shared, body, decoded, caller, version).await;
         }
     }
-    let (session, created) = match session_for_post(req, shared, body, caller).await {
+    let message = decoded.as_ref().ok();
+    let (session, created) = match session_for_post(req, shared, message, caller).await {
         Ok(found) => found,
         Err(refusal) => return refusal,
     };
@@ -59,7 +63,7 @@ async fn handle_post(
     if let (Some(store), Some(token)) = (&shared.store, session.token()) {
         store.touch(token);
         // A task lives where it was created: its requests are served there.
-        if let Some(task) = task_of(body) {
+        if let Some(task) = message.and_then(task_of) {
             if let Some(replica) = store.task_elsewhere(&session, &task).await {
                 let answer = store.forward(&session, &replica, body).await;
                 return HttpResponse::Ok()
@@ -90,7 +94,7 @@ async fn handle_post(
         owner: 0,
         asked: None,
     };
-    let handled = shared.router.handle_line(&origin, body);
+    let handled = shared.router.handle_decoded(&origin, body, decoded);
     drop(origin);
     let response = match handled {
         Handled::Notification | Handled::Response | Handled::Batch(0) => {
@@ -151,7 +155,7 @@ async fn share(shared: &Shared, session: &Arc<Session>) {
 async fn session_for_post(
     req: &HttpRequest,
     shared: &Shared,
-    body: &[u8],
+    message: Option<&Envelope<'_>>,
     caller: Arc<Caller>,
 ) -> Result<(Arc<Session>, bool), HttpResponse> {
     if let Some(token) = req.headers().get(SESSION_HEADER) {
@@ -161,7 +165,7 @@ async fn session_for_post(
             .map(|s| (s, false))
             .ok_or_else(not_found);
     }
-    if !is_initialize(body) {
+    if !message.is_some_and(is_initialize) {
         return Err(refuse(&RouteError::BadRequest(
             "the Mcp-Session-Id header is required (send initialize first to get one)".into(),
         )));
@@ -337,10 +341,8 @@ fn stateless_version(req: &HttpRequest) -> Option<&'static str> {
     version::known(text).filter(|v| version::era_of(v) == Some(version::Era::Stateless))
 }
 
-/// The task a `tasks/get`, `tasks/result` or `tasks/cancel` request names, if the body is one.
-fn task_of(body: &[u8]) -> Option<String> {
-    memchr::memmem::find(body, b"\"tasks/")?;
-    let env = Envelope::decode_host(body).ok()?;
+/// The task a `tasks/get`, `tasks/result` or `tasks/cancel` request names, if it is one.
+fn task_of(env: &Envelope<'_>) -> Option<String> {
     if !env.method.as_deref()?.starts_with("tasks/") {
         return None;
     }
@@ -348,11 +350,8 @@ fn task_of(body: &[u8]) -> Option<String> {
     params.get_str("taskId").map(|t| t.into_owned())
 }
 
-fn is_initialize(body: &[u8]) -> bool {
-    memchr::memmem::find(body, b"initialize").is_some()
-        && Envelope::decode_host(body).is_ok_and(|env| {
-            env.method.as_deref() == Some("initialize") && env.kind() == Ok(Kind::Request)
-        })
+fn is_initialize(env: &Envelope<'_>) -> bool {
+    env.method.as_deref() == Some("initialize") && env.kind() == Ok(Kind::Request)
 }
 
 fn is_error(answer: &[u8]) -> bool {

@@ -17,10 +17,21 @@ use crate::stateless;
 impl Router {
     /// Handles one message from a host.
     pub fn handle_line(self: &Arc<Self>, origin: &Origin, line: &[u8]) -> Handled {
+        self.handle_decoded(origin, line, Envelope::decode_host(line))
+    }
+
+    /// [`Router::handle_line`] for a message its transport decoded already (`decoded`, what
+    /// `Envelope::decode_host` made of `line`), so that it is decoded once.
+    pub fn handle_decoded(
+        self: &Arc<Self>,
+        origin: &Origin,
+        line: &[u8],
+        decoded: Result<Envelope<'_>, MessageError>,
+    ) -> Handled {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Handled::Empty;
         }
-        match Envelope::decode_host(line) {
+        match decoded {
             Ok(env) => self.handle_envelope(origin, &env),
             Err(MessageError::Batch) => self.batch(origin, line),
             Err(e) => {
