@@ -514,27 +514,6 @@ impl Outlet for LegacyOutlet {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_registry_finds_streams_only_while_their_session_holds_them() {
-        let (sessions, _ending) = manifold_core::sessions::Sessions::new(4);
-        let registry = Registry::default();
-        let streams = Arc::new(Streams::new(7, sessions.ending(), 1024, 8));
-        registry.insert(7, &streams);
-        assert!(registry.get(7).is_some_and(|s| Arc::ptr_eq(&s, &streams)));
-        assert!(registry.get(8).is_none());
-        registry.prune();
-        assert_eq!(registry.map.read().unwrap().len(), 1);
-        drop(streams);
-        assert!(registry.get(7).is_none());
-        registry.prune();
-        assert!(registry.map.read().unwrap().is_empty());
-    }
-}
-
 /// Opens a shared session's streams on this replica, when the store copies it here.
 pub struct Locals {
     ending: Ending,
@@ -564,5 +543,26 @@ impl manifold_core::replicas::Locals for Locals {
         ));
         self.registry.insert(id, &streams);
         streams
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_finds_streams_only_while_their_session_holds_them() {
+        let (sessions, _ending) = manifold_core::sessions::Sessions::new(4);
+        let registry = Registry::default();
+        let streams = Arc::new(Streams::new(7, sessions.ending(), 1024, 8));
+        registry.insert(7, &streams);
+        assert!(registry.get(7).is_some_and(|s| Arc::ptr_eq(&s, &streams)));
+        assert!(registry.get(8).is_none());
+        registry.prune();
+        assert_eq!(registry.map.read().unwrap().len(), 1);
+        drop(streams);
+        assert!(registry.get(7).is_none());
+        registry.prune();
+        assert!(registry.map.read().unwrap().is_empty());
     }
 }

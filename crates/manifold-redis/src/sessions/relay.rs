@@ -192,8 +192,8 @@ impl Store {
                 self.set_away(token, true);
                 tracing::debug!(session = session.id(), "shared session moved to {from}");
             }
-            "refresh" if from != &*self.replica => match self.load(token).await {
-                Some(Some(record)) => {
+            "refresh" if from != &*self.replica => {
+                if let Some(Some(record)) = self.load(token).await {
                     let level = record.level.unwrap_or(u8::MAX);
                     let relevel = session.log_level() != record.level;
                     session.set_log_level(level);
@@ -204,8 +204,7 @@ impl Store {
                         router.apply_log_levels(None).await;
                     }
                 }
-                _ => {}
-            },
+            }
             "call" => {
                 // `call {token} {from} {call}`: serve it here, answer to `from`.
                 let Some(call) = words.next().and_then(|c| c.parse::<u64>().ok()) else {
