@@ -10,14 +10,14 @@
 //! the upstream's epoch, bumped when its catalog is replaced or it goes down, and a fill that
 //! started before a change is not stored.
 //!
-//! With `[cache] backend = "redis"`, Redis is a second tier behind the stores (see `shared`):
+//! With `[cache] backend = "redis"`, Redis is a second tier behind the stores (see `tier`):
 //! a request the stores miss is looked up there before it goes upstream, and a fill is kept in
 //! both; changes reach every replica.
 //!
 //! Kept whole: keys, rules, stores and invalidation share the epoch
 //! and change counters whose order decides whether a fill may be stored.
 
-mod shared;
+pub mod tier;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,7 +37,8 @@ use crate::context::Context;
 use crate::error::RouteError;
 use crate::target::Target;
 
-pub use shared::Ticket;
+use tier::SharedTier;
+pub use tier::Ticket;
 
 /// Where the upstream subscriptions that cache entries held arrive, when the entries go:
 /// (upstream, original URI).
@@ -62,7 +63,7 @@ pub struct Cache {
     common: (Store, u64),
     max_argument_bytes: usize,
     /// The tier shared with other replicas, when configured.
-    shared: Option<Arc<shared::Shared>>,
+    shared: Option<Arc<dyn SharedTier>>,
 }
 
 /// The caches of one upstream.
@@ -124,6 +125,32 @@ pub struct Key {
     args: Arc<str>,
     /// The team whose entry it is; `None`: shared (or no team).
     team: Option<Arc<str>>,
+}
+
+impl Key {
+    /// The upstream's index.
+    pub fn upstream(&self) -> usize {
+        self.upstream
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// The tool name or URI as the upstream knows it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The arguments in canonical form (empty for resources).
+    pub fn args(&self) -> &str {
+        &self.args
+    }
+
+    /// The team whose entry it is; `None`: shared (or no team).
+    pub fn team(&self) -> Option<&str> {
+        self.team.as_deref()
+    }
 }
 
 impl std::hash::Hash for Key {
@@ -281,8 +308,9 @@ impl Cache {
         settings: &CacheSettings,
         upstreams: &[UpstreamConfig],
         released: &mpsc::UnboundedSender<(usize, Box<str>)>,
+        stores: &dyn crate::replicas::Stores,
     ) -> Option<Arc<Self>> {
-        Self::reloaded(None, settings, upstreams, released)
+        Self::reloaded(None, settings, upstreams, released, stores)
     }
 
     /// The caches of a reloaded configuration (`upstreams` by index, a removed upstream's
@@ -293,6 +321,31 @@ impl Cache {
         settings: &CacheSettings,
         upstreams: &[UpstreamConfig],
         released: &mpsc::UnboundedSender<(usize, Box<str>)>,
+        stores: &dyn crate::replicas::Stores,
+    ) -> Option<Arc<Self>> {
+        if upstreams.iter().all(|u| u.caches.is_empty()) {
+            return None;
+        }
+        let tier = match &settings.backend {
+            CacheBackend::Memory => None,
+            CacheBackend::Redis(redis) => match stores.cache_tier(redis, upstreams) {
+                Ok(tier) => Some(tier),
+                Err(e) => {
+                    tracing::error!("the shared cache is off, each replica keeps its own: {e}");
+                    None
+                }
+            },
+        };
+        Self::with_tier(previous, settings, upstreams, released, tier)
+    }
+
+    /// [`Self::reloaded`] with the shared tier given (`None`: none).
+    pub fn with_tier(
+        previous: Option<&Cache>,
+        settings: &CacheSettings,
+        upstreams: &[UpstreamConfig],
+        released: &mpsc::UnboundedSender<(usize, Box<str>)>,
+        shared: Option<Arc<dyn SharedTier>>,
     ) -> Option<Arc<Self>> {
         if upstreams.iter().all(|u| u.caches.is_empty()) {
             return None;
@@ -307,16 +360,6 @@ impl Cache {
         let common = match previous {
             Some(p) => p.common.0.clone(),
             None => store(capacity, released),
-        };
-        let shared = match &settings.backend {
-            CacheBackend::Memory => None,
-            CacheBackend::Redis(redis) => match shared::Shared::new(redis, upstreams) {
-                Ok(shared) => Some(Arc::new(shared)),
-                Err(e) => {
-                    tracing::error!("the shared cache is off, each replica keeps its own: {e}");
-                    None
-                }
-            },
         };
         let upstreams = upstreams
             .iter()
@@ -548,9 +591,16 @@ impl Cache {
         }
     }
 
+    /// Whether `upstream` has any cache here.
+    pub fn caches(&self, upstream: usize) -> bool {
+        self.upstreams
+            .get(upstream)
+            .is_some_and(|up| up.stores().next().is_some())
+    }
+
     /// Drops what this process holds of `upstream`, and stops fills under way from being
     /// stored.
-    fn drop_upstream(&self, upstream: usize) {
+    pub fn drop_upstream(&self, upstream: usize) {
         let Some(up) = self.upstreams.get(upstream) else {
             return;
         };
@@ -564,7 +614,7 @@ impl Cache {
 
     /// Drops what this process holds of every upstream (the shared tier may have missed
     /// changes).
-    fn drop_all(&self) {
+    pub fn drop_all(&self) {
         for upstream in 0..self.upstreams.len() {
             self.drop_upstream(upstream);
         }
@@ -582,7 +632,7 @@ impl Cache {
 
     /// Drops what this process holds of resource `uri` of `upstream`; whether it has a
     /// resource cache.
-    fn drop_resource(&self, upstream: usize, uri: &str) -> bool {
+    pub fn drop_resource(&self, upstream: usize, uri: &str) -> bool {
         let Some(up) = self.upstreams.get(upstream) else {
             return false;
         };
@@ -605,8 +655,8 @@ impl Cache {
         if !shared.usable_for(&lookup.key) {
             return FromShared::Unused;
         }
-        shared::OntoRuntime::default().await;
-        match shared.lookup(shared.stem(&lookup.key)).await {
+        tier::OntoRuntime::default().await;
+        match shared.lookup(&lookup.key).await {
             None => FromShared::Unused,
             Some((ticket, None)) => FromShared::Missing(ticket),
             Some((ticket, Some(found))) => FromShared::Found {

@@ -13,6 +13,7 @@ mod fanout;
 pub mod layer;
 pub mod outlet;
 pub mod policy;
+pub mod replicas;
 pub mod request_state;
 pub mod router;
 pub mod scrape;

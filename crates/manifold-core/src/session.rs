@@ -2,7 +2,7 @@
 //! session as a whole go. The transport that carries it is only a label here.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -94,11 +94,9 @@ pub struct Session {
     /// a request `Context` is alive for each): what a host that closed its input is
     /// still owed.
     unanswered: AtomicUsize,
-    /// Where a session shared between replicas reports what changed, once it is shared.
+    /// Where a session shared between replicas reports what changed, once it is shared. The
+    /// store keeps what it knows of the session (its token, its home) behind it.
     relay: OnceLock<Arc<dyn Relay>>,
-    /// Another replica is this shared session's home: what concerns the session as a whole
-    /// (notifications, upstream subscriptions) is that replica's to send or hold.
-    away: AtomicBool,
     /// The tools it found with `find_tools`, and the discovery settings its host chose.
     found: crate::discovery::Found,
 }
@@ -117,6 +115,9 @@ pub trait Relay: Send + Sync {
     /// The text Manifold's own request ids to this session start with (`mf-{it}-N`): names
     /// the replica that sent them.
     fn replica(&self) -> &str;
+    /// Whether another replica is the session's home: what concerns the session as a whole
+    /// (notifications, upstream subscriptions) is that replica's to send or hold.
+    fn is_away(&self) -> bool;
 }
 
 /// No `logging/setLevel` yet.
@@ -206,14 +207,12 @@ impl Session {
             subscriptions: Mutex::new(HashSet::new()),
             unanswered: AtomicUsize::new(0),
             relay: OnceLock::new(),
-            away: AtomicBool::new(false),
             found: Default::default(),
         })
     }
 
-    /// Makes the session one kept in a shared store; `away` if another replica is its home.
-    pub fn share(&self, relay: Arc<dyn Relay>, away: bool) {
-        self.away.store(away, Ordering::Release);
+    /// Makes the session one kept in a shared store.
+    pub fn share(&self, relay: Arc<dyn Relay>) {
         let _ = self.relay.set(relay);
     }
 
@@ -224,12 +223,7 @@ impl Session {
 
     /// Whether another replica is this shared session's home.
     pub fn is_away(&self) -> bool {
-        self.away.load(Ordering::Acquire)
-    }
-
-    /// Makes this replica the shared session's home (`false`), or another one (`true`).
-    pub fn set_away(&self, away: bool) {
-        self.away.store(away, Ordering::Release);
+        self.relay.get().is_some_and(|r| r.is_away())
     }
 
     /// The exposed URIs the host is subscribed to.

@@ -15,7 +15,6 @@ mod admission;
 pub mod drain;
 mod legacy;
 mod peer;
-pub mod shared;
 mod stateless;
 mod streamable;
 pub mod streams;
@@ -32,7 +31,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use bytes::Bytes;
 use futures::StreamExt;
-use manifold_config::{HttpSettings, SessionStore};
+use manifold_config::{HttpSettings, SessionStore as StoreConfig};
 use manifold_protocol::version::Era;
 use manifold_protocol::{version, write};
 
@@ -40,6 +39,7 @@ use manifold_policy::{AuthError, Authenticator, Principal};
 
 use manifold_core::error::RouteError;
 use manifold_core::policy::Caller;
+use manifold_core::replicas::{SessionStore, Stores, Unshared};
 use manifold_core::router::Router;
 use manifold_core::session::Transport;
 
@@ -59,8 +59,9 @@ struct Shared {
     streams: Arc<streams::Registry>,
     /// The clock stateless requests waiting for their answer look for their host on.
     peer_clock: tokio::sync::watch::Receiver<()>,
-    /// Where sessions are shared with other replicas (`[sessions] store = "redis"`).
-    store: Option<Arc<shared::Store>>,
+    /// The store of Streamable HTTP sessions: shared with other replicas
+    /// (`[sessions] store = "redis"`) or not ([`Unshared`]).
+    store: Arc<dyn SessionStore>,
 }
 
 /// Where the protected resource metadata (RFC 9728) is served.
@@ -108,7 +109,8 @@ pub fn serve(
     auth: AuthSlot,
     tls: Option<tls::ServerConfig>,
     drain: &Arc<drain::Drain>,
-    sessions: &SessionStore,
+    sessions: &StoreConfig,
+    stores: &dyn Stores,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
     let workers = settings.workers;
@@ -117,12 +119,14 @@ pub fn serve(
     let origins = admission::Origins::new(&settings.allowed_origins);
     let gate = drain::Gate::new(drain, router.settings().max_message_bytes);
     let streams = Arc::new(streams::Registry::default());
-    let store = match sessions {
-        SessionStore::Memory => None,
-        SessionStore::Redis(config) => Some(
-            shared::Store::start(config, &router, Arc::clone(&streams))
-                .map_err(io::Error::other)?,
-        ),
+    let store: Arc<dyn SessionStore> = match sessions {
+        StoreConfig::Memory => Arc::new(Unshared),
+        StoreConfig::Redis(config) => {
+            let locals = streams::Locals::new(&router, Arc::clone(&streams));
+            stores
+                .sessions(config, &router, Arc::new(locals))
+                .map_err(io::Error::other)?
+        }
     };
     let shared = web::Data::new(Shared {
         router: Arc::clone(&router),
@@ -130,7 +134,7 @@ pub fn serve(
         auth,
         streams: Arc::clone(&streams),
         peer_clock: peer::clock(router.runtime(), stateless::PEER_CHECK),
-        store: store.clone(),
+        store: Arc::clone(&store),
     });
     let store_for_sweeper = store;
     let admin = admin::data(Arc::clone(&router), false, metrics, drain);
@@ -267,7 +271,7 @@ async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpR
 fn spawn_sweeper(
     router: &Arc<Router>,
     streams: Arc<streams::Registry>,
-    store: Option<Arc<shared::Store>>,
+    store: Arc<dyn SessionStore>,
 ) {
     let idle = router.settings().http.session_idle_timeout;
     let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
@@ -288,7 +292,7 @@ fn spawn_sweeper(
                     continue;
                 }
                 let why = format!("idle for more than {}s", idle.as_secs_f64());
-                if let (Some(store), Some(token)) = (&store, session.token()) {
+                if let (true, Some(token)) = (store.is_shared(), session.token()) {
                     // A shared session idle here may be busy elsewhere: this copy goes, but
                     // its home keeps it while the store does.
                     if !session.is_away() && store.exists(token).await {

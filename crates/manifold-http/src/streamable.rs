@@ -2,15 +2,15 @@
 //! and gets 202, a JSON answer, or an SSE stream ending with the answer; GET opens (or, with
 //! `Last-Event-ID`, resumes) a stream; DELETE ends the session.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use manifold_protocol::{version, Envelope, Kind};
+use manifold_protocol::{sse, version, Envelope, Kind};
 
-use super::streams::{First, PostOutlet, Replay, Streams};
+use super::streams::{EventBody, First, PostOutlet, Replay, Streams};
 use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::admission::{Unversioned, Versioned};
@@ -21,6 +21,7 @@ use super::{
 use manifold_core::context::Origin;
 use manifold_core::error::RouteError;
 use manifold_core::policy::Caller;
+use manifold_core::replicas::{EventSink, SessionStore};
 use manifold_core::router::Handled;
 use manifold_core::session::{Session, Transport};
 
@@ -60,7 +61,8 @@ async fn handle_post(
         Err(refusal) => return refusal,
     };
     session.touch();
-    if let (Some(store), Some(token)) = (&shared.store, session.token()) {
+    let store = &shared.store;
+    if let (true, Some(token)) = (store.is_shared(), session.token()) {
         store.touch(token);
         // A task lives where it was created: its requests are served there.
         if let Some(task) = message.and_then(task_of) {
@@ -141,8 +143,10 @@ async fn handle_post(
 /// Records a new session in the store shared by replicas, if there is one, once its
 /// `initialize` was answered. Should Redis fail, the session stays this replica's alone.
 async fn share(shared: &Shared, session: &Arc<Session>) {
-    let Some(store) = &shared.store else { return };
-    if let Err(e) = store.create(session).await {
+    if !shared.store.is_shared() {
+        return;
+    }
+    if let Err(e) = shared.store.create(session).await {
         tracing::warn!(
             session = session.id(),
             "the session could not be recorded in Redis; only this replica serves it: {e}"
@@ -179,15 +183,11 @@ async fn session_for_post(
         hard_limit(shared),
         shared.settings.replay_events,
     ));
-    let session = match &shared.store {
-        Some(store) => {
-            let outlet = store.outlet(&token, Arc::clone(&streams));
-            let session = Session::with_id(id, Transport::StreamableHttp, outlet);
-            session.share(store.relay(&token), false);
-            session
-        }
-        None => Session::with_id(id, Transport::StreamableHttp, Arc::clone(&streams) as _),
-    };
+    let outlet = shared.store.outlet(&token, Arc::clone(&streams) as _);
+    let session = Session::with_id(id, Transport::StreamableHttp, outlet);
+    if let Some(relay) = shared.store.relay(&token) {
+        session.share(relay);
+    }
     session.set_caller(caller);
     // Findable before the session is, so that no request ever finds the one without the other.
     shared.streams.insert(id, &streams);
@@ -244,14 +244,15 @@ pub(super) async fn get(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok());
     let keepalive = shared.settings.keepalive;
-    if let (Some(store), Some(token)) = (&shared.store, session.token()) {
+    let store = &shared.store;
+    if let (true, Some(token)) = (store.is_shared(), session.token()) {
         if session.relay().is_some() {
-            // The session's own stream is in Redis: this replica becomes its home.
+            // The session's own stream is in the store: this replica becomes its home.
             store.touch(token);
             store.claim(&session).await;
             let after = last.and_then(|l| l.trim().strip_prefix('r'));
             if after.is_some() || last.and_then(Streams::parse_event_id).is_none() {
-                return match store.events(&session, after, keepalive, &streams) {
+                return match stored_events(&**store, &session, after, keepalive, &streams) {
                     Some(events) => sse_response(events),
                     None => not_found(),
                 };
@@ -282,8 +283,8 @@ pub(super) async fn delete(
             shared
                 .router
                 .end_session(session.id(), "the host ended the session (DELETE)");
-            if let (Some(store), Some(token)) = (&shared.store, session.token()) {
-                store.end(token).await;
+            if let (true, Some(token)) = (shared.store.is_shared(), session.token()) {
+                shared.store.end(token).await;
             }
             HttpResponse::Ok().finish()
         }
@@ -311,12 +312,73 @@ async fn session_from_header(
 /// this replica does not hold is looked up in the store.
 async fn find(shared: &Shared, token: &str, caller: &Caller) -> Option<Arc<Session>> {
     let sessions = shared.router.sessions();
-    let found = match (sessions.by_token(token), &shared.store) {
-        (Some(s), _) => Some(s),
-        (None, Some(store)) if !token.is_empty() => store.adopt(token).await,
-        (None, _) => None,
+    let found = match sessions.by_token(token) {
+        Some(s) => Some(s),
+        None if shared.store.is_shared() && !token.is_empty() => shared.store.adopt(token).await,
+        None => None,
     };
     found.filter(|s| s.transport() == Transport::StreamableHttp && s.caller().same_as(caller))
+}
+
+/// How soon a host should reconnect a GET stream that ended (SSE `retry`).
+const RETRY_MS: u32 = 500;
+
+/// The body of a GET stream of a session whose stream the store keeps: its events after
+/// `after` (an id the store gave), as the store reads them, until the host goes or the
+/// session ends.
+fn stored_events(
+    store: &dyn SessionStore,
+    session: &Arc<Session>,
+    after: Option<&str>,
+    keepalive: std::time::Duration,
+    streams: &Streams,
+) -> Option<EventBody> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let retry = format!("retry: {RETRY_MS}\n\n");
+    queued.fetch_add(retry.len(), Ordering::Relaxed);
+    let _ = tx.send(Bytes::from(retry));
+    let sink = SseSink {
+        tx,
+        queued: Arc::clone(&queued),
+    };
+    if !store.events(session, after, Box::new(sink)) {
+        return None;
+    }
+    let readers = Arc::clone(&streams.readers);
+    readers.fetch_add(1, Ordering::Relaxed);
+    let gone = Box::new(move || {
+        readers.fetch_sub(1, Ordering::Relaxed);
+    });
+    Some(EventBody::new(rx, queued, keepalive, Some(gone)))
+}
+
+/// A GET stream fed by the store: each event written as SSE, its id `r{the store's id}`.
+struct SseSink {
+    tx: tokio::sync::mpsc::UnboundedSender<Bytes>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl EventSink for SseSink {
+    fn send(&mut self, id: &str, message: &[u8]) -> bool {
+        let mut event = Vec::with_capacity(message.len() + 48);
+        sse::write_event(
+            &mut event,
+            Some(&format!("r{id}")),
+            Some("message"),
+            message,
+        );
+        self.queued.fetch_add(event.len(), Ordering::Relaxed);
+        self.tx.send(Bytes::from(event)).is_ok()
+    }
+
+    fn backlog(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
 }
 
 fn not_found() -> HttpResponse {

@@ -514,6 +514,38 @@ impl Outlet for LegacyOutlet {
     }
 }
 
+/// Opens a shared session's streams on this replica, when the store copies it here.
+pub struct Locals {
+    ending: Ending,
+    limit: usize,
+    replay: usize,
+    registry: Arc<Registry>,
+}
+
+impl Locals {
+    pub fn new(router: &manifold_core::router::Router, registry: Arc<Registry>) -> Self {
+        Self {
+            ending: router.sessions().ending(),
+            limit: router.settings().session_queue_bytes.saturating_mul(2),
+            replay: router.settings().http.replay_events,
+            registry,
+        }
+    }
+}
+
+impl manifold_core::replicas::Locals for Locals {
+    fn open(&self, id: u64) -> Arc<dyn Outlet> {
+        let streams = Arc::new(Streams::new(
+            id,
+            self.ending.clone(),
+            self.limit,
+            self.replay,
+        ));
+        self.registry.insert(id, &streams);
+        streams
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,9 @@
 
 mod admin_client;
 mod check;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod layering;
 mod pin;
 mod reload;
 mod run;

@@ -109,9 +109,13 @@ impl Reloader {
         let (mut config, defs) = run::load(&self.path)?;
         run::apply_overrides(&mut config, &self.overrides, &self.path)?;
         manifold_telemetry::logs::check_level(&config.telemetry).map_err(anyhow::Error::msg)?;
-        let limits =
-            LimitLayer::reloaded(self.state.limits.as_deref(), &config.limits, &config.teams)
-                .map_err(anyhow::Error::msg)?;
+        let limits = LimitLayer::reloaded(
+            self.state.limits.as_deref(),
+            &config.limits,
+            &config.teams,
+            run::stores(),
+        )
+        .map_err(anyhow::Error::msg)?;
         let certificate = match (&self.certificate, &config.server.http.tls) {
             (Some(_), Some(tls)) => Some(Certificate::load(&config.source, tls)?),
             _ => None,
@@ -146,6 +150,7 @@ impl Reloader {
                 &config.cache,
                 &slots.configs,
                 self.router.releases(),
+                run::stores(),
             )
         } else {
             self.state.cache.clone()

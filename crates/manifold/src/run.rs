@@ -209,7 +209,8 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
     warn_of_cleartext(&config, certificate.is_some());
     // Before any thread or child exists, so that all of them inherit it.
     pin_to(&config.server.cpus)?;
-    let limits = LimitLayer::new(&config.limits, &config.teams).map_err(anyhow::Error::msg)?;
+    let limits =
+        LimitLayer::new(&config.limits, &config.teams, stores()).map_err(anyhow::Error::msg)?;
     let layers: Vec<Arc<dyn Layer>> = limits
         .iter()
         .map(|l| Arc::clone(l) as Arc<dyn Layer>)
@@ -225,7 +226,7 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
         let (sessions, ending) = Sessions::new(limit);
         let (hub, handles) = start_upstreams(&config, &defs);
         let released = manifold_core::router::releases();
-        let cache = Cache::new(&config.cache, &config.upstreams, &released.0);
+        let cache = Cache::new(&config.cache, &config.upstreams, &released.0, stores());
         let timing = Timing {
             request: config.server.request_timeout,
             max: config.server.max_request_timeout,
@@ -385,6 +386,14 @@ fn serve_admin(
     Ok(handle)
 }
 
+/// The stores shared by replicas that the configuration asks for: Redis, one connection and
+/// one health state per URL for the whole process (reloads included).
+pub fn stores() -> &'static manifold_redis::Redis {
+    static REDIS: std::sync::LazyLock<manifold_redis::Redis> =
+        std::sync::LazyLock::new(manifold_redis::Redis::default);
+    &REDIS
+}
+
 /// Serves hosts over HTTP until a signal arrives, drains, and stops the listener.
 async fn serve_http(
     router: &Arc<Router>,
@@ -395,8 +404,16 @@ async fn serve_http(
     drain: &Arc<Drain>,
 ) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let (server, bound) = http::serve(Arc::clone(router), addr, auth, tls, drain, &config.sessions)
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let (server, bound) = http::serve(
+        Arc::clone(router),
+        addr,
+        auth,
+        tls,
+        drain,
+        &config.sessions,
+        stores(),
+    )
+    .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(
         "listening on {bound}: Streamable HTTP at {scheme}://{bound}/mcp, HTTP+SSE at {scheme}://{bound}/sse"
     );

@@ -1,16 +1,15 @@
 //! The limit layer: every tool call counted against the limits that apply to it, in memory
-//! or in Redis.
+//! or in a store shared by replicas (which logs its own outages).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use manifold_config::{LimitBackend, LimitsConfig, TeamConfig};
-use manifold_policy::redis_backend::{RedisError, RedisLimiter};
-use manifold_policy::{LimitDef, Limits, Refusal};
+use manifold_policy::{LimitDef, Limits, Refusal, SharedCounts};
 
 use crate::context::Context;
 use crate::error::RouteError;
 use crate::layer::{Check, Layer};
+use crate::replicas::Stores;
 use crate::target::Target;
 
 /// Counts every tool call against the limits that apply to it (see
@@ -25,51 +24,34 @@ pub struct LimitLayer {
 enum Store {
     /// Counted in this process.
     Memory,
-    /// Counted in Redis, shared by every replica.
+    /// Counted in a store shared by every replica.
     Redis(Arc<Shared>),
 }
 
-/// The Redis store and what to do while it cannot be reached.
+/// The shared store and what to do while it cannot be reached.
 struct Shared {
-    redis: RedisLimiter,
+    counts: Arc<dyn SharedCounts>,
     fail_open: bool,
-    /// Whether the store is in an episode of being unreachable (logged once per episode).
-    down: AtomicBool,
-}
-
-impl Shared {
-    fn unreachable(&self, e: &RedisError) {
-        manifold_telemetry::metrics().limit_store_error(self.fail_open);
-        if !self.down.swap(true, Ordering::Relaxed) {
-            let then = if self.fail_open {
-                "calls are allowed without counting (limits.fail_open)"
-            } else {
-                "calls are refused until it is back (limits.fail_open = false)"
-            };
-            tracing::error!("the limit store is unreachable: {e}; {then}");
-        }
-    }
-
-    fn reachable(&self) {
-        if self.down.swap(false, Ordering::Relaxed) {
-            tracing::warn!("the limit store is reachable again; limits are counted");
-        }
-    }
 }
 
 impl LimitLayer {
     /// `None` when no limit is configured: nothing is added to the path.
-    pub fn new(config: &LimitsConfig, teams: &[TeamConfig]) -> Result<Option<Arc<Self>>, String> {
-        Self::reloaded(None, config, teams)
+    pub fn new(
+        config: &LimitsConfig,
+        teams: &[TeamConfig],
+        stores: &dyn Stores,
+    ) -> Result<Option<Arc<Self>>, String> {
+        Self::reloaded(None, config, teams, stores)
     }
 
     /// The layer of a reloaded configuration. In memory, a limit that did not change keeps
     /// what it counted (see [`Limits::carry_over`]); in Redis, counts live under the limits'
-    /// ids and stay anyway. The Redis connections are kept when the backend did not change.
+    /// ids and stay anyway. The shared store is kept when the backend did not change.
     pub fn reloaded(
         previous: Option<&LimitLayer>,
         config: &LimitsConfig,
         teams: &[TeamConfig],
+        stores: &dyn Stores,
     ) -> Result<Option<Arc<Self>>, String> {
         let Some(mut limits) = Limits::new(config, teams) else {
             return Ok(None);
@@ -88,9 +70,8 @@ impl LimitLayer {
                 Store::Redis(Arc::clone(shared))
             }
             (LimitBackend::Redis(redis), _) => Store::Redis(Arc::new(Shared {
-                redis: RedisLimiter::new(redis).map_err(|e| format!("limits.redis_url: {e}"))?,
+                counts: stores.limits(redis, config.fail_open)?,
                 fail_open: config.fail_open,
-                down: AtomicBool::new(false),
             })),
         };
         Ok(Some(Arc::new(Self {
@@ -143,17 +124,12 @@ impl Layer for LimitLayer {
                     Arc::clone(tool),
                 );
                 Check::Wait(Box::pin(async move {
-                    match shared.redis.check(&defs).await {
-                        Ok(None) => {
-                            shared.reachable();
-                            Ok(())
-                        }
-                        Ok(Some(refusal)) => {
-                            shared.reachable();
-                            Err(Self::refuse(&team, &tool, refusal))
-                        }
+                    match shared.counts.check(&defs).await {
+                        Ok(None) => Ok(()),
+                        Ok(Some(refusal)) => Err(Self::refuse(&team, &tool, refusal)),
                         Err(e) => {
-                            shared.unreachable(&e);
+                            tracing::debug!("a limit could not be checked: {e}");
+                            manifold_telemetry::metrics().limit_store_error(shared.fail_open);
                             if shared.fail_open {
                                 Ok(())
                             } else {

@@ -13,21 +13,22 @@
 //!   quota, `window_index` being Redis's time divided by the window; it expires a minute after
 //!   its window ends.
 //!
-//! Connections: `pool_size` [`ConnectionManager`]s used in turn, each opened on first use and
-//! reopened after a failure. A check never waits on Redis longer than the configured timeout.
+//! Checks go over the URL's shared connection ([`Connection`]); a check never waits on Redis
+//! longer than the configured timeout. An outage is logged by the URL's health, with what
+//! calls get meanwhile (`limits.fail_open`).
 
 use std::collections::HashMap;
-use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use manifold_config::{redact_url, RedisConfig};
-use parking_lot::Mutex;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ErrorKind, ServerErrorKind, Value};
+use manifold_config::RedisConfig;
+use manifold_policy::shared::Checking;
+use manifold_policy::{LimitDef, Refusal, RefusalKind, SharedCounts, StoreError};
+use redis::aio::ConnectionManager;
+use redis::{ErrorKind, ServerErrorKind, Value};
 
-use crate::{LimitDef, Refusal, RefusalKind};
+use crate::connection::{Connection, Failure};
+use crate::health::User;
 
 /// Checks one call against several limits, atomically, on Redis's clock.
 ///
@@ -102,204 +103,89 @@ end
 return nil
 "#;
 
-/// Why Redis could not answer a check.
-#[derive(Debug, thiserror::Error)]
-pub enum RedisError {
-    /// No connection, no answer within the timeout, or Redis cannot serve right now (loading,
-    /// read-only replica, ...).
-    #[error("Redis is unreachable: {0}")]
-    Unreachable(String),
-    /// Redis answered, but not as expected (an error reply to the script, a reply of the wrong
-    /// shape).
-    #[error("unexpected answer from Redis: {0}")]
-    Protocol(String),
-}
-
-/// Rate limits and quotas counted in Redis. Cheap to clone (clones share the connections).
+/// Rate limits and quotas counted in Redis. Cheap to clone (clones share the connection).
 #[derive(Clone)]
-pub struct RedisLimiter {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    client: Client,
-    manager_config: ConnectionManagerConfig,
-    slots: Box<[Mutex<Slot>]>,
-    next: AtomicUsize,
+pub struct Limiter {
+    conn: Arc<Connection>,
     timeout: Duration,
     prefix: String,
     /// SHA-1 of [`SCRIPT`], for `EVALSHA`.
     sha: String,
-    /// The URL without its password, for logs.
-    url: String,
+    /// What an outage means for calls, as the URL's health logs it.
+    _user: Arc<User>,
 }
 
-/// One pooled connection; created on first use, dropped (and so reopened on next use) when it
-/// stops answering.
-#[derive(Default)]
-struct Slot {
-    /// Counts replacements, so that callers that failed on the same connection replace it once.
-    generation: u64,
-    manager: Option<ConnectionManager>,
-}
-
-impl fmt::Debug for RedisLimiter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisLimiter")
-            .field("url", &self.inner.url)
-            .field("pool_size", &self.inner.slots.len())
-            .field("timeout", &self.inner.timeout)
-            .field("key_prefix", &self.inner.prefix)
-            .finish()
-    }
-}
-
-impl RedisLimiter {
-    /// Does not connect yet (connections are opened on first use and reopened after failures).
-    pub fn new(config: &RedisConfig) -> Result<Self, RedisError> {
-        let url = redact_url(&config.url);
-        let client = Client::open(config.url.as_str())
-            .map_err(|e| RedisError::Unreachable(format!("unusable Redis URL {url:?}: {e}")))?;
-        let timeout = config.timeout;
-        // The manager's own timeouts bound each connection attempt and each reply; `check`
-        // bounds the whole exchange on top. No retries inside the manager: a failed attempt
-        // fails the checks waiting on it at once, and the next check starts a new attempt.
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(0);
-        let slots = (0..config.pool_size.max(1))
-            .map(|_| Mutex::new(Slot::default()))
-            .collect();
-        Ok(Self {
-            inner: Arc::new(Inner {
-                client,
-                manager_config,
-                slots,
-                next: AtomicUsize::new(0),
-                timeout,
-                prefix: config.key_prefix.clone(),
-                sha: redis::Script::new(SCRIPT).get_hash().to_owned(),
-                url,
-            }),
-        })
+impl Limiter {
+    /// Does not connect yet (the connection is opened on first use and reopened after
+    /// failures).
+    pub fn new(conn: Arc<Connection>, config: &RedisConfig, fail_open: bool) -> Self {
+        let down = if fail_open {
+            "calls are allowed without counting (limits.fail_open)"
+        } else {
+            "calls are refused until it is back (limits.fail_open = false)"
+        };
+        let user = conn.health().user(User {
+            name: "the limit store",
+            down: down.into(),
+            back: "limits are counted".into(),
+        });
+        Self {
+            timeout: config.timeout,
+            prefix: config.key_prefix.clone(),
+            sha: redis::Script::new(SCRIPT).get_hash().to_owned(),
+            conn,
+            _user: user,
+        }
     }
 
-    /// Checks one call against every limit in `limits` in one atomic round trip (one `EVALSHA`
-    /// of a Lua script, falling back to `EVAL` on `NOSCRIPT`). All or nothing: if every rate
-    /// and quota admits the call, all are consumed and the result is `Ok(None)`; if any
-    /// refuses, nothing is consumed and the result names the refusing limit, its kind and when
-    /// to retry (for a rate: when the call would be admitted; for a quota: when the current
-    /// window ends; if several refuse, the longest wait).
-    ///
-    /// Bounded by the configured timeout: a timeout or connection error gives
-    /// [`RedisError::Unreachable`]. A call that timed out after it was sent may still be
-    /// counted, when Redis gets to it.
-    pub async fn check(&self, limits: &[Arc<LimitDef>]) -> Result<Option<Refusal>, RedisError> {
-        let plan = Plan::new(&self.inner.prefix, limits);
+    /// See [`SharedCounts::check`]: one `EVALSHA` of the script (falling back to `EVAL` on
+    /// `NOSCRIPT`). A timeout or connection error gives [`StoreError::Unreachable`]. A call
+    /// that timed out after it was sent may still be counted, when Redis gets to it.
+    pub async fn check(&self, limits: &[Arc<LimitDef>]) -> Result<Option<Refusal>, StoreError> {
+        let plan = Plan::new(&self.prefix, limits);
         if plan.entries.is_empty() {
             return Ok(None);
         }
-        let inner = &self.inner;
-        let (slot, generation, manager) = inner.manager()?;
-        match tokio::time::timeout(inner.timeout, inner.eval(manager, &plan)).await {
-            Ok(Ok(value)) => plan.decode(value),
-            Ok(Err(e)) => {
-                if needs_new_connection(&e) {
-                    inner.replace(slot, generation, &e);
-                }
-                Err(classify(&inner.url, &e))
-            }
-            Err(_) => {
-                // A connection that does not answer may be half-open and never recover by
-                // itself: open a new one next time.
-                inner.replace(slot, generation, &"no answer within the timeout");
-                Err(RedisError::Unreachable(format!(
-                    "no answer from {} within {} ms",
-                    inner.url,
-                    inner.timeout.as_millis()
-                )))
-            }
-        }
-    }
-}
-
-impl Inner {
-    /// The next pooled connection, round robin, created if the slot has none.
-    fn manager(&self) -> Result<(usize, u64, ConnectionManager), RedisError> {
-        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        let mut slot = self.slots[index].lock();
-        let manager = match &slot.manager {
-            Some(manager) => manager.clone(),
-            None => {
-                let manager = ConnectionManager::new_lazy_with_config(
-                    self.client.clone(),
-                    self.manager_config.clone(),
-                )
-                .map_err(|e| RedisError::Unreachable(e.to_string()))?;
-                slot.manager = Some(manager.clone());
-                manager
-            }
-        };
-        Ok((index, slot.generation, manager))
-    }
-
-    /// Drops the connection of `slot` unless someone already replaced it.
-    fn replace(&self, slot: usize, generation: u64, why: &dyn fmt::Display) {
-        let mut slot = self.slots[slot].lock();
-        if slot.generation == generation {
-            slot.generation += 1;
-            slot.manager = None;
-            tracing::debug!(url = %self.url, error = %why, "Redis connection dropped; a new one will be opened");
+        let plan = &plan;
+        let outcome = self
+            .conn
+            .run(self.timeout, |manager| self.eval(manager, plan))
+            .await;
+        match outcome {
+            Ok(value) => plan.decode(value),
+            Err(Failure::Redis(e)) => Err(classify(&e)),
+            Err(timeout @ Failure::Timeout(_)) => Err(StoreError::Unreachable(timeout.to_string())),
         }
     }
 
-    /// `EVALSHA`, then `EVAL` if Redis does not have the script. A call that failed because
-    /// the connection was refused or had been dropped is sent once more, on the connection the
-    /// manager opens in its place (a refused one was never sent; a dropped one almost always
-    /// died idle, before the call was written).
+    /// `EVALSHA`, then `EVAL` if Redis does not have the script.
     async fn eval(
         &self,
         mut manager: ConnectionManager,
         plan: &Plan<'_>,
     ) -> redis::RedisResult<Value> {
-        let mut resent = false;
-        loop {
-            let result = plan
-                .command("EVALSHA", &self.sha)
-                .query_async::<Value>(&mut manager)
-                .await;
-            let result = match result {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    plan.command("EVAL", SCRIPT)
-                        .query_async::<Value>(&mut manager)
-                        .await
-                }
-                other => other,
-            };
-            match result {
-                Err(e) if !resent && (e.is_connection_refusal() || e.is_connection_dropped()) => {
-                    resent = true;
-                }
-                other => return other,
+        let result = plan
+            .command("EVALSHA", &self.sha)
+            .query_async::<Value>(&mut manager)
+            .await;
+        match result {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                plan.command("EVAL", SCRIPT)
+                    .query_async::<Value>(&mut manager)
+                    .await
             }
+            other => other,
         }
     }
 }
 
-/// Whether the connection behind an error should be replaced rather than left to the manager,
-/// which reconnects by itself only after I/O errors that close the connection.
-fn needs_new_connection(e: &redis::RedisError) -> bool {
-    match e.kind() {
-        ErrorKind::Io => e.is_timeout(),
-        ErrorKind::Server(_) => false,
-        // Authentication failures, unparsable replies, client-side errors: a fresh connection
-        // starts over (e.g. once a password is fixed on the server).
-        _ => true,
+impl SharedCounts for Limiter {
+    fn check<'a>(&'a self, limits: &'a [Arc<LimitDef>]) -> Checking<'a> {
+        Box::pin(Limiter::check(self, limits))
     }
 }
 
-fn classify(url: &str, e: &redis::RedisError) -> RedisError {
+fn classify(e: &redis::RedisError) -> StoreError {
     match e.kind() {
         ErrorKind::Io
         | ErrorKind::Server(
@@ -308,8 +194,8 @@ fn classify(url: &str, e: &redis::RedisError) -> RedisError {
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly,
-        ) => RedisError::Unreachable(format!("{url}: {e}")),
-        _ => RedisError::Protocol(format!("{url}: {e}")),
+        ) => StoreError::Unreachable(e.to_string()),
+        _ => StoreError::Protocol(e.to_string()),
     }
 }
 
@@ -415,7 +301,7 @@ impl<'a> Plan<'a> {
     }
 
     /// nil: admitted; `{i, wait_us}`: refused by entry i (1-based).
-    fn decode(&self, value: Value) -> Result<Option<Refusal>, RedisError> {
+    fn decode(&self, value: Value) -> Result<Option<Refusal>, StoreError> {
         match value {
             Value::Nil => Ok(None),
             Value::Array(items) => match items.as_slice() {
@@ -425,7 +311,7 @@ impl<'a> Plan<'a> {
                         .and_then(|i| i.checked_sub(1))
                         .and_then(|i| self.entries.get(i))
                         .ok_or_else(|| {
-                            RedisError::Protocol(format!(
+                            StoreError::Protocol(format!(
                                 "the script named limit {i} of {}",
                                 self.entries.len()
                             ))
@@ -436,16 +322,18 @@ impl<'a> Plan<'a> {
                         retry_after: Duration::from_micros(u64::try_from(*wait).unwrap_or(0)),
                     }))
                 }
-                _ => Err(RedisError::Protocol(format!(
+                _ => Err(StoreError::Protocol(format!(
                     "the script returned {items:?}"
                 ))),
             },
-            other => Err(RedisError::Protocol(format!(
+            other => Err(StoreError::Protocol(format!(
                 "the script returned {other:?}"
             ))),
         }
     }
 }
 
+#[cfg(test)]
+mod live;
 #[cfg(test)]
 mod tests;

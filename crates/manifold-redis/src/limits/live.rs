@@ -1,5 +1,5 @@
-//! The Redis limit backend against a real redis-server (started by
-//! `manifold_testkit::redis_server`; `bash tests/redis/install.sh` provides one).
+//! The limit store against a real redis-server (started by `manifold_testkit::redis_server`;
+//! `bash tests/redis/install.sh` provides one).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::TcpListener;
@@ -7,21 +7,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use manifold_config::{QuotaConfig, RateConfig, RedisConfig};
-use manifold_policy::redis_backend::{RedisError, RedisLimiter};
-use manifold_policy::{LimitDef, Refusal, RefusalKind};
+use manifold_policy::{LimitDef, Refusal, RefusalKind, StoreError};
+
+use super::Limiter as RedisLimiter;
 use manifold_testkit::redis_server::RedisServer;
 
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);
 
 fn limiter(url: &str, prefix: &str, timeout: Duration) -> RedisLimiter {
-    RedisLimiter::new(&RedisConfig {
+    let config = RedisConfig {
         url: url.to_owned(),
         pool_size: 4,
         timeout,
         key_prefix: prefix.to_owned(),
-    })
-    .unwrap()
+    };
+    let conn = crate::Redis::default()
+        .connect(&config, "limits.redis_url")
+        .unwrap();
+    RedisLimiter::new(conn, &config, false)
 }
 
 /// A generous timeout for tests that are not about timeouts (the machine may be busy).
@@ -339,7 +343,7 @@ async fn unreachable_within(limiter: &RedisLimiter, limits: &[Arc<LimitDef>], bo
     let result = limiter.check(limits).await;
     let took = started.elapsed();
     assert!(
-        matches!(result, Err(RedisError::Unreachable(_))),
+        matches!(result, Err(StoreError::Unreachable(_))),
         "{result:?}"
     );
     assert!(took < bound, "took {took:?}");
@@ -456,7 +460,7 @@ async fn a_server_that_never_answers_is_timed_out() {
     for task in tasks {
         assert!(matches!(
             task.await.unwrap(),
-            Err(RedisError::Unreachable(_))
+            Err(StoreError::Unreachable(_))
         ));
     }
     assert!(started.elapsed() < Duration::from_secs(2));

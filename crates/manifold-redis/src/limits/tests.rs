@@ -120,30 +120,36 @@ fn replies_are_decoded() {
         Value::Array(vec![Value::Int(0), Value::Int(1)]),
         Value::Int(1),
     ] {
-        assert!(matches!(plan.decode(bad), Err(RedisError::Protocol(_))));
+        assert!(matches!(plan.decode(bad), Err(StoreError::Protocol(_))));
     }
 }
 
 #[test]
-fn new_does_not_connect_and_rejects_bad_urls() {
+fn connecting_does_not_connect_and_rejects_bad_urls() {
     let config = |url: &str| RedisConfig {
         url: url.to_owned(),
         pool_size: 2,
         timeout: Duration::from_millis(100),
         key_prefix: "m".to_owned(),
     };
+    let redis = crate::Redis::default();
     // Nothing listens on port 1; no runtime is needed either.
-    assert!(RedisLimiter::new(&config("redis://127.0.0.1:1/")).is_ok());
-    let err = RedisLimiter::new(&config("redis://:secret@[nope/"))
+    assert!(redis
+        .connect(&config("redis://127.0.0.1:1/"), "limits.redis_url")
+        .is_ok());
+    let err = redis
+        .connect(&config("redis://:secret@[nope/"), "limits.redis_url")
         .err()
-        .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(err.contains("unusable Redis URL"), "{err}");
+    assert!(
+        err.contains("limits.redis_url: unusable Redis URL"),
+        "{err}"
+    );
     assert!(!err.contains("secret"), "{err}");
     // TLS is not built in: refused here, not at the first check.
-    let tls = RedisLimiter::new(&config("rediss://:secret@127.0.0.1:1/"))
+    let tls = redis
+        .connect(&config("rediss://:secret@127.0.0.1:1/"), "limits.redis_url")
         .err()
-        .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(tls.contains("TLS"), "{tls}");
     assert!(!tls.contains("secret"), "{tls}");

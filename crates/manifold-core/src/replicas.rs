@@ -1,0 +1,74 @@
+//! The seams between the core and the stores that replicas share: what the HTTP transport
+//! asks of a session store ([`SessionStore`]), what the result cache asks of its shared tier
+//! ([`crate::cache::tier::SharedTier`]), what a shared session reports ([`Relay`]), and what
+//! the binary provides to make them ([`Stores`]). The core implements each in memory, for one
+//! replica; the Redis implementations live in a crate of their own, so that neither the core
+//! nor the HTTP transport knows Redis.
+
+mod sessions;
+
+use std::sync::Arc;
+
+use manifold_config::{RedisConfig, UpstreamConfig};
+use manifold_policy::SharedCounts;
+
+pub use crate::session::Relay;
+pub use futures::future::BoxFuture;
+pub use sessions::{EventSink, Locals, SessionStore, Unshared};
+
+use crate::cache::tier::SharedTier;
+use crate::router::Router;
+
+/// What the binary provides to make the stores a configuration asks for: Redis, or nothing
+/// ([`InMemory`], for a build or a command that shares nothing).
+pub trait Stores: Send + Sync {
+    /// The limit counts of `[limits] backend = "redis"`.
+    fn limits(
+        &self,
+        config: &RedisConfig,
+        fail_open: bool,
+    ) -> Result<Arc<dyn SharedCounts>, String>;
+    /// The result cache's shared tier (`[cache] backend = "redis"`) for `upstreams`.
+    fn cache_tier(
+        &self,
+        config: &RedisConfig,
+        upstreams: &[UpstreamConfig],
+    ) -> Result<Arc<dyn SharedTier>, String>;
+    /// The store of Streamable HTTP sessions (`[sessions] store = "redis"`), serving
+    /// `router`'s sessions; `locals` opens a shared session's outlet on this replica.
+    fn sessions(
+        &self,
+        config: &RedisConfig,
+        router: &Arc<Router>,
+        locals: Arc<dyn Locals>,
+    ) -> Result<Arc<dyn SessionStore>, String>;
+}
+
+/// No store shared by replicas: a configuration that asks for one is refused with its key.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InMemory;
+
+const NO_SHARED: &str = "this build keeps everything in memory (no store shared by replicas)";
+
+impl Stores for InMemory {
+    fn limits(&self, _: &RedisConfig, _: bool) -> Result<Arc<dyn SharedCounts>, String> {
+        Err(format!("limits.redis_url: {NO_SHARED}"))
+    }
+
+    fn cache_tier(
+        &self,
+        _: &RedisConfig,
+        _: &[UpstreamConfig],
+    ) -> Result<Arc<dyn SharedTier>, String> {
+        Err(format!("cache.redis_url: {NO_SHARED}"))
+    }
+
+    fn sessions(
+        &self,
+        _: &RedisConfig,
+        _: &Arc<Router>,
+        _: Arc<dyn Locals>,
+    ) -> Result<Arc<dyn SessionStore>, String> {
+        Err(format!("sessions.redis_url: {NO_SHARED}"))
+    }
+}

@@ -1,0 +1,32 @@
+//! Limits counted in a store shared by replicas: what the limit layer asks of it. The Redis
+//! implementation lives in the `manifold-redis` crate.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::{LimitDef, Refusal};
+
+/// A check under way.
+pub type Checking<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<Refusal>, StoreError>> + Send + 'a>>;
+
+/// Counts shared by every replica using the same store.
+pub trait SharedCounts: Send + Sync {
+    /// Checks one call against every limit in `limits`, all or nothing: if every rate and
+    /// quota admits the call, all are consumed and the result is `Ok(None)`; if any refuses,
+    /// nothing is consumed and the result names the refusing limit, its kind and when to
+    /// retry (if several refuse, the longest wait). Bounded by the store's timeout.
+    fn check<'a>(&'a self, limits: &'a [Arc<LimitDef>]) -> Checking<'a>;
+}
+
+/// Why the store could not answer a check.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No connection, no answer within the timeout, or the store cannot serve right now.
+    #[error("the store is unreachable: {0}")]
+    Unreachable(String),
+    /// The store answered, but not as expected.
+    #[error("unexpected answer from the store: {0}")]
+    Protocol(String),
+}
