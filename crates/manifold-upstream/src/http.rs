@@ -24,11 +24,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use arc_swap::ArcSwap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use manifold_config::{HttpConfig, HttpKind};
 use manifold_protocol::sse::{Event, Parser};
-use manifold_protocol::version::{meta, Era};
-use manifold_protocol::{needle, Envelope, Kind, RawObject};
+use manifold_protocol::version::Era;
+use manifold_protocol::{Envelope, RawObject};
+use manifold_telemetry::trace::Carrier;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{StatusCode, Url};
 use tokio::sync::watch;
@@ -36,6 +36,7 @@ use tokio::task::AbortHandle;
 
 use crate::connection::{Connection, Events, Timing, Wire};
 use crate::error::UpstreamError;
+use crate::outbound::{target_member, Outbound};
 use crate::param_headers::ToolHeaders;
 use crate::pipe::WriteError;
 
@@ -112,25 +113,24 @@ enum Mode {
 struct HttpWire(Arc<Client>);
 
 impl Wire for HttpWire {
-    fn send(&self, line: &[u8]) -> Result<(), WriteError> {
+    fn send(&self, msg: Outbound) -> Result<(), WriteError> {
         if *self.0.closed.borrow() {
             return Err(WriteError::Closed);
         }
-        let body = Bytes::copy_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
         let client = Arc::clone(&self.0);
         // A stateless-era message: on a connection of that era, or the probe that finds it
-        // (while the era is not known, only the probe has that era's `_meta`).
+        // (while the era is not known, only the probe names that era's revision).
         let stateless = match self.0.state().era {
             Some(era) => era == Era::Stateless,
-            None => needle::PROTOCOL_VERSION_META.find(&body).is_some(),
+            None => msg.version.is_some(),
         };
         if stateless {
-            let id = request_id(&body);
+            let id = msg.id;
             // Locked across the spawn, so that the task's removal of its entry comes after
             // the entry is made.
             let mut requests = self.0.requests();
             let task = self.0.runtime.spawn(async move {
-                Arc::clone(&client).post_stateless(body, id).await;
+                Arc::clone(&client).post_stateless(msg).await;
                 if let Some(id) = id {
                     client.requests().remove(&id);
                 }
@@ -140,7 +140,7 @@ impl Wire for HttpWire {
             }
             return Ok(());
         }
-        self.0.runtime.spawn(async move { client.post(body).await });
+        self.0.runtime.spawn(async move { client.post(msg).await });
         Ok(())
     }
 
@@ -300,13 +300,13 @@ impl Client {
     }
 
     /// Sends one message.
-    async fn post(self: Arc<Self>, body: Bytes) {
+    async fn post(self: Arc<Self>, msg: Outbound) {
         let mode = self.state().mode.clone();
         match mode {
-            Mode::Sse { post } => self.post_legacy(post, body).await,
+            Mode::Sse { post } => self.post_legacy(post, msg).await,
             // Configured for the HTTP+SSE transport: the first message opens its stream.
-            Mode::Unknown if self.kind == HttpKind::Sse => self.fall_back(body).await,
-            Mode::Unknown | Mode::Streamable => self.post_streamable(body).await,
+            Mode::Unknown if self.kind == HttpKind::Sse => self.fall_back(msg).await,
+            Mode::Unknown | Mode::Streamable => self.post_streamable(msg).await,
         }
     }
 
@@ -322,15 +322,15 @@ impl Client {
         request
     }
 
-    async fn post_streamable(self: Arc<Self>, body: Bytes) {
-        let initialize = is_initialize(&body);
+    async fn post_streamable(self: Arc<Self>, msg: Outbound) {
+        let initialize = msg.is("initialize");
         let had_session = self.state().session.is_some();
-        let request = self
+        let sent = self
             .request(reqwest::Method::POST, self.url.clone())
             .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json");
-        let sent = with_trace_context(request, &body)
-            .body(body.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .headers(trace_headers(msg.trace.as_ref()))
+            .body(msg.body())
             .send()
             .await;
         let response = match sent {
@@ -338,19 +338,19 @@ impl Client {
             Err(e) if e.is_connect() || e.is_timeout() => {
                 return self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
             }
-            Err(e) => return self.refuse(&body, &format!("POST failed: {}", error_chain(&e))),
+            Err(e) => return self.refuse(msg.id, &format!("POST failed: {}", error_chain(&e))),
         };
         let status = response.status();
         if initialize && matches!(status.as_u16(), 400 | 404 | 405) && self.kind == HttpKind::Auto {
             tracing::info!(upstream = %self.key, %status, "Streamable HTTP refused; trying the HTTP+SSE transport");
-            return self.fall_back(body).await;
+            return self.fall_back(msg).await;
         }
         if status == StatusCode::NOT_FOUND && had_session {
             return self.fail("the upstream lost its session (404); starting a new one");
         }
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();
-            return self.refuse(&body, &format!("HTTP {status}: {}", preview(&text)));
+            return self.refuse(msg.id, &format!("HTTP {status}: {}", preview(&text)));
         }
         if initialize {
             let mut st = self.state();
@@ -367,32 +367,33 @@ impl Client {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        let via = request_id(&body);
         if is_sse {
-            let parser = self.read_stream(response, initialize, via).await;
-            self.resume(&body, parser).await;
+            let parser = self.read_stream(response, initialize, msg.id).await;
+            self.resume(msg.id, parser).await;
         } else {
-            self.read_json(response, initialize, via).await;
+            self.read_json(response, initialize, msg.id).await;
         }
     }
 
-    /// Sends one stateless-era message (request `id`, if it is a request) as a POST of its
-    /// own: the request metadata headers, no session. Its answer (or the error a 4xx status
-    /// carries) goes to the connection; a request whose answer does not come is lost (the
-    /// revision resumes no stream).
-    async fn post_stateless(self: Arc<Self>, body: Bytes, id: Option<u64>) {
-        let Some(id) = id else {
+    /// Sends one stateless-era message as a POST of its own: the request metadata headers, no
+    /// session. Its answer (or the error a 4xx status carries) goes to the connection; a
+    /// request whose answer does not come is lost (the revision resumes no stream).
+    async fn post_stateless(self: Arc<Self>, msg: Outbound) {
+        let Some(id) = msg.id else {
             tracing::debug!(upstream = %self.key, "notification not sent: the stateless era defines none from client to server over HTTP");
             return;
         };
-        let request = self
+        let sent = self
             .http
             .post(self.url.clone())
             .headers(self.headers.clone())
-            .headers(metadata_headers(&body, &self.tool_headers.load()))
+            .headers(metadata_headers(&msg, &self.tool_headers.load()))
             .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json");
-        let sent = with_trace_context(request, &body).body(body).send().await;
+            .header(CONTENT_TYPE, "application/json")
+            .headers(trace_headers(msg.trace.as_ref()))
+            .body(msg.body())
+            .send()
+            .await;
         let response = match sent {
             Ok(r) => r,
             Err(e) if e.is_connect() => {
@@ -449,8 +450,8 @@ impl Client {
     /// closed it on purpose (it may, after giving an event id and a `retry` delay) or lost the
     /// connection. Either way a GET with `Last-Event-ID` picks the stream up where it was; a
     /// stream without event ids cannot be resumed, and the request fails at once.
-    async fn resume(&self, body: &[u8], mut parser: Parser) {
-        let Some(id) = request_id(body) else { return };
+    async fn resume(&self, id: Option<u64>, mut parser: Parser) {
+        let Some(id) = id else { return };
         // Attempts in a row that brought nothing new; the request's own timeout bounds the rest.
         let mut fruitless = 0;
         while fruitless < STREAM_ATTEMPTS {
@@ -699,7 +700,7 @@ impl Client {
 
     /// The HTTP+SSE transport: a GET opens the stream, whose first event names the URL that
     /// messages are POSTed to; then the message that asked (`initialize`) goes there.
-    async fn fall_back(self: Arc<Self>, first: Bytes) {
+    async fn fall_back(self: Arc<Self>, first: Outbound) {
         let response = match self
             .request(reqwest::Method::GET, self.url.clone())
             .header(ACCEPT, "text/event-stream")
@@ -770,14 +771,14 @@ impl Client {
         }
     }
 
-    async fn post_legacy(self: Arc<Self>, post: Url, body: Bytes) {
-        let request = self
+    async fn post_legacy(self: Arc<Self>, post: Url, msg: Outbound) {
+        let sent = self
             .http
             .post(post)
             .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json");
-        let sent = with_trace_context(request, &body)
-            .body(body.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .headers(trace_headers(msg.trace.as_ref()))
+            .body(msg.body())
             .send()
             .await;
         match sent {
@@ -785,18 +786,18 @@ impl Client {
             Ok(r) => {
                 let status = r.status();
                 let text = r.text().await.unwrap_or_default();
-                self.refuse(&body, &format!("HTTP {status}: {}", preview(&text)));
+                self.refuse(msg.id, &format!("HTTP {status}: {}", preview(&text)));
             }
             Err(e) if e.is_connect() => {
                 self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
             }
-            Err(e) => self.refuse(&body, &format!("POST failed: {}", error_chain(&e))),
+            Err(e) => self.refuse(msg.id, &format!("POST failed: {}", error_chain(&e))),
         }
     }
 
-    /// The upstream refused one message: if it was a request, that request fails now.
-    fn refuse(&self, body: &[u8], reason: &str) {
-        match (request_id(body), self.conn()) {
+    /// The upstream refused one message (request `id`, if it was one): that request fails now.
+    fn refuse(&self, id: Option<u64>, reason: &str) {
+        match (id, self.conn()) {
             (Some(id), Some(conn)) => conn.fail_request(
                 id,
                 UpstreamError::Unavailable {
@@ -809,84 +810,43 @@ impl Client {
     }
 }
 
-/// The id of the request in `body`, if it is one of Manifold's (numeric) requests.
-fn request_id(body: &[u8]) -> Option<u64> {
-    Envelope::decode(body)
-        .ok()
-        .filter(|env| env.kind() == Ok(Kind::Request))
-        .and_then(|env| env.id.and_then(|id| id.parse().ok()))
-}
-
-/// `request` with the W3C trace context that `body` carries in `params._meta` also sent as
-/// HTTP headers (`traceparent`, `tracestate`, `baggage`), where an HTTP server's own
-/// instrumentation looks for it. Only while traces are exported (then Manifold wrote that
-/// context); a message without one costs a substring search.
-fn with_trace_context(request: reqwest::RequestBuilder, body: &[u8]) -> reqwest::RequestBuilder {
-    if !manifold_telemetry::trace::active()
-        || manifold_protocol::needle::TRACEPARENT.find(body).is_none()
-    {
-        return request;
-    }
-    match trace_headers(body) {
-        Some(headers) => request.headers(headers),
-        None => request,
-    }
-}
-
-/// The trace context members of the message's `params._meta`, as headers (`None`: none).
-fn trace_headers(body: &[u8]) -> Option<HeaderMap> {
-    let env = Envelope::decode(body).ok()?;
-    let params = RawObject::parse(env.params?).ok()?;
-    let meta = RawObject::parse(params.get("_meta")?).ok()?;
+/// The W3C trace context Manifold wrote into a message's `params._meta`, as the HTTP headers
+/// (`traceparent`, `tracestate`, `baggage`) where an HTTP server's own instrumentation looks
+/// for it; none without one.
+fn trace_headers(trace: Option<&Carrier>) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    for key in manifold_telemetry::trace::Carrier::KEYS {
-        let value = meta
-            .get_str(key)
-            .and_then(|v| HeaderValue::from_str(&v).ok());
-        if let Some(value) = value {
+    for (key, value) in trace.into_iter().flat_map(Carrier::iter) {
+        if let Ok(value) = HeaderValue::from_str(value) {
             headers.insert(HeaderName::from_static(key), value);
         }
     }
-    (!headers.is_empty()).then_some(headers)
+    headers
 }
 
-/// The stateless era's request metadata headers of a message: `MCP-Protocol-Version` (from
-/// its `_meta`), `Mcp-Method`, `Mcp-Name` (the tool or prompt name, or the resource URI) for
-/// the methods that name something, and a tool call's `Mcp-Param-*` (`tools`' annotations).
-fn metadata_headers(body: &[u8], tools: &ToolHeaders) -> HeaderMap {
+/// The stateless era's request metadata headers of a message, from what it says of itself:
+/// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` (the tool or prompt name, or the
+/// resource URI) for the methods that name something, and a tool call's `Mcp-Param-*`
+/// (`tools`' annotations; only a call of an annotated tool has its arguments read).
+fn metadata_headers(msg: &Outbound, tools: &ToolHeaders) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    let Ok(env) = Envelope::decode(body) else {
-        return headers;
-    };
-    let Some(method) = env.method.as_deref() else {
+    let Some(method) = msg.method.as_deref() else {
         return headers;
     };
     if let Ok(value) = HeaderValue::from_str(method) {
         headers.insert(HeaderName::from_static(METHOD_HEADER), value);
     }
-    let params = env.params.and_then(|p| RawObject::parse(p).ok());
-    let version = params
-        .as_ref()
-        .and_then(|p| RawObject::parse(p.get("_meta")?).ok())
-        .and_then(|m| m.get_str(meta::PROTOCOL_VERSION).map(|v| v.into_owned()));
-    if let Some(version) = version.and_then(|v| HeaderValue::from_str(&v).ok()) {
+    if let Some(version) = msg.version.and_then(|v| HeaderValue::from_str(v).ok()) {
         headers.insert(HeaderName::from_static(VERSION_HEADER), version);
     }
-    let named = match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        _ => None,
-    };
-    let name = named.and_then(|key| params.as_ref()?.get_str(key).map(|v| v.into_owned()));
-    if let Some(value) = name
+    let name = msg
+        .name
         .as_deref()
-        .and_then(|n| HeaderValue::from_str(&header_text(n)).ok())
-    {
+        .filter(|_| target_member(method).is_some());
+    if let Some(value) = name.and_then(|n| HeaderValue::from_str(&header_text(n)).ok()) {
         headers.insert(HeaderName::from_static(NAME_HEADER), value);
     }
-    if let (Some(tool), "tools/call") = (&name, method) {
-        let arguments = params.as_ref().and_then(|p| p.get("arguments"));
-        for (header, value) in tools.headers(tool, arguments) {
+    if let (Some(tool), "tools/call") = (name, method) {
+        for (header, value) in tools.call_headers(tool, &msg.line) {
             headers.insert(header, value);
         }
     }
@@ -929,11 +889,6 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-fn is_initialize(body: &[u8]) -> bool {
-    memchr::memmem::find(body, b"\"initialize\"").is_some()
-        && Envelope::decode(body).is_ok_and(|env| env.method.as_deref() == Some("initialize"))
-}
-
 /// An error with its causes, which is where reqwest says what actually went wrong.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -955,49 +910,135 @@ fn preview(text: &str) -> String {
 mod tests {
     use super::*;
 
+    fn header_set(headers: &HeaderMap) -> Vec<(String, String)> {
+        let mut all: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        all.sort();
+        all
+    }
+
+    fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut all: Vec<(String, String)> = expected
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// A body that is not JSON at all: whatever headers a message gets, it gets from its
+    /// fields.
+    const NOT_JSON: &[u8] = b"this is not JSON\n";
+
     #[test]
-    fn trace_context_in_meta_becomes_headers() {
-        let body = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t","_meta":{"progressToken":3,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"k=v","baggage":"a=b"}}}"#;
-        let headers = trace_headers(body);
-        let headers = headers.as_ref();
-        let get = |k: &str| headers.and_then(|h| h.get(k)).and_then(|v| v.to_str().ok());
-        assert_eq!(
-            get("traceparent"),
-            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    fn trace_headers_come_from_the_message_not_its_body() {
+        let mut carrier = Carrier::default();
+        carrier.set(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
         );
-        assert_eq!(get("tracestate"), Some("k=v"));
-        assert_eq!(get("baggage"), Some("a=b"));
-        let plain = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t"}}"#;
-        assert!(trace_headers(plain).is_none());
-        // The word elsewhere than in `_meta` is no trace context.
-        let text = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"arguments":{"traceparent":"x"}}}"#;
-        assert!(trace_headers(text).is_none());
+        carrier.set("tracestate", "k=v".into());
+        carrier.set("baggage", "a=b".into());
+        let traced = Outbound::request(3, "tools/call", NOT_JSON).traced(Some(carrier));
+        assert_eq!(
+            header_set(&trace_headers(traced.trace.as_ref())),
+            pairs(&[
+                (
+                    "traceparent",
+                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+                ),
+                ("tracestate", "k=v"),
+                ("baggage", "a=b"),
+            ])
+        );
+        // A context in the body that Manifold did not write is no header.
+        let foreign = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t","_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}"#;
+        let plain = Outbound::request(4, "tools/call", &foreign[..]);
+        assert!(trace_headers(plain.trace.as_ref()).is_empty());
     }
 
     #[test]
-    fn stateless_requests_carry_the_metadata_headers() {
-        let get = |h: &HeaderMap, k: &str| h.get(k).map(|v| v.to_str().unwrap().to_owned());
-        let call = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_time","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    fn stateless_headers_are_exactly_what_the_message_says_of_itself() {
         let none = ToolHeaders::default();
-        let h = metadata_headers(call, &none);
+        let call = Outbound::request(3, "tools/call", NOT_JSON)
+            .named(Some("get_time".into()))
+            .in_revision(Some("2026-07-28"));
         assert_eq!(
-            get(&h, "mcp-protocol-version").as_deref(),
-            Some("2026-07-28")
+            header_set(&metadata_headers(&call, &none)),
+            pairs(&[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "get_time"),
+            ])
         );
-        assert_eq!(get(&h, "mcp-method").as_deref(), Some("tools/call"));
-        assert_eq!(get(&h, "mcp-name").as_deref(), Some("get_time"));
-        let read = br#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"file:///caf\u00e9.txt","_meta":{}}}"#;
-        let h = metadata_headers(read, &none);
+        let read = Outbound::request(4, "resources/read", NOT_JSON)
+            .named(Some("file:///caf\u{e9}.txt".into()));
         assert_eq!(
-            get(&h, "mcp-name").as_deref(),
-            Some("=?base64?ZmlsZTovLy9jYWbDqS50eHQ=?=")
+            header_set(&metadata_headers(&read, &none)),
+            pairs(&[
+                ("mcp-method", "resources/read"),
+                ("mcp-name", "=?base64?ZmlsZTovLy9jYWbDqS50eHQ=?="),
+            ])
         );
-        assert_eq!(get(&h, "mcp-protocol-version"), None);
-        let list =
-            br#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"name":"not a name"}}"#;
-        let h = metadata_headers(list, &none);
-        assert_eq!(get(&h, "mcp-method").as_deref(), Some("tools/list"));
-        assert_eq!(get(&h, "mcp-name"), None);
+        // A method that names nothing has no Mcp-Name, whatever it was given.
+        let list = Outbound::request(5, "tools/list", NOT_JSON).named(Some("x".into()));
+        assert_eq!(
+            header_set(&metadata_headers(&list, &none)),
+            pairs(&[("mcp-method", "tools/list")])
+        );
+        assert!(metadata_headers(&Outbound::answer(NOT_JSON), &none).is_empty());
+    }
+
+    /// Events that go nowhere, for a client under test.
+    struct Unheard;
+
+    impl Events for Unheard {
+        fn notification(&self, _method: &str, _params: Option<&str>) {}
+    }
+
+    #[test]
+    fn a_stateless_request_is_cancelled_by_the_id_it_was_sent_with() {
+        // Not driven: the POST's task is spawned but never runs, so the test sees what
+        // sending left behind.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let cfg = HttpConfig {
+            url: "http://127.0.0.1:9/mcp".into(),
+            kind: HttpKind::Auto,
+            headers: Default::default(),
+            connect_timeout: Duration::from_secs(1),
+        };
+        let settings = Settings {
+            key: "up".into(),
+            timing: Timing {
+                request: Duration::from_secs(5),
+                max: Duration::from_secs(5),
+            },
+            max_message_bytes: 1 << 20,
+            runtime: runtime.handle().clone(),
+        };
+        let started = start(&cfg, settings, Box::new(Unheard), |_| {}).unwrap();
+        let wire = HttpWire(Arc::clone(&started.client));
+        wire.era_chosen(Era::Stateless);
+        let call = Outbound::request(7, "tools/call", NOT_JSON)
+            .named(Some("slow".into()))
+            .in_revision(Some("2026-07-28"));
+        wire.send(call).unwrap();
+        assert_eq!(
+            started
+                .client
+                .requests()
+                .keys()
+                .copied()
+                .collect::<Vec<_>>(),
+            [7]
+        );
+        assert!(wire.cancel(7));
+        assert!(started.client.requests().is_empty());
     }
 
     #[test]
