@@ -8,7 +8,8 @@
 //! stream, events of the session's GET stream) goes to [`Connection::receive`], the same path
 //! stdio output takes. A transport failure (unreachable server, lost session, ended stream)
 //! closes the connection once; the actor then restarts it with backoff, as for a crashed child.
-//! The wire reads nothing of a message but the fields of its [`Outbound`].
+//! The wire reads nothing of a message but the fields of its [`Outbound`] (a call of a tool
+//! with `x-mcp-header` parameters excepted: its arguments give their headers).
 //!
 //! This file holds what every transport shares: the client and its state (mode, session,
 //! era), the wire, the choice of transport for each message, the one close, and refusals.
