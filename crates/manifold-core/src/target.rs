@@ -16,8 +16,8 @@ pub struct Target {
     pub task: bool,
     /// The tool or prompt name, or the URI, as the host named it (metric labels and spans).
     pub exposed: Option<Arc<str>>,
-    /// The same as the upstream knows it: only while traces are exported (the upstream hop's
-    /// span is its only reader).
+    /// The same as the upstream knows it (the message to the upstream names it, and the
+    /// upstream hop's span).
     pub original: Option<Arc<str>>,
     /// How many rounds of questions a stateless upstream asked a session-era host for this
     /// request so far (0: none; see the router's `gather.rs`).

@@ -24,6 +24,7 @@ pub(crate) use stateless::{error_code, meta_members, ListenEnd, ListenFilter};
 
 use crate::error::UpstreamError;
 use crate::health::Breaker;
+use crate::outbound::{target_in, Outbound};
 use crate::pending::{
     Answer, Entry, Exchange, Forward, Outcome, Peer, Pending, Reply, ServerReply, ServerRequest,
 };
@@ -31,9 +32,10 @@ use crate::pipe::WriteError;
 
 /// How a connection's messages reach the upstream.
 pub(crate) trait Wire: Send + Sync {
-    /// Sends one message, a complete line ending in `\n` (transports without newline framing
-    /// drop it). Never blocks on the upstream.
-    fn send(&self, line: &[u8]) -> Result<(), WriteError>;
+    /// Sends one message (transports without newline framing drop its line's `\n`). Never
+    /// blocks on the upstream. It takes the message whole: the HTTP wire moves it into the
+    /// task that posts it, so nothing of it is copied.
+    fn send(&self, msg: Outbound) -> Result<(), WriteError>;
     /// Stops sending, because of `reason`; what was not sent yet is dropped.
     fn close(&self, reason: &str);
     /// The connection's era is now known (told once, before the messages of that era).
@@ -132,9 +134,9 @@ impl Connection {
     }
 
     /// Sends one message (see [`Wire::send`]), counting its bytes.
-    fn write(&self, line: &[u8]) -> Result<(), WriteError> {
-        self.counters.sent(line.len());
-        self.wire.send(line)
+    fn write(&self, msg: Outbound) -> Result<(), WriteError> {
+        self.counters.sent(msg.line.len());
+        self.wire.send(msg)
     }
 
     /// Ties the connection to one host: what the upstream asks of a client goes there.
@@ -176,20 +178,24 @@ impl Connection {
         self.lock().table.entries.len()
     }
 
-    /// Sends a request whose answer goes to `fwd.exchange`. `line` is the complete request
-    /// line, already carrying `id`. The exchange always hears how the request ended, even when
-    /// it could not be sent at all.
+    /// Sends request `msg` (its id one of [`Connection::next_id`]'s) whose answer goes to
+    /// `fwd.exchange`. The exchange always hears how the request ended, even when it could not
+    /// be sent at all.
     ///
     /// On a stateless-era connection the request must carry the era's `_meta` (see
-    /// [`Connection::with_request_meta`]); a line without it gets it added here, at the cost
-    /// of rewriting the line.
-    pub fn forward(&self, id: u64, line: &[u8], fwd: Forward) {
+    /// [`Connection::with_request_meta`]) and say so with its `version`
+    /// ([`Connection::revision`]); one that does not gets it added here, at the cost of
+    /// reading and rewriting the line.
+    pub fn forward(&self, msg: Outbound, fwd: Forward) {
         // An open breaker refuses at once; closed, this is one atomic load.
         if let Some(Err(refused)) = self.breaker.get().map(|b| b.admit()) {
             return fwd.exchange.finish(Outcome::Failed(refused));
         }
-        let completed = self.completed_line(line);
-        let line = completed.as_deref().unwrap_or(line);
+        let Some(id) = msg.id else {
+            let err = self.unavailable("Manifold forwarded a message without a request id (a bug)");
+            return fwd.exchange.finish(Outcome::Failed(err));
+        };
+        let msg = self.completed(msg);
         let timeout = fwd.timeout;
         let entry = self.entry(Reply::Forward(fwd), timeout);
         {
@@ -204,7 +210,7 @@ impl Connection {
             }
             st.table.entries.insert(id, entry);
         }
-        if let Err(e) = self.write(line) {
+        if let Err(e) = self.write(msg) {
             // If the entry is gone, the answer or a failure already reached the exchange.
             if let Some(entry) = self.lock().table.entries.remove(&id) {
                 // An upstream that does not read its input counts against its breaker; a
@@ -224,10 +230,11 @@ impl Connection {
     /// request is forgotten). It passes no breaker: it is how an open one is probed.
     pub(crate) async fn ping(&self, limit: Duration) -> Result<Option<Answer>, UpstreamError> {
         match self.stateless.get() {
-            None => self.send_request("ping", None, Some(limit)).await,
+            None => self.send_request("ping", None, Some(limit), None).await,
             Some(_) => {
                 let params = self.with_request_meta("{}");
-                self.send_request("server/discover", Some(&params), Some(limit))
+                let revision = self.revision();
+                self.send_request("server/discover", Some(&params), Some(limit), revision)
                     .await
             }
         }
@@ -251,7 +258,7 @@ impl Connection {
         params: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
         if self.stateless.get().is_none() {
-            let answer = self.send_request(method, params, None).await?;
+            let answer = self.send_request(method, params, None, None).await?;
             return answer.ok_or_else(|| self.closed_error("no answer"));
         }
         let (method, params, empty) = match self.stateless_local(method, params) {
@@ -261,25 +268,32 @@ impl Connection {
             stateless::Local::Instead(other) => (other, None, true),
         };
         let params = self.with_request_meta(params.unwrap_or("{}"));
-        let answer = self.send_request(method, Some(&params), None).await?;
+        let answer = self
+            .send_request(method, Some(&params), None, self.revision())
+            .await?;
         match answer.ok_or_else(|| self.closed_error("no answer"))? {
             Answer::Result(_) if empty => Ok(Answer::Result("{}".into())),
             answer => Ok(answer),
         }
     }
 
-    /// Sends a request as given and waits for its answer, for at most `limit` when given
-    /// (`Ok(None)`: no answer in time; the request is forgotten, and the upstream is not told,
-    /// which suits a probe).
+    /// Sends a request as given (its params naming stateless-era revision `revision` in their
+    /// `_meta`, if any) and waits for its answer, for at most `limit` when given (`Ok(None)`:
+    /// no answer in time; the request is forgotten, and the upstream is not told, which suits
+    /// a probe).
     async fn send_request(
         &self,
         method: &str,
         params: Option<&str>,
         limit: Option<Duration>,
+        revision: Option<&'static str>,
     ) -> Result<Option<Answer>, UpstreamError> {
         let id = self.next_id();
         let mut line = Vec::with_capacity(64 + params.map_or(0, str::len));
         write::request(&mut line, id, method, params);
+        let msg = Outbound::request(id, method.to_owned(), line)
+            .named(target_in(method, params))
+            .in_revision(revision);
         let (tx, rx) = oneshot::channel();
         {
             let mut st = self.lock();
@@ -293,7 +307,7 @@ impl Connection {
                 .entries
                 .insert(id, self.entry(Reply::Channel(tx), deadline));
         }
-        if let Err(e) = self.write(&line) {
+        if let Err(e) = self.write(msg) {
             self.lock().table.entries.remove(&id);
             return Err(self.write_error(e));
         }
@@ -325,7 +339,8 @@ impl Connection {
         }
         let mut line = Vec::with_capacity(64 + params.map_or(0, str::len));
         write::notification(&mut line, method, params);
-        self.write(&line).map_err(|e| self.write_error(e))
+        let msg = Outbound::notification(method.to_owned(), line);
+        self.write(msg).map_err(|e| self.write_error(e))
     }
 
     /// A host cancelled its request `host_id` (canonical id text) of `session`: drop the
@@ -412,9 +427,9 @@ impl Connection {
         Ok(())
     }
 
-    /// Writes a complete line to the upstream (answers to its own requests).
-    pub(crate) fn send_line(&self, line: &[u8]) {
-        if let Err(e) = self.write(line) {
+    /// Writes `line`, an answer to one of the upstream's own requests, to the upstream.
+    pub(crate) fn send_answer(&self, line: Vec<u8>) {
+        if let Err(e) = self.write(Outbound::answer(line)) {
             tracing::debug!(upstream = %self.name, "answer to the upstream not sent: {e}");
         }
     }

@@ -113,7 +113,7 @@ async fn discover(conn: &Connection, capabilities: &str, limit: Duration) -> Pro
     let mut retried = false;
     loop {
         let params = with_meta(None, &meta_members(version, capabilities));
-        let answer = match conn.probe(&params, limit).await {
+        let answer = match conn.probe(version, &params, limit).await {
             Ok(Some(answer)) => answer,
             Ok(None) => {
                 return Probe::Session(format!(

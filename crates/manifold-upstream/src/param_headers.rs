@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use manifold_protocol::{Envelope, RawObject};
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -47,6 +48,18 @@ impl ToolHeaders {
             }
         }
         Self(map)
+    }
+
+    /// The `Mcp-Param-*` headers of a call of `tool` written out in `line` (a `tools/call`
+    /// request): its `params.arguments` are read from the line only when the tool has
+    /// annotated parameters, which most tools have not.
+    pub(crate) fn call_headers(&self, tool: &str, line: &[u8]) -> Vec<(HeaderName, HeaderValue)> {
+        if !self.0.contains_key(tool) {
+            return Vec::new();
+        }
+        let env = Envelope::decode(line.trim_ascii_end()).ok();
+        let params = env.and_then(|env| RawObject::parse(env.params?).ok());
+        self.headers(tool, params.as_ref().and_then(|p| p.get("arguments")))
     }
 
     /// The `Mcp-Param-*` headers of a call of `tool` with `arguments` (JSON text): one for
@@ -240,6 +253,24 @@ mod tests {
         assert!(headers
             .headers("plain", Some(r#"{"region":"x"}"#))
             .is_empty());
+    }
+
+    #[test]
+    fn only_a_call_of_an_annotated_tool_has_its_arguments_read() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}
+        }});
+        let headers = ToolHeaders::of(&[raw(json!({"name": "sql", "inputSchema": schema}))]);
+        let call = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"sql\",\"arguments\":{\"region\":\"eu\"}}}\n";
+        let got = headers.call_headers("sql", call);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].0.as_str(), got[0].1.to_str().unwrap()),
+            ("mcp-param-region", "eu")
+        );
+        // Another tool's call is not read at all (nor is a body that is no JSON).
+        assert!(headers.call_headers("plain", call).is_empty());
+        assert!(headers.call_headers("sql", b"not JSON\n").is_empty());
     }
 
     #[test]

@@ -76,14 +76,14 @@ impl ServerReply {
     pub fn result(self, result: &str) {
         let mut line = Vec::with_capacity(result.len() + 48);
         manifold_protocol::write::response(&mut line, &self.id, result);
-        self.send(&line);
+        self.send(line);
     }
 
     /// Answers with an error object (JSON text, as a host sent it).
     pub fn raw_error(self, error: &str) {
         let mut line = Vec::with_capacity(error.len() + 48);
         manifold_protocol::write::raw_error_response(&mut line, &self.id, error);
-        self.send(&line);
+        self.send(line);
     }
 
     /// Answers with an error.
@@ -91,12 +91,12 @@ impl ServerReply {
         let mut line = Vec::new();
         let err = manifold_protocol::ErrorObject::new(code, message);
         manifold_protocol::write::error_response(&mut line, Some(&self.id), &err);
-        self.send(&line);
+        self.send(line);
     }
 
-    fn send(self, line: &[u8]) {
+    fn send(self, line: Vec<u8>) {
         if let Some(conn) = self.conn.upgrade() {
-            conn.send_line(line);
+            conn.send_answer(line);
         }
     }
 }

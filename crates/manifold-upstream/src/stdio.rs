@@ -12,6 +12,7 @@ use manifold_config::StdioConfig;
 use manifold_protocol::{Frame, LineBuffer};
 
 use crate::connection::{Connection, Events, Timing, Wire};
+use crate::outbound::Outbound;
 use crate::pipe::{PipeSize, PipeWriter, WhenFull, WriteError};
 use crate::process;
 
@@ -22,8 +23,8 @@ const WRITE_QUEUE_LIMIT: usize = 64 << 20;
 struct PipeWire(Arc<PipeWriter>);
 
 impl Wire for PipeWire {
-    fn send(&self, line: &[u8]) -> Result<(), WriteError> {
-        self.0.write_line(line)
+    fn send(&self, msg: Outbound) -> Result<(), WriteError> {
+        self.0.write_line(&msg.line)
     }
 
     fn close(&self, _reason: &str) {

@@ -8,7 +8,9 @@ use manifold_catalog::{Kind as ListKind, UpstreamState};
 use manifold_protocol::version::Era;
 use manifold_protocol::{write, Envelope, RawObject};
 use manifold_telemetry::spans;
-use manifold_upstream::{Connection, Forward, SessionFor, TeamFor, UpstreamError, UpstreamHandle};
+use manifold_upstream::{
+    Connection, Forward, Outbound, SessionFor, TeamFor, UpstreamError, UpstreamHandle,
+};
 
 use super::gather;
 use super::inflight::{self, Inflight};
@@ -213,9 +215,13 @@ impl Router {
             true => stateless::without_host_meta(&params).unwrap_or(params),
             false => params,
         };
-        let params = match spans::context_of(&hop) {
-            Some(carrier) => resolve::with_trace_context(&params, &carrier).unwrap_or(params),
-            None => params,
+        // The trace context goes with the message only where it was written into its `_meta`.
+        let (params, trace) = match spans::context_of(&hop) {
+            Some(carrier) => match resolve::with_trace_context(&params, &carrier) {
+                Some(traced) => (traced, Some(carrier)),
+                None => (params, None),
+            },
+            None => (params, None),
         };
         // A stateless upstream hears Manifold's own revision and name, and the capabilities of
         // the host the request is for (what it may be asked for through input_required).
@@ -235,6 +241,10 @@ impl Router {
         };
         let mut line = Vec::with_capacity(params.len() + 64);
         write::request(&mut line, upstream_id, target.method, Some(&params));
+        let msg = Outbound::request(upstream_id, target.method, line)
+            .named(target.original.clone())
+            .traced(trace)
+            .in_revision(conn.revision());
         let (upstream, tool) = match ctx.route() {
             Some(route) => (Arc::clone(&route.upstream), route.tool().cloned()),
             None => (handle.key_arc(), None),
@@ -270,8 +280,7 @@ impl Router {
             fill,
         };
         conn.forward(
-            upstream_id,
-            &line,
+            msg,
             Forward {
                 exchange: Box::new(exchange),
                 progress_token,

@@ -13,9 +13,10 @@ use crate::error::RouteError;
 use crate::policy::Team;
 use crate::target::Target;
 
-/// `name` for a span, when spans are exported; otherwise nothing is copied.
-fn for_spans(name: &str) -> Option<Arc<str>> {
-    manifold_telemetry::trace::active().then(|| Arc::from(name))
+/// `name` as the upstream knows it, for the message that carries it (HTTP names it in a
+/// header) and for spans.
+fn known_as(name: &str) -> Option<Arc<str>> {
+    Some(Arc::from(name))
 }
 
 /// `tools/call` and `prompts/get`: routed by `name`.
@@ -50,7 +51,7 @@ pub(super) fn named(
         timeout,
         task,
         exposed: Some(item.exposed.as_str().into()),
-        original: for_spans(&item.original),
+        original: known_as(&item.original),
         round: 0,
     })
 }
@@ -75,7 +76,7 @@ pub(super) fn read(
         timeout: None,
         task: false,
         exposed: Some(exposed),
-        original: for_spans(&original),
+        original: known_as(&original),
         round: 0,
     })
 }

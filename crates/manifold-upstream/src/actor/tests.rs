@@ -19,7 +19,7 @@ use manifold_protocol::version::Era;
 use serde_json::{json, Value};
 
 use crate::pending::{Exchange, Forward, Outcome, ServerRequest};
-use crate::{Answer, Hub, Listener, Timing, UpstreamHandle};
+use crate::{Answer, Hub, Listener, Outbound, Timing, UpstreamHandle};
 
 /// One request the fake server received.
 #[derive(Debug, Clone)]
@@ -496,7 +496,8 @@ fn a_stateless_http_upstream_is_spoken_to_in_its_era() {
             progress_token: None,
             timeout: None,
         };
-        conn.forward(id, line.as_bytes(), fwd);
+        let msg = Outbound::request(id, "tools/call", line).named(Some("echo".into()));
+        conn.forward(msg, fwd);
         let outcome = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(5)))
             .await
             .unwrap()
@@ -516,7 +517,8 @@ fn a_stateless_http_upstream_is_spoken_to_in_its_era() {
             progress_token: None,
             timeout: None,
         };
-        conn.forward(id, line.as_bytes(), fwd);
+        let msg = Outbound::request(id, "tools/call", line).named(Some("slow".into()));
+        conn.forward(msg, fwd);
         eventually("the slow call reaches the server", || {
             fake.seen().iter().any(|s| s.body["params"]["name"] == "slow")
         })

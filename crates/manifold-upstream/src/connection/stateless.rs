@@ -17,10 +17,13 @@ use manifold_protocol::{codes, needle, write, Envelope, RawObject, LOG_LEVELS};
 
 use super::Connection;
 use crate::error::UpstreamError;
+use crate::outbound::Outbound;
 use crate::pending::Answer;
 
 /// What every request to a stateless-era upstream carries in `_meta`.
 pub(super) struct Meta {
+    /// The revision the upstream speaks.
+    version: &'static str,
     /// The `_meta` members naming the revision, the client's capabilities and Manifold (JSON
     /// object members, without the braces).
     members: Box<str>,
@@ -175,6 +178,13 @@ impl Connection {
         self.stateless.get().map(|m| &*m.members)
     }
 
+    /// On a stateless-era connection, the revision every request names in its `_meta` (what
+    /// [`Connection::with_request_meta`] writes), for the [`Outbound`] that carries it;
+    /// `None` on a session-era connection.
+    pub fn revision(&self) -> Option<&'static str> {
+        self.stateless.get().map(|m| m.version)
+    }
+
     /// The params of a request to send on this connection (JSON text of the params
     /// object; `"{}"` for a request without any): on a stateless-era connection, `params`
     /// with the era's `_meta` members merged in (the revision, the client's capabilities,
@@ -205,8 +215,9 @@ impl Connection {
 
     /// The upstream speaks the stateless era: from now on every request carries revision
     /// `version` and `capabilities` (JSON text) in `_meta`.
-    pub(crate) fn set_stateless(&self, version: &str, capabilities: &str) {
+    pub(crate) fn set_stateless(&self, version: &'static str, capabilities: &str) {
         let meta = Meta {
+            version,
             members: meta_members(version, capabilities).into(),
             level: AtomicU8::new(0),
         };
@@ -235,12 +246,13 @@ impl Connection {
     /// `limit` for the answer (`Ok(None)`: none came).
     pub(crate) async fn probe(
         &self,
+        version: &'static str,
         params: &str,
         limit: Duration,
     ) -> Result<Option<Answer>, UpstreamError> {
         self.probing.store(true, Ordering::Relaxed);
         let answer = self
-            .send_request("server/discover", Some(params), Some(limit))
+            .send_request("server/discover", Some(params), Some(limit), Some(version))
             .await;
         if answer.is_ok() {
             self.probing.store(false, Ordering::Relaxed);
@@ -253,19 +265,30 @@ impl Connection {
         self.probing.load(Ordering::Relaxed)
     }
 
-    /// `line` with the era's `_meta` added, when this is a stateless-era connection and the
-    /// request line lacks it; `None`: send `line` as it is.
-    pub(super) fn completed_line(&self, line: &[u8]) -> Option<Vec<u8>> {
-        let meta = self.stateless.get()?;
-        if needle::PROTOCOL_VERSION_META.find(line).is_some() {
-            return None;
+    /// Request `msg` as this connection must send it: on a stateless-era connection, a
+    /// request that does not say it names the revision gets the era's `_meta` added to its
+    /// line (unless the line has it already), and says so. Anything else is sent as it is.
+    pub(super) fn completed(&self, mut msg: Outbound) -> Outbound {
+        let Some(meta) = self.stateless.get() else {
+            return msg;
+        };
+        if msg.version.is_some() {
+            return msg;
         }
-        let env = Envelope::decode(line.trim_ascii_end()).ok()?;
-        let (id, method) = (env.id?, env.method.as_deref()?);
-        let params = self.with_request_meta(env.params.unwrap_or("{}"));
-        let mut out = Vec::with_capacity(line.len() + meta.members.len() + 32);
-        write::request_with_id(&mut out, id, method, Some(&params));
-        Some(out)
+        if needle::PROTOCOL_VERSION_META.find(&msg.line).is_none() {
+            let line = &msg.line[..];
+            let Some(env) = Envelope::decode(line.trim_ascii_end()).ok() else {
+                return msg;
+            };
+            let (Some(id), Some(method)) = (env.id, env.method.as_deref()) else {
+                return msg;
+            };
+            let params = self.with_request_meta(env.params.unwrap_or("{}"));
+            let mut out = Vec::with_capacity(line.len() + meta.members.len() + 32);
+            write::request_with_id(&mut out, id, method, Some(&params));
+            msg.line = out.into();
+        }
+        msg.in_revision(Some(meta.version))
     }
 
     /// Serves what the stateless era dropped (see [`Connection::request`]).
@@ -363,13 +386,15 @@ impl Connection {
                 let mut line = Vec::with_capacity(params.len() + meta.members.len() + 96);
                 let params = with_meta(Some(&params), &meta.members);
                 write::request(&mut line, id, "subscriptions/listen", Some(&params));
-                (id, line)
+                let msg = Outbound::request(id, "subscriptions/listen", line)
+                    .in_revision(Some(meta.version));
+                (id, msg)
             });
             (opened, old)
         };
-        if let Some((id, line)) = opened {
+        if let Some((id, msg)) = opened {
             tracing::debug!(upstream = %self.name, id, "listening for changes (subscriptions/listen)");
-            if let Err(e) = self.write(&line) {
+            if let Err(e) = self.write(msg) {
                 self.lost(id, self.write_error(e));
             }
         }
