@@ -1,6 +1,7 @@
 //! Criterion benches for the per-request work Manifold does between two pipe hops: decoding
 //! the envelope, resolving the name, rewriting name and id, writing the answer back, and for
-//! the catalog: merging 100 x 50 tools and serving the cached merged list.
+//! the catalog: merging 100 x 50 tools and serving the cached merged list; and a forwarded
+//! call's params rebuilt for the upstream, by a chain of passes and by one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
@@ -10,7 +11,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use manifold_catalog::{rewrite, Catalog, Kind, UpstreamDef, UpstreamSlice, UpstreamState};
 use manifold_config::NameSettings;
-use manifold_protocol::{write, Envelope, RawObject, RawValue};
+use manifold_protocol::object::{json_string, with_meta, Edits};
+use manifold_protocol::version::meta;
+use manifold_protocol::{needle, write, Envelope, RawObject, RawValue};
 use serde::Deserialize;
 
 const REQUEST: &str = r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"u7__tool_13","arguments":{"text":"hello from the benchmark, a small argument"},"_meta":{"trace":"x"}}}"#;
@@ -159,9 +162,135 @@ fn catalog_path(c: &mut Criterion) {
     group.finish();
 }
 
+/// A stateless host's `tools/call` as it reaches the forwarding path: a name, 2 KB of
+/// arguments, and a `_meta` with a progress token, a trace context and what the host declares
+/// about itself.
+fn call_params() -> String {
+    let rows: Vec<String> = (0..38)
+        .map(|i| format!(r#"{{"id":{i},"label":"row {i} of the table","done":false}}"#))
+        .collect();
+    let arguments = format!(
+        r#"{{"query":"select the open rows","rows":[{}]}}"#,
+        rows.join(",")
+    );
+    assert!(
+        (1900..2200).contains(&arguments.len()),
+        "{}",
+        arguments.len()
+    );
+    format!(
+        r#"{{"name":"u7__tool_13","arguments":{arguments},"_meta":{{"progressToken":"host-token-1","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{"sampling":{{}}}},"io.modelcontextprotocol/clientInfo":{{"name":"host","version":"1.0"}}}}}}"#
+    )
+}
+
+const HOST_KEYS: [&str; 4] = [
+    meta::PROTOCOL_VERSION,
+    meta::CLIENT_CAPABILITIES,
+    meta::CLIENT_INFO,
+    meta::LOG_LEVEL,
+];
+const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+const UPSTREAM_CAPS: &str = r#"{"elicitation":{}}"#;
+const CLIENT_INFO: &str = r#"{"name":"manifold","version":"1.0.0"}"#;
+const HOST_CAPS: &str = r#"{"sampling":{}}"#;
+
+/// The chain the router runs today, step by step as it does (each a parse and a write): the
+/// name, the progress token, the host's own keys, the trace context, the stateless upstream's
+/// request metadata, the host's capabilities, the request line. Every step has work to do on
+/// these params, so the needle searches by which a step is skipped are left out.
+fn chain_of_passes(line: &mut Vec<u8>, params: &str, id: u64) -> Option<Box<str>> {
+    let mut obj = RawObject::parse(params).unwrap();
+    obj.set_str("name", "tool_13");
+    let params = obj.to_text();
+    let (params, token) = match needle::PROGRESS_TOKEN.find(params.as_bytes()) {
+        Some(_) => {
+            let mut obj = RawObject::parse(&params).unwrap();
+            let mut m = RawObject::parse(obj.get("_meta").unwrap()).unwrap();
+            let token = Box::from(m.get("progressToken").unwrap());
+            m.set_raw("progressToken", id.to_string());
+            let m = m.to_text();
+            obj.set_raw("_meta", m);
+            (obj.to_text(), Some(token))
+        }
+        None => (params, None),
+    };
+    let params = {
+        let mut obj = RawObject::parse(&params).unwrap();
+        let mut m = RawObject::parse(obj.get("_meta").unwrap()).unwrap();
+        for key in HOST_KEYS {
+            m.remove(key);
+        }
+        let m = m.to_text();
+        obj.set_raw("_meta", m);
+        obj.to_text()
+    };
+    let params = {
+        let mut obj = RawObject::parse(&params).unwrap();
+        let mut m = RawObject::parse(obj.get("_meta").unwrap()).unwrap();
+        m.set_str("traceparent", TRACEPARENT);
+        let m = m.to_text();
+        obj.set_raw("_meta", m);
+        obj.to_text()
+    };
+    let members = format!(
+        "{}:{},{}:{},{}:{}",
+        json_string(meta::PROTOCOL_VERSION),
+        json_string("2026-07-28"),
+        json_string(meta::CLIENT_CAPABILITIES),
+        UPSTREAM_CAPS,
+        json_string(meta::CLIENT_INFO),
+        CLIENT_INFO
+    );
+    let params = with_meta(Some(&params), &members);
+    let caps = format!("\"{}\":{}", meta::CLIENT_CAPABILITIES, HOST_CAPS);
+    let params = with_meta(Some(&params), &caps);
+    write::request(line, id, "tools/call", Some(&params));
+    token
+}
+
+fn one_pass<'p>(line: &mut Vec<u8>, params: &'p str, id: u64) -> Option<&'p str> {
+    let mut edits = Edits::default();
+    edits.set_str("name", "tool_13");
+    edits.meta_replace_capture_id("progressToken", id);
+    edits.meta_remove(&HOST_KEYS);
+    edits.meta_set_str("traceparent", TRACEPARENT);
+    edits.meta_set_raw(meta::PROTOCOL_VERSION, "\"2026-07-28\"");
+    edits.meta_set_raw(meta::CLIENT_CAPABILITIES, UPSTREAM_CAPS);
+    edits.meta_set_raw(meta::CLIENT_INFO, CLIENT_INFO);
+    edits.meta_set_raw(meta::CLIENT_CAPABILITIES, HOST_CAPS);
+    write::request_edited(line, id, "tools/call", Some(params), &edits)
+        .unwrap()
+        .captured
+}
+
+fn params_path(c: &mut Criterion) {
+    let params = call_params();
+    let (mut chain, mut once) = (Vec::new(), Vec::new());
+    chain_of_passes(&mut chain, &params, 9_000_001);
+    one_pass(&mut once, &params, 9_000_001);
+    let value = |line: &[u8]| serde_json::from_slice::<serde_json::Value>(line).unwrap();
+    assert_eq!(value(&chain), value(&once), "both write the same request");
+    c.bench_function("tools/call params: chain of seven passes", |b| {
+        let mut line = Vec::with_capacity(4096);
+        b.iter(|| {
+            line.clear();
+            let token = chain_of_passes(&mut line, black_box(&params), black_box(9_000_001));
+            black_box((&line, token));
+        })
+    });
+    c.bench_function("tools/call params: one pass", |b| {
+        let mut line = Vec::with_capacity(4096);
+        b.iter(|| {
+            line.clear();
+            let token = one_pass(&mut line, black_box(&params), black_box(9_000_001));
+            black_box((&line, token));
+        })
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
-    targets = request_path, catalog_path
+    targets = request_path, params_path, catalog_path
 }
 criterion_main!(benches);

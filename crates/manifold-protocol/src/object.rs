@@ -5,6 +5,9 @@ use std::borrow::Cow;
 
 use crate::scan::{self, SyntaxError};
 
+pub mod edits;
+pub use edits::{EditError, Edited, Edits};
+
 /// An object whose members keep their order and their exact bytes. Values are JSON text:
 /// slices of the parsed input, or text written by this crate.
 #[derive(Debug, Default, Clone)]

@@ -2,6 +2,7 @@
 //! buffer; payloads are copied in as raw JSON text.
 
 use crate::error::ErrorObject;
+use crate::object::edits::{self, EditError, Edited, Edits};
 use crate::object::write_json_str;
 
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}`; `id` and `result` are JSON text.
@@ -67,6 +68,36 @@ pub fn request(out: &mut Vec<u8>, id: u64, method: &str, params: Option<&str>) {
         out.extend_from_slice(params.as_bytes());
     }
     out.extend_from_slice(b"}\n");
+}
+
+/// A request with a numeric id whose params (JSON text, `None` for none) are written with
+/// `edits` applied, in one scan of them at most (see [`crate::object::edits`] for the rules):
+/// how a forwarded request goes upstream, with the upstream's name for the tool, its own
+/// request id for the host's progress token, and the metadata the upstream must hear.
+/// On `Err` (params, or an edited `_meta`, that are not an object) `out` is left as it was.
+pub fn request_edited<'p>(
+    out: &mut Vec<u8>,
+    id: u64,
+    method: &str,
+    params: Option<&'p str>,
+    edits: &Edits<'_>,
+) -> Result<Edited<'p>, EditError> {
+    let start = out.len();
+    out.reserve(method.len() + params.map_or(0, str::len) + 160);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    write_u64(out, id);
+    out.extend_from_slice(b",\"method\":");
+    write_json_str(out, method);
+    match edits::write_params(out, params, edits) {
+        Ok(edited) => {
+            out.extend_from_slice(b"}\n");
+            Ok(edited)
+        }
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
 }
 
 /// A request whose id is given as JSON text (a string id, for requests to hosts).
