@@ -443,8 +443,14 @@ impl Cache {
             Family::Tools => "name",
             Family::Resources => "uri",
         };
-        let Some(name) = params.get_str(member) else {
-            return Ok(Plan::Forward);
+        // The name as the upstream knows it: the target's, when the params still carry the
+        // host's (see `Target::names`).
+        let name = match (&target.original, target.names) {
+            (Some(original), Some(_)) => std::borrow::Cow::Borrowed(&**original),
+            _ => match params.get_str(member) {
+                Some(name) => name,
+                None => return Ok(Plan::Forward),
+            },
         };
         let rule = match rule {
             Some(rule) => rule,

@@ -4,12 +4,16 @@
 use std::sync::Arc;
 
 /// Where a request goes, and what it says there.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Target {
     pub upstream: usize,
     pub method: &'static str,
-    /// The params as the upstream sees them (JSON text).
+    /// The params (JSON text), as the host sent them but for the edits `names` stands for:
+    /// the request's line is written once, with every edit, when it is sent.
     pub params: String,
+    /// The member of `params` that names what the request is for (`name` or `uri`), which
+    /// goes upstream as `original`; `None`: `params` are sent as they are.
+    pub names: Option<&'static str>,
     /// A timeout of its own (a tool with one configured).
     pub timeout: Option<std::time::Duration>,
     /// Whether the answer may carry a task (a task-augmented call, or a `tasks/*` request).

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use manifold_catalog::{Kind as ListKind, UpstreamState};
-use manifold_protocol::version::Era;
+use manifold_protocol::object::Edits;
+use manifold_protocol::version::{meta, Era};
 use manifold_protocol::{write, Envelope, RawObject};
 use manifold_telemetry::spans;
+use manifold_telemetry::trace::Carrier;
 use manifold_upstream::{
     Connection, Forward, Outbound, SessionFor, TeamFor, UpstreamError, UpstreamHandle,
 };
@@ -197,53 +199,19 @@ impl Router {
         // input: kept, to send it again with the host's answers.
         let retry = (!ctx.is_stateless() && conn.era() == Era::Stateless).then(|| gather::Retry {
             router: self.this.clone(),
-            upstream: target.upstream,
-            method: target.method,
-            params: target.params.clone(),
-            timeout: target.timeout,
-            exposed: target.exposed.clone(),
-            original: target.original.clone(),
-            round: target.round,
+            target: target.clone(),
         });
-        let (params, progress_token) =
-            match resolve::map_progress_token(&target.params, upstream_id) {
-                Some((params, token)) => (params, Some(token)),
-                None => (target.params, None),
-            };
-        // What a stateless host declared about itself is not the upstream's to read.
-        let params = match ctx.is_stateless() {
-            true => stateless::without_host_meta(&params).unwrap_or(params),
-            false => params,
+        let carrier = spans::context_of(&hop);
+        let Some((line, progress_token)) =
+            outbound_line(conn, &ctx, &target, upstream_id, &carrier)
+        else {
+            return ctx.fail(&RouteError::InvalidParams(
+                "params, and their _meta, must be objects".into(),
+            ));
         };
-        // The trace context goes with the message only where it was written into its `_meta`.
-        let (params, trace) = match spans::context_of(&hop) {
-            Some(carrier) => match resolve::with_trace_context(&params, &carrier) {
-                Some(traced) => (traced, Some(carrier)),
-                None => (params, None),
-            },
-            None => (params, None),
-        };
-        // A stateless upstream hears Manifold's own revision and name, and the capabilities of
-        // the host the request is for (what it may be asked for through input_required).
-        let params = conn.with_request_meta(&params);
-        let params = match (&params, ctx.client()) {
-            (std::borrow::Cow::Owned(p), Some(client)) => {
-                std::borrow::Cow::Owned(manifold_protocol::object::with_meta(
-                    Some(p),
-                    &format!(
-                        "\"{}\":{}",
-                        manifold_protocol::version::meta::CLIENT_CAPABILITIES,
-                        client.capabilities
-                    ),
-                ))
-            }
-            _ => params,
-        };
-        let mut line = Vec::with_capacity(params.len() + 64);
-        write::request(&mut line, upstream_id, target.method, Some(&params));
         let msg = Outbound::request(upstream_id, target.method, line)
             .named(target.original.clone())
-            .traced(trace)
+            .traced(carrier)
             .in_revision(conn.revision());
         let (upstream, tool) = match ctx.route() {
             Some(route) => (Arc::clone(&route.upstream), route.tool().cloned()),
@@ -288,6 +256,50 @@ impl Router {
             },
         );
     }
+}
+
+/// The request's line for `conn`, written once from the host's params with every edit the
+/// upstream needs: the name or URI it knows, the host's progress token replaced by the upstream
+/// request id (the host's is returned, to map progress back), a stateless host's declarations
+/// about itself taken out of `_meta`, the trace context of the upstream hop, and a stateless
+/// upstream's request metadata with the capabilities of the host the request is for (what it
+/// may ask through input_required). `None`: the params, or their `_meta`, are not objects.
+fn outbound_line(
+    conn: &Connection,
+    ctx: &Context,
+    target: &Target,
+    upstream_id: u64,
+    carrier: &Option<Carrier>,
+) -> Option<(Vec<u8>, Option<Box<str>>)> {
+    let mut edits = Edits::default();
+    if let (Some(member), Some(original)) = (target.names, &target.original) {
+        edits.set_str(member, original);
+    }
+    edits.meta_replace_capture_id("progressToken", upstream_id);
+    if ctx.is_stateless() {
+        edits.meta_remove(&stateless::HOST_KEYS);
+    }
+    if let Some(carrier) = carrier {
+        for (key, value) in carrier.iter() {
+            edits.meta_set_str(key, value);
+        }
+    }
+    if conn.request_meta(&mut edits) {
+        if let Some(client) = ctx.client() {
+            edits.meta_set_raw(meta::CLIENT_CAPABILITIES, &client.capabilities);
+        }
+    }
+    let mut line = Vec::with_capacity(target.params.len() + 256);
+    let built = write::request_edited(
+        &mut line,
+        upstream_id,
+        target.method,
+        Some(&target.params),
+        &edits,
+    )
+    .ok()?;
+    let token = built.captured.map(Box::from);
+    Some((line, token))
 }
 
 /// A stateless host's call of a tool that must run as a task (`execution.taskSupport:

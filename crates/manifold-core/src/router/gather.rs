@@ -24,15 +24,9 @@ pub(super) const MAX_ROUNDS: u32 = 16;
 /// What an input-required answer needs to go on: where to send the request again.
 pub(super) struct Retry {
     pub router: Weak<Router>,
-    pub upstream: usize,
-    pub method: &'static str,
-    /// The params as the upstream first saw them (before progress token, trace and `_meta`).
-    pub params: String,
-    pub timeout: Option<std::time::Duration>,
-    pub exposed: Option<Arc<str>>,
-    pub original: Option<Arc<str>>,
-    /// Rounds asked so far.
-    pub round: u32,
+    /// The request as it was sent (before its progress token, trace and `_meta` edits);
+    /// its `round` counts the rounds asked so far.
+    pub target: Target,
 }
 
 /// The answers of one round, as they come.
@@ -57,7 +51,7 @@ pub(super) fn ask(ctx: Context, retry: Retry, result: &str) {
             "the upstream asked for input and the request has no session to ask".into(),
         ));
     };
-    if retry.round >= MAX_ROUNDS {
+    if retry.target.round >= MAX_ROUNDS {
         return ctx.fail(&RouteError::Internal(format!(
             "the upstream asked for input {MAX_ROUNDS} times for one request; Manifold gave up"
         )));
@@ -162,7 +156,8 @@ fn finish(round: &Mutex<Round>) {
     let Some(router) = retry.router.upgrade() else {
         return;
     };
-    let Ok(mut params) = RawObject::parse(&retry.params) else {
+    let mut target = retry.target;
+    let Ok(mut params) = RawObject::parse(&target.params) else {
         return ctx.fail(&RouteError::Internal(
             "the request's params were lost".into(),
         ));
@@ -184,15 +179,8 @@ fn finish(round: &Mutex<Round>) {
             params.remove("requestState");
         }
     }
-    let target = Target {
-        upstream: retry.upstream,
-        method: retry.method,
-        params: params.to_text(),
-        timeout: retry.timeout,
-        task: false,
-        exposed: retry.exposed,
-        original: retry.original,
-        round: retry.round + 1,
-    };
+    target.params = params.to_text();
+    target.task = false;
+    target.round += 1;
     router.send(ctx, target, None);
 }

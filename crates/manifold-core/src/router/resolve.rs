@@ -30,12 +30,11 @@ pub(super) fn named(
         Kind::Tools => "tools/call",
         _ => "prompts/get",
     };
-    let mut params = params_object(env)?;
+    let params = params_object(env)?;
     let item = {
         let name = string_member(&params, "name")?;
         resolve_named(catalog, kind, &name, sight)?
     };
-    params.set_str("name", &item.original);
     let task = kind == Kind::Tools && params.get("task").is_some();
     let timeout = match kind {
         Kind::Tools => catalog.defs()[item.upstream]
@@ -47,7 +46,8 @@ pub(super) fn named(
     Ok(Target {
         upstream: item.upstream,
         method,
-        params: params.to_text(),
+        params: env.params.unwrap_or_default().to_owned(),
+        names: Some("name"),
         timeout,
         task,
         exposed: Some(item.exposed.as_str().into()),
@@ -62,17 +62,17 @@ pub(super) fn read(
     env: &Envelope<'_>,
     sight: Option<&Team>,
 ) -> Result<Target, RouteError> {
-    let mut params = params_object(env)?;
+    let params = params_object(env)?;
     let (upstream, exposed, original) = {
         let uri = string_member(&params, "uri")?;
         let (upstream, original) = resolve_uri(catalog, &uri, sight)?;
         (upstream, Arc::from(&*uri), original.into_owned())
     };
-    params.set_str("uri", &original);
     Ok(Target {
         upstream,
         method: "resources/read",
-        params: params.to_text(),
+        params: env.params.unwrap_or_default().to_owned(),
+        names: Some("uri"),
         timeout: None,
         task: false,
         exposed: Some(exposed),
@@ -116,6 +116,7 @@ pub(super) fn complete(
         upstream,
         method: "completion/complete",
         params: raw.ok_or_else(|| bad("malformed params"))?,
+        names: None,
         timeout: None,
         task: false,
         exposed: None,
@@ -220,20 +221,6 @@ fn sees(team: &Team, catalog: &Catalog, kind: Kind, upstream: usize, exposed: &s
         .is_some_and(|d| team.sees(kind, &d.key, exposed))
 }
 
-/// Replaces a host's `_meta.progressToken` with the upstream request id, which is unique on
-/// that upstream, so progress from a shared upstream maps back to the right request. Returns
-/// the new params and the host's token (JSON text).
-pub(super) fn map_progress_token(params: &str, upstream_id: u64) -> Option<(String, Box<str>)> {
-    manifold_protocol::needle::PROGRESS_TOKEN.find(params.as_bytes())?;
-    let mut obj = RawObject::parse(params).ok()?;
-    let mut meta = RawObject::parse(obj.get("_meta")?).ok()?;
-    let token = Box::from(meta.get("progressToken")?);
-    meta.set_raw("progressToken", upstream_id.to_string());
-    let meta = meta.to_text();
-    obj.set_raw("_meta", meta);
-    Some((obj.to_text(), token))
-}
-
 /// The W3C trace context a host put in `params._meta`, if any.
 pub(super) fn meta_trace_context(params: Option<&str>) -> Option<Carrier> {
     let params = params?;
@@ -247,85 +234,4 @@ pub(super) fn meta_trace_context(params: Option<&str>) -> Option<Carrier> {
         }
     }
     (!carrier.is_empty()).then_some(carrier)
-}
-
-/// `params` with the trace context in `_meta` set to `carrier` (what the host sent there is
-/// replaced: the upstream's parent is Manifold's span, in the same trace). `None` when the
-/// params are not an object.
-pub(super) fn with_trace_context(params: &str, carrier: &Carrier) -> Option<String> {
-    if manifold_protocol::needle::META_MEMBER
-        .find(params.as_bytes())
-        .is_none()
-    {
-        return prepend_meta(params, carrier);
-    }
-    let mut obj = RawObject::parse(params).ok()?;
-    let mut meta = match obj.get("_meta") {
-        Some(m) => RawObject::parse(m).ok()?,
-        None => RawObject::parse("{}").ok()?,
-    };
-    for (key, value) in carrier.iter() {
-        meta.set_str(key, value);
-    }
-    let meta = meta.to_text();
-    obj.set_raw("_meta", meta);
-    Some(obj.to_text())
-}
-
-/// `params` (an object without `_meta`) with a `_meta` of the carrier's members put first,
-/// without parsing the rest: the usual case, and the one on every traced call.
-fn prepend_meta(params: &str, carrier: &Carrier) -> Option<String> {
-    let rest = params.trim_start().strip_prefix('{')?;
-    let empty = rest.trim_start().starts_with('}');
-    let mut out = String::with_capacity(params.len() + 128);
-    out.push_str("{\"_meta\":{");
-    for (i, (key, value)) in carrier.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&manifold_protocol::object::json_string(key));
-        out.push(':');
-        out.push_str(&manifold_protocol::object::json_string(value));
-    }
-    out.push('}');
-    if !empty {
-        out.push(',');
-    }
-    out.push_str(rest);
-    Some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn carrier() -> Carrier {
-        let mut c = Carrier::default();
-        c.set("traceparent", "00-ab-cd-01".into());
-        c
-    }
-
-    #[test]
-    fn trace_context_goes_into_meta_whether_or_not_there_is_one() {
-        let tp = r#""_meta":{"traceparent":"00-ab-cd-01"}"#;
-        assert_eq!(
-            with_trace_context(r#"{"name":"x"}"#, &carrier()).unwrap(),
-            format!(r#"{{{tp},"name":"x"}}"#)
-        );
-        assert_eq!(
-            with_trace_context("{ }", &carrier()).unwrap(),
-            format!("{{{tp} }}"),
-            "the rest is kept as it was"
-        );
-        let replaced = with_trace_context(
-            r#"{"name":"x","_meta":{"traceparent":"00-old-old-01","progressToken":3}}"#,
-            &carrier(),
-        )
-        .unwrap();
-        assert_eq!(
-            replaced,
-            r#"{"name":"x","_meta":{"traceparent":"00-ab-cd-01","progressToken":3}}"#
-        );
-        assert_eq!(with_trace_context("[1]", &carrier()), None);
-    }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::MutexGuard;
 use std::time::Duration;
 
-use manifold_protocol::object::{json_string, with_meta, without_meta_member};
+use manifold_protocol::object::{json_string, with_meta, without_meta_member, Edits};
 use manifold_protocol::version::{meta, Era};
 use manifold_protocol::{codes, needle, write, Envelope, RawObject, LOG_LEVELS};
 
@@ -27,6 +27,8 @@ pub(super) struct Meta {
     /// The `_meta` members naming the revision, the client's capabilities and Manifold (JSON
     /// object members, without the braces).
     members: Box<str>,
+    /// The same members one by one: key, and value as JSON text.
+    pairs: [(&'static str, Box<str>); 3],
     /// The level `logging/setLevel` last asked for, as its place in [`LOG_LEVELS`] plus one;
     /// 0: none (the upstream then sends no log messages, as that revision says).
     level: AtomicU8,
@@ -213,12 +215,39 @@ impl Connection {
         Cow::Owned(with_meta(Some(params), &members))
     }
 
+    /// On a stateless-era connection, the `_meta` members every request to it carries (as
+    /// [`Connection::with_request_meta`] merges them) put into `edits`, for a request written
+    /// in one pass (`write::request_edited`); false, and `edits` unchanged, on a session-era
+    /// one.
+    pub fn request_meta<'e>(&'e self, edits: &mut Edits<'e>) -> bool {
+        let Some(meta) = self.stateless.get() else {
+            return false;
+        };
+        for (key, value) in &meta.pairs {
+            edits.meta_set_raw(key, value);
+        }
+        let level = usize::from(meta.level.load(Ordering::Relaxed));
+        if let Some(level) = level.checked_sub(1).and_then(|i| LOG_LEVELS.get(i)) {
+            edits.meta_set_str(meta::LOG_LEVEL, level);
+        }
+        true
+    }
+
     /// The upstream speaks the stateless era: from now on every request carries revision
     /// `version` and `capabilities` (JSON text) in `_meta`.
     pub(crate) fn set_stateless(&self, version: &'static str, capabilities: &str) {
+        let info = format!(
+            "{{\"name\":\"manifold\",\"version\":{}}}",
+            json_string(env!("CARGO_PKG_VERSION"))
+        );
         let meta = Meta {
             version,
             members: meta_members(version, capabilities).into(),
+            pairs: [
+                (meta::PROTOCOL_VERSION, json_string(version).into()),
+                (meta::CLIENT_CAPABILITIES, capabilities.into()),
+                (meta::CLIENT_INFO, info.into()),
+            ],
             level: AtomicU8::new(0),
         };
         if self.stateless.set(meta).is_ok() {

@@ -145,6 +145,7 @@ impl Router {
             upstream,
             method,
             params: obj.to_text(),
+            names: None,
             timeout: None,
             task: true,
             exposed: None,
