@@ -32,5 +32,7 @@ pub use handle::{Isolation, UpstreamHandle};
 pub use health::BreakerView;
 pub use hub::{Hub, Listener};
 pub use manifold_telemetry::BreakerState;
-pub use pending::{Answer, Exchange, Forward, Outcome, Peer, ServerReply, ServerRequest};
+pub use pending::{
+    Answer, Exchange, Forward, Outcome, Peer, RequestKey, ServerReply, ServerRequest,
+};
 pub use pool::{Pool, SessionFor, TeamFor};
