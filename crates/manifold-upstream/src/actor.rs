@@ -58,6 +58,9 @@ enum Link {
     Process(u32),
     /// An HTTP server: the client opens its stream once the handshake is done.
     Http(Arc<http::Client>),
+    /// A script in this process (tests): closing the connection ends it.
+    #[cfg(any(test, feature = "scripted"))]
+    Scripted,
 }
 
 /// An upstream that stayed up this long starts its next backoff from the beginning.
@@ -101,6 +104,10 @@ pub struct UpstreamActor {
     retiring: Vec<reconfigure::Retiring>,
     /// How long a replaced connection may take to finish its calls in flight.
     drain: Duration,
+    /// The script a scripted upstream's connections talk to (tests), in place of its
+    /// transport.
+    #[cfg(any(test, feature = "scripted"))]
+    pub(crate) script: Option<Arc<crate::scripted::Played>>,
 }
 
 /// Lists to re-fetch, gathered while a refresh is scheduled or running.
@@ -146,6 +153,8 @@ impl UpstreamActor {
             health: health::Health::default(),
             retiring: Vec::new(),
             drain: reconfigure::DEFAULT_DRAIN,
+            #[cfg(any(test, feature = "scripted"))]
+            script: None,
         }
     }
 }

@@ -24,6 +24,8 @@ mod pending;
 pub mod pipe;
 mod pool;
 mod process;
+#[cfg(any(test, feature = "scripted"))]
+pub mod scripted;
 mod stdio;
 
 pub use connection::{Connection, Timing};

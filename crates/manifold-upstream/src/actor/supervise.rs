@@ -16,6 +16,7 @@ use super::lifecycle::Event;
 use super::{
     ConnectionEvents, Exited, Link, RefreshState, Role, Shutdown, UpstreamActor, HEALTHY_AFTER,
 };
+use crate::connection::Connection;
 use crate::{handshake, http, process, stdio};
 
 impl UpstreamActor {
@@ -46,32 +47,7 @@ impl UpstreamActor {
         });
         let addr = ctx.address();
         let exited = move |reason: String| addr.do_send(Exited { generation, reason });
-        let started = match &self.cfg.transport {
-            Transport::Stdio(cfg) => {
-                let settings = stdio::Settings {
-                    key: Arc::clone(&self.key),
-                    timing: self.timing,
-                    max_message_bytes: self.cfg.max_message_bytes,
-                    grace: self.grace,
-                };
-                stdio::start(cfg, settings, events, exited).map(|s| {
-                    tracing::info!(upstream = %self.key, pid = s.pid, "started");
-                    (s.conn, Link::Process(s.pid))
-                })
-            }
-            Transport::Http(cfg) => {
-                let settings = http::Settings {
-                    key: Arc::clone(&self.key),
-                    timing: self.timing,
-                    max_message_bytes: self.cfg.max_message_bytes,
-                    runtime: tokio::runtime::Handle::current(),
-                };
-                http::start(cfg, settings, events, exited).map(|s| {
-                    tracing::info!(upstream = %self.key, url = %cfg.url, "connecting");
-                    (s.conn, Link::Http(s.client))
-                })
-            }
-        };
+        let started = self.open(events, exited);
         let (conn, link) = match started {
             Ok(started) => started,
             Err(reason) => return self.stopped_with(ctx, reason),
@@ -110,6 +86,47 @@ impl UpstreamActor {
                 },
             ),
         );
+    }
+
+    /// Opens a connection the way its configuration says (or, for a scripted upstream, to
+    /// its script).
+    fn open(
+        &self,
+        events: Box<ConnectionEvents>,
+        exited: impl FnOnce(String) + Send + 'static,
+    ) -> Result<(Arc<Connection>, Link), String> {
+        #[cfg(any(test, feature = "scripted"))]
+        if let Some(played) = &self.script {
+            let exited = Box::new(exited);
+            let conn = crate::scripted::connect(played, &self.key, self.timing, events, exited)?;
+            return Ok((conn, Link::Scripted));
+        }
+        match &self.cfg.transport {
+            Transport::Stdio(cfg) => {
+                let settings = stdio::Settings {
+                    key: Arc::clone(&self.key),
+                    timing: self.timing,
+                    max_message_bytes: self.cfg.max_message_bytes,
+                    grace: self.grace,
+                };
+                stdio::start(cfg, settings, events, exited).map(|s| {
+                    tracing::info!(upstream = %self.key, pid = s.pid, "started");
+                    (s.conn, Link::Process(s.pid))
+                })
+            }
+            Transport::Http(cfg) => {
+                let settings = http::Settings {
+                    key: Arc::clone(&self.key),
+                    timing: self.timing,
+                    max_message_bytes: self.cfg.max_message_bytes,
+                    runtime: tokio::runtime::Handle::current(),
+                };
+                http::start(cfg, settings, events, exited).map(|s| {
+                    tracing::info!(upstream = %self.key, url = %cfg.url, "connecting");
+                    (s.conn, Link::Http(s.client))
+                })
+            }
+        }
     }
 
     /// The era this start speaks: as configured, except that `auto` speaks the session era
