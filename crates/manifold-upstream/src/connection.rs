@@ -4,21 +4,25 @@
 //! upstream's messages hands them to [`Connection::receive`]. It lives as long as one child
 //! process or one HTTP session: a restart makes a new one.
 //!
-//! One file on purpose (about 600 lines): the pending table, the id counter, timeouts,
-//! cancellation and `receive` share one lock and one invariant (every request is answered,
-//! failed or refused exactly once), which is easiest to check where it is all in view. What
-//! the stateless era adds (its per-request `_meta`, the methods it dropped, the
-//! `subscriptions/listen` stream) is in the child module `stateless`.
+//! The pending table, the id counter, timeouts, cancellation and `receive` share one lock and
+//! one invariant (every request is answered, failed or refused exactly once). The lock is
+//! held for map operations only: whatever is written to a host (progress, answers, requests
+//! of the upstream's) is taken out of the table first and delivered after the lock is let go
+//! (see `crate::pending::guard`). Sending is here; what comes back from the upstream is in the
+//! child module `answers`, what goes to hosts (their cancellations, the upstream's requests to
+//! them) in `host`, and what the stateless era adds (its per-request `_meta`, the methods it
+//! dropped, the `subscriptions/listen` stream) in `stateless`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use manifold_protocol::envelope::id_of_fragments;
 use manifold_protocol::version::Era;
-use manifold_protocol::{codes, write, Envelope, Kind, RawObject};
+use manifold_protocol::{write, Envelope, Kind};
 use tokio::sync::oneshot;
 
+mod answers;
+mod host;
 mod stateless;
 pub(crate) use stateless::{error_code, meta_members, ListenEnd, ListenFilter};
 
@@ -26,7 +30,7 @@ use crate::error::UpstreamError;
 use crate::health::Breaker;
 use crate::outbound::{target_in, Outbound};
 use crate::pending::{
-    Answer, Entry, Exchange, Forward, Outcome, Peer, Pending, Reply, ServerReply, ServerRequest,
+    Answer, Delivery, Entry, Forward, Forwarded, Outcome, Peer, Pending, Reply, TableGuard,
 };
 use crate::pipe::WriteError;
 
@@ -157,10 +161,12 @@ impl Connection {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, PendingState> {
-        self.pending
+    fn lock(&self) -> TableGuard<'_, PendingState> {
+        let guard = self
+            .pending
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        TableGuard::new(guard)
     }
 
     pub fn name(&self) -> &str {
@@ -175,7 +181,7 @@ impl Connection {
 
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
-        self.lock().table.entries.len()
+        self.lock().table.len()
     }
 
     /// Sends request `msg` (its id one of [`Connection::next_id`]'s) whose answer goes to
@@ -189,30 +195,31 @@ impl Connection {
     pub fn forward(&self, msg: Outbound, fwd: Forward) {
         // An open breaker refuses at once; closed, this is one atomic load.
         if let Some(Err(refused)) = self.breaker.get().map(|b| b.admit()) {
-            return fwd.exchange.finish(Outcome::Failed(refused));
+            return Delivery::finish_now(fwd.exchange, Outcome::Failed(refused));
         }
         let Some(id) = msg.id else {
             let err = self.unavailable("Manifold forwarded a message without a request id (a bug)");
-            return fwd.exchange.finish(Outcome::Failed(err));
+            return Delivery::finish_now(fwd.exchange, Outcome::Failed(err));
         };
         let msg = self.completed(msg);
         let timeout = fwd.timeout;
-        let entry = self.entry(Reply::Forward(fwd), timeout);
+        let entry = self.entry(Reply::Forward(Forwarded::new(fwd)), timeout);
         {
             let mut st = self.lock();
             if let Some(reason) = &st.closed {
                 let err = self.unavailable(reason);
                 drop(st);
                 if let Reply::Forward(fwd) = entry.reply {
-                    fwd.exchange.finish(Outcome::Failed(err));
+                    Delivery::finish(fwd.delivery, Outcome::Failed(err));
                 }
                 return;
             }
-            st.table.entries.insert(id, entry);
+            st.table.insert(id, entry);
         }
         if let Err(e) = self.write(msg) {
             // If the entry is gone, the answer or a failure already reached the exchange.
-            if let Some(entry) = self.lock().table.entries.remove(&id) {
+            let taken = self.lock().table.remove(id);
+            if let Some(entry) = taken {
                 // An upstream that does not read its input counts against its breaker; a
                 // closed input is its end, which the restart deals with.
                 let counted = matches!(e, WriteError::Full(_));
@@ -304,11 +311,10 @@ impl Connection {
             // the sweep of deadlines (which would tell the upstream) comes only later.
             let deadline = limit.map(|l| l.saturating_mul(2));
             st.table
-                .entries
                 .insert(id, self.entry(Reply::Channel(tx), deadline));
         }
         if let Err(e) = self.write(msg) {
-            self.lock().table.entries.remove(&id);
+            self.lock().table.remove(id);
             return Err(self.write_error(e));
         }
         let answer = match limit {
@@ -316,7 +322,7 @@ impl Connection {
             Some(limit) => match tokio::time::timeout(limit, rx).await {
                 Ok(answer) => answer,
                 Err(_) => {
-                    self.lock().table.entries.remove(&id);
+                    self.lock().table.remove(id);
                     return Ok(None);
                 }
             },
@@ -341,62 +347,6 @@ impl Connection {
         write::notification(&mut line, method, params);
         let msg = Outbound::notification(method.to_owned(), line);
         self.write(msg).map_err(|e| self.write_error(e))
-    }
-
-    /// A host cancelled its request `host_id` (canonical id text) of `session`: drop the
-    /// pending entry and tell the upstream, with the upstream's id. Returns whether this
-    /// connection owned the request. A request already answered is not found, so a cancel
-    /// that races the answer is harmless.
-    pub fn cancel_for(&self, session: u64, host_id: &str, reason: Option<&str>) -> bool {
-        let found = {
-            let mut st = self.lock();
-            let id = st.table.entries.iter().find_map(|(id, e)| match &e.reply {
-                Reply::Forward(f) if f.exchange.is(session, host_id) => Some(*id),
-                _ => None,
-            });
-            id.and_then(|id| st.table.entries.remove(&id).map(|e| (id, e)))
-        };
-        let Some((id, entry)) = found else {
-            return false;
-        };
-        self.send_cancelled(id, reason);
-        // The host asked for this; it expects no answer (and gets none: the exchange is
-        // dropped without one).
-        drop(entry);
-        true
-    }
-
-    /// A session ended: every request it still has here is cancelled upstream and ended.
-    pub fn cancel_session(&self, session: u64, reason: &str) -> usize {
-        let taken = self.lock().table.take_where(|e| match &e.reply {
-            Reply::Forward(f) => f.exchange.session() == session,
-            Reply::Channel(_) => false,
-        });
-        let count = taken.len();
-        for (id, entry) in taken {
-            self.send_cancelled(id, Some(reason));
-            self.fail(
-                entry.reply,
-                UpstreamError::Cancelled {
-                    upstream: self.name.to_string(),
-                    reason: reason.to_owned(),
-                },
-            );
-        }
-        count
-    }
-
-    fn send_cancelled(&self, id: u64, reason: Option<&str>) {
-        if self.stateless.get().is_some() && self.wire.cancel(id) {
-            return;
-        }
-        let mut params = format!("{{\"requestId\":{id}");
-        if let Some(reason) = reason {
-            params.push_str(",\"reason\":");
-            params.push_str(&manifold_protocol::object::json_string(reason));
-        }
-        params.push('}');
-        let _ = self.notify("notifications/cancelled", Some(&params));
     }
 
     /// Handles one message read from the upstream. `via` is the upstream id of the request
@@ -434,313 +384,16 @@ impl Connection {
         }
     }
 
-    /// Calls `f` with the exchange a message from the upstream belongs to: the request whose
-    /// stream carried it (`via`), or else the only host session with requests in flight here
-    /// (its latest one). `Err` says why none could be chosen.
-    fn with_owner<R>(
-        &self,
-        via: Option<u64>,
-        f: impl FnOnce(&dyn Exchange) -> R,
-    ) -> Result<R, &'static str> {
-        let st = self.lock();
-        fn forwarded(e: &Entry) -> Option<&dyn Exchange> {
-            match &e.reply {
-                Reply::Forward(fwd) => Some(&*fwd.exchange),
-                Reply::Channel(_) => None,
-            }
-        }
-        if let Some(id) = via {
-            if let Some(exchange) = st.table.entries.get(&id).and_then(forwarded) {
-                return Ok(f(exchange));
-            }
-        }
-        let mut owner: Option<(u64, &dyn Exchange)> = None;
-        // A request that stands for no host at the moment (a stateless host's, parked while
-        // that host is asked for input) is chosen only when no other request is in flight:
-        // it must not make the other hosts' requests ambiguous.
-        let mut idle: Option<(u64, &dyn Exchange)> = None;
-        for (id, entry) in &st.table.entries {
-            let Some(exchange) = forwarded(entry) else {
-                continue;
-            };
-            if exchange.session() == 0 {
-                if idle.is_none_or(|(latest, _)| latest < *id) {
-                    idle = Some((*id, exchange));
-                }
-                continue;
-            }
-            match owner {
-                Some((_, o)) if o.session() != exchange.session() => {
-                    return Err("several host sessions have requests in flight to this upstream, so Manifold cannot tell which host it is for; set isolation = \"session\" on the upstream to give each host its own connection")
-                }
-                Some((latest, _)) if latest > *id => {}
-                _ => owner = Some((*id, exchange)),
-            }
-        }
-        match owner.or(idle) {
-            Some((_, exchange)) => Ok(f(exchange)),
-            None => {
-                Err("no host request is in flight to this upstream, so there is no host to ask")
-            }
-        }
-    }
-
-    /// A request from the upstream to its client: `ping` is answered here; the rest go to the
-    /// host that owns the request in flight (see [`Connection::with_owner`]).
-    fn server_request(self: &Arc<Self>, env: &Envelope<'_>, via: Option<u64>) {
-        let Some(id) = env.id else { return };
-        let method = env.method.as_deref().unwrap_or_default();
-        let reply = ServerReply {
-            conn: Arc::downgrade(self),
-            id: id.into(),
-            upstream: self.name.clone(),
-        };
-        if method == "ping" {
-            return reply.result("{}");
-        }
-        let request = ServerRequest {
-            method: method.to_owned(),
-            params: env.params.map(str::to_owned),
-            reply,
-        };
-        // The request moves into the closure; on failure it comes back to be refused, or
-        // to go to the one host this connection serves (on the session's own stream).
-        let mut request = Some(request);
-        let routed = self.with_owner(via, |exchange| {
-            if let Some(r) = request.take() {
-                exchange.server_request(r);
-            }
-        });
-        let Some(request) = request else { return };
-        if let Some(peer) = self.peer.get() {
-            return peer.server_request(request);
-        }
-        if let Err(why) = routed {
-            tracing::warn!(upstream = %self.name, method, "request from the upstream refused: {why}");
-            request.reply.error(
-                codes::INTERNAL_ERROR,
-                &format!("Manifold cannot forward {method}: {why}"),
-            );
-        }
-    }
-
-    /// A notification that belongs with a request in flight goes to that request's host.
-    fn related(&self, message: &[u8], via: Option<u64>) {
-        // Passed on as it came, as a line.
-        let mut line = Vec::with_capacity(message.len() + 1);
-        line.extend_from_slice(message);
-        line.push(b'\n');
-        let line = &line[..];
-        if let Err(why) = self.with_owner(via, |exchange| exchange.related(line)) {
-            match self.peer.get() {
-                Some(peer) => peer.related(line),
-                None => tracing::debug!(upstream = %self.name, "notification dropped: {why}"),
-            }
-        }
-    }
-
-    fn response(&self, env: &Envelope<'_>, line: &[u8]) {
-        let id = env
-            .id
-            .filter(|id| *id != "null")
-            .and_then(|id| id.parse::<u64>().ok());
-        match id {
-            Some(id) => {
-                if !self.answer(id, env.result, env.error) && !self.listen_answered(id, env.error) {
-                    tracing::debug!(
-                        upstream = %self.name,
-                        id,
-                        "answer to an unknown or finished request dropped"
-                    );
-                }
-            }
-            None => self.unattributed_error(env, line),
-        }
-    }
-
-    /// An answer without a usable id: an upstream that could not parse a request says so
-    /// with `id: null`. It belongs to the one request in flight, if there is just one;
-    /// otherwise it cannot be told apart and is logged.
-    fn unattributed_error(&self, env: &Envelope<'_>, line: &[u8]) {
-        let only = {
-            let mut st = self.lock();
-            if st.table.entries.len() == 1 && env.error.is_some() {
-                let id = st.table.entries.keys().next().copied();
-                id.and_then(|id| st.table.entries.remove(&id))
-            } else {
-                None
-            }
-        };
-        match only {
-            Some(entry) => {
-                tracing::warn!(
-                    upstream = %self.name,
-                    "answered its only request in flight with an error without id: {}",
-                    preview(line)
-                );
-                let error = env.error.unwrap_or("null");
-                self.deliver(entry.reply, env.result, Some(error));
-            }
-            None => tracing::warn!(
-                upstream = %self.name,
-                "answer without a usable id dropped (it cannot be matched to a request): {}",
-                preview(line)
-            ),
-        }
-    }
-
-    /// An answer too large to keep was dropped unread: fail the request it answered, if its
-    /// id could be read from the kept ends, and nothing else.
-    pub(crate) fn oversize(&self, len: usize, max: usize, head: &[u8], tail: &[u8]) {
-        let id = id_of_fragments(head, tail).and_then(|id| id.parse::<u64>().ok());
-        let entry = id.and_then(|id| self.lock().table.entries.remove(&id));
-        match entry {
-            Some(entry) => {
-                tracing::warn!(upstream = %self.name, len, max, "answer over the size limit dropped; its request failed");
-                self.fail(
-                    entry.reply,
-                    UpstreamError::AnswerTooLarge {
-                        upstream: self.name.to_string(),
-                        len,
-                        max,
-                    },
-                );
-            }
-            None => tracing::warn!(
-                upstream = %self.name,
-                len,
-                max,
-                "a message over the size limit was dropped; no request in flight could be matched to it"
-            ),
-        }
-    }
-
     /// Whether request `id` is still waiting for its answer.
     pub(crate) fn is_pending(&self, id: u64) -> bool {
-        self.lock().table.entries.contains_key(&id)
+        self.lock().table.contains(id)
     }
 
     /// Fails request `id` with `err`, if it is still in flight (a transport refused it).
     pub(crate) fn fail_request(&self, id: u64, err: UpstreamError) {
-        let entry = self.lock().table.entries.remove(&id);
+        let entry = self.lock().table.remove(id);
         if let Some(entry) = entry {
             self.fail(entry.reply, err);
-        }
-    }
-
-    /// Delivers an answer read from the upstream. Unknown ids (late answers to cancelled or
-    /// timed-out requests) are dropped, as the spec requires.
-    fn answer(&self, id: u64, result: Option<&str>, error: Option<&str>) -> bool {
-        let Some(entry) = self.lock().table.entries.remove(&id) else {
-            return false;
-        };
-        self.deliver(entry.reply, result, error);
-        true
-    }
-
-    fn deliver(&self, reply: Reply, result: Option<&str>, error: Option<&str>) {
-        match reply {
-            Reply::Forward(fwd) => {
-                // Whatever it answered, it answers.
-                if let Some(breaker) = self.breaker.get() {
-                    breaker.succeeded();
-                }
-                let outcome = match (result, error) {
-                    (_, Some(e)) => Outcome::Error(e),
-                    (r, None) => Outcome::Result(r.unwrap_or("null")),
-                };
-                fwd.exchange.finish(outcome);
-            }
-            Reply::Channel(tx) => {
-                let answer = match (result, error) {
-                    (_, Some(e)) => Answer::Error(e.to_owned()),
-                    (r, None) => Answer::Result(r.unwrap_or("null").to_owned()),
-                };
-                let _ = tx.send(Ok(answer));
-            }
-        }
-    }
-
-    /// Forwards an upstream's progress notification to the request it belongs to, with the
-    /// host's own progress token. Returns false if no request matches.
-    fn progress(&self, params: &str) -> bool {
-        let Ok(mut obj) = RawObject::parse(params) else {
-            return false;
-        };
-        let Some(id) = obj.get("progressToken").and_then(|t| t.parse::<u64>().ok()) else {
-            return false;
-        };
-        let mut st = self.lock();
-        let Some(entry) = st.table.entries.get_mut(&id) else {
-            return false;
-        };
-        // Progress shows the request is alive: its time starts again, up to the limit.
-        entry.deadline = (Instant::now() + entry.timeout).min(entry.limit);
-        let Reply::Forward(fwd) = &entry.reply else {
-            return false;
-        };
-        let Some(token) = &fwd.progress_token else {
-            return false;
-        };
-        obj.set_raw("progressToken", String::from(&**token));
-        // Under the lock, so that progress cannot overtake the answer (which removes the
-        // entry first): the spec forbids progress after the response.
-        fwd.exchange.progress(&obj.to_text());
-        true
-    }
-
-    /// Fails every request whose deadline passed, and tells the upstream to stop on them.
-    pub(crate) fn expire(&self, now: Instant) {
-        let expired = self.lock().table.take_expired(now);
-        for (id, entry) in expired {
-            let err = UpstreamError::Timeout {
-                upstream: self.name.to_string(),
-                after: entry.timeout,
-            };
-            self.fail(entry.reply, err);
-            self.send_cancelled(id, Some("timed out in Manifold"));
-        }
-    }
-
-    /// Marks the connection closed and fails every pending request at once.
-    pub(crate) fn close(&self, reason: &str) {
-        let drained: Vec<Entry> = {
-            let mut st = self.lock();
-            if st.closed.is_none() {
-                st.closed = Some(reason.to_owned());
-            }
-            st.table.entries.drain().map(|(_, e)| e).collect()
-        };
-        self.wire.close(reason);
-        for entry in drained {
-            // The connection's end is not counted against the breaker: the actor restarts it,
-            // and a new connection starts with the breaker closed.
-            self.fail_uncounted(entry.reply, self.closed_error(reason));
-        }
-    }
-
-    /// Fails a request; a failure that says the upstream is not answering (a timeout, a
-    /// refusal, a lost answer) counts against its breaker.
-    fn fail(&self, reply: Reply, err: UpstreamError) {
-        let counted = matches!(reply, Reply::Forward(_))
-            && !matches!(
-                err,
-                UpstreamError::Cancelled { .. } | UpstreamError::AnswerTooLarge { .. }
-            );
-        if let (true, Some(breaker)) = (counted, self.breaker.get()) {
-            if breaker.failed(&err.to_string()) {
-                tracing::warn!(upstream = %self.name, "circuit breaker opened: {err}; calls to it are refused until a probe finds it answering");
-            }
-        }
-        self.fail_uncounted(reply, err);
-    }
-
-    fn fail_uncounted(&self, reply: Reply, err: UpstreamError) {
-        match reply {
-            Reply::Channel(tx) => {
-                let _ = tx.send(Err(err));
-            }
-            Reply::Forward(fwd) => fwd.exchange.finish(Outcome::Failed(err)),
         }
     }
 

@@ -120,6 +120,28 @@ impl UpstreamHandle {
             role: Role::Shared,
             headers: None,
             arbiter: None,
+            #[cfg(any(test, feature = "scripted"))]
+            script: None,
+        };
+        spawn(index, cfg, defaults, grace, hub, shared)
+    }
+
+    /// Starts an upstream like [`UpstreamHandle::start`] whose connections talk to a script
+    /// (see [`crate::scripted`]) instead of its configured transport.
+    #[cfg(any(test, feature = "scripted"))]
+    pub(crate) fn start_scripted(
+        index: usize,
+        cfg: UpstreamConfig,
+        defaults: Timing,
+        grace: Duration,
+        hub: Arc<Hub>,
+        script: Arc<crate::scripted::Played>,
+    ) -> Self {
+        let shared = Variant {
+            role: Role::Shared,
+            headers: None,
+            arbiter: None,
+            script: Some(script),
         };
         spawn(index, cfg, defaults, grace, hub, shared)
     }
@@ -265,6 +287,8 @@ impl Isolation {
             role: Role::Team,
             headers: Some(headers),
             arbiter: Some(&self.arbiter),
+            #[cfg(any(test, feature = "scripted"))]
+            script: None,
         };
         self.spawn(index, team)
     }
@@ -286,6 +310,8 @@ impl Isolation {
             },
             headers: None,
             arbiter: Some(&self.arbiter),
+            #[cfg(any(test, feature = "scripted"))]
+            script: None,
         };
         self.spawn(index, isolated)
     }
@@ -310,6 +336,9 @@ struct Variant<'a> {
     /// before `spawn` returns; `Some` may be called from any thread, and the actor is built on
     /// that arbiter's thread.
     arbiter: Option<&'a ArbiterHandle>,
+    /// The script its connections talk to, for a scripted upstream (tests).
+    #[cfg(any(test, feature = "scripted"))]
+    script: Option<Arc<crate::scripted::Played>>,
 }
 
 /// Starts an actor for a connection to upstream `index` and returns the handle to it. The one
@@ -341,11 +370,20 @@ fn spawn(
     let timing = timing(&cfg, defaults);
     let slot = Arc::clone(&published);
     let role = variant.role;
+    #[cfg(any(test, feature = "scripted"))]
+    let script = variant.script;
+    let build = move || {
+        #[cfg_attr(not(any(test, feature = "scripted")), allow(unused_mut))]
+        let mut actor = UpstreamActor::new(index, cfg, timing, grace, hub, slot, role);
+        #[cfg(any(test, feature = "scripted"))]
+        {
+            actor.script = script;
+        }
+        actor
+    };
     let addr = match variant.arbiter {
-        None => UpstreamActor::new(index, cfg, timing, grace, hub, slot, role).start(),
-        Some(arbiter) => UpstreamActor::start_in_arbiter(arbiter, move |_| {
-            UpstreamActor::new(index, cfg, timing, grace, hub, slot, role)
-        }),
+        None => build().start(),
+        Some(arbiter) => UpstreamActor::start_in_arbiter(arbiter, move |_| build()),
     };
     UpstreamHandle {
         index,

@@ -25,6 +25,8 @@ mod pending;
 pub mod pipe;
 mod pool;
 mod process;
+#[cfg(any(test, feature = "scripted"))]
+pub mod scripted;
 mod stdio;
 
 pub use connection::{Connection, Timing};
@@ -34,5 +36,7 @@ pub use health::BreakerView;
 pub use hub::{Hub, Listener};
 pub use manifold_telemetry::BreakerState;
 pub use outbound::Outbound;
-pub use pending::{Answer, Exchange, Forward, Outcome, Peer, ServerReply, ServerRequest};
+pub use pending::{
+    Answer, Exchange, Forward, Outcome, Peer, RequestKey, ServerReply, ServerRequest,
+};
 pub use pool::{Pool, SessionFor, TeamFor};

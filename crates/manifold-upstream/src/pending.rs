@@ -1,14 +1,21 @@
 //! The table of requests sent to one upstream and not yet answered, and what the rest of
 //! Manifold is told about each one.
 
-use std::collections::HashMap;
-use std::sync::Weak;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 use crate::connection::Connection;
 use crate::error::UpstreamError;
+
+mod delivery;
+mod guard;
+
+pub(crate) use delivery::Delivery;
+pub(crate) use guard::TableGuard;
 
 /// The host side of a request forwarded for a host: told of its progress and, exactly once,
 /// of how it ended. The server implements it; this crate knows nothing of sessions or of the
@@ -26,6 +33,14 @@ pub trait Exchange: Send + Sync {
     /// Whether this is the request with id `host_id` (canonical JSON text, see
     /// `manifold_protocol::envelope::canonical_id`) of session `session`.
     fn is(&self, session: u64, host_id: &str) -> bool;
+    /// The host request this one stands for, if that stays the same for as long as it is in
+    /// flight (`is` and `session` then answer by it): the connection finds it by this key
+    /// when a host cancels, without asking every request in flight. `None` (the default): it
+    /// may change (a request parked while its host is asked for input, and taken up by the
+    /// host's retry); such a request is asked `is` and `session` instead.
+    fn key(&self) -> Option<RequestKey> {
+        None
+    }
     /// A request from the upstream to its client (sampling, elicitation, roots, ping) made
     /// while this request was in flight, and found to belong to it. The exchange forwards it
     /// to its host, or refuses it through `request.reply`.
@@ -33,6 +48,26 @@ pub trait Exchange: Send + Sync {
     /// A notification from the upstream that belongs with this request (e.g.
     /// `notifications/elicitation/complete`), as a complete line.
     fn related(&self, line: &[u8]);
+}
+
+/// A host request as the pending table indexes it: its session and (a hash of) its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RequestKey {
+    session: u64,
+    id: u64,
+}
+
+impl RequestKey {
+    /// The key of request `host_id` (canonical JSON text) of session `session`. Two requests
+    /// may share a key (the id is hashed): the table still asks [`Exchange::is`].
+    pub fn new(session: u64, host_id: &str) -> Self {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        host_id.hash(&mut hasher);
+        Self {
+            session,
+            id: hasher.finish(),
+        }
+    }
 }
 
 /// The host behind a connection that serves one session alone (an isolated upstream): what
@@ -124,7 +159,7 @@ pub enum Answer {
 pub(crate) enum Reply {
     /// Hand it to the host side (the hot path: done on the thread that read it, without
     /// waking any task).
-    Forward(Forward),
+    Forward(Forwarded),
     /// Hand it to a waiting task (handshake, list fetches, fan-outs).
     Channel(oneshot::Sender<Result<Answer, UpstreamError>>),
 }
@@ -138,6 +173,24 @@ pub struct Forward {
     pub timeout: Option<std::time::Duration>,
 }
 
+/// A forwarded request as the table keeps it.
+pub(crate) struct Forwarded {
+    pub delivery: Arc<Delivery>,
+    pub progress_token: Option<Box<str>>,
+    /// The host request it stands for, when that never changes (see [`Exchange::key`]).
+    key: Option<RequestKey>,
+}
+
+impl Forwarded {
+    pub fn new(fwd: Forward) -> Self {
+        Self {
+            key: fwd.exchange.key(),
+            delivery: Delivery::new(fwd.exchange),
+            progress_token: fwd.progress_token,
+        }
+    }
+}
+
 pub(crate) struct Entry {
     pub reply: Reply,
     pub deadline: Instant,
@@ -147,28 +200,133 @@ pub(crate) struct Entry {
     pub limit: Instant,
 }
 
-/// Pending requests by upstream id.
+impl Entry {
+    fn forwarded(&self) -> Option<&Forwarded> {
+        match &self.reply {
+            Reply::Forward(f) => Some(f),
+            Reply::Channel(_) => None,
+        }
+    }
+}
+
+/// Pending requests by upstream id, and the forwarded ones by the host request they stand
+/// for, so that a host's cancellation is a lookup, not a scan.
 #[derive(Default)]
 pub(crate) struct Pending {
-    pub entries: HashMap<u64, Entry>,
+    entries: HashMap<u64, Entry>,
+    /// Forwarded requests with a key: (session, hashed host id, upstream id).
+    by_host: BTreeSet<(u64, u64, u64)>,
+    /// Forwarded requests without one (their host request may change): asked one by one.
+    unkeyed: HashSet<u64>,
 }
 
 impl Pending {
-    /// Removes and returns every entry whose deadline has passed.
-    pub fn take_expired(&mut self, now: Instant) -> Vec<(u64, Entry)> {
-        self.take_where(|e| e.deadline <= now)
+    pub fn len(&self) -> usize {
+        self.entries.len()
     }
 
-    /// Removes and returns every entry `pick` selects.
-    pub fn take_where(&mut self, pick: impl Fn(&Entry) -> bool) -> Vec<(u64, Entry)> {
+    pub fn contains(&self, id: u64) -> bool {
+        self.entries.contains_key(&id)
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Entry> {
+        self.entries.get(&id)
+    }
+
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut Entry> {
+        self.entries.get_mut(&id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &Entry)> {
+        self.entries.iter().map(|(id, e)| (*id, e))
+    }
+
+    pub fn insert(&mut self, id: u64, entry: Entry) {
+        match entry.forwarded().map(|f| f.key) {
+            Some(Some(key)) => {
+                self.by_host.insert((key.session, key.id, id));
+            }
+            Some(None) => {
+                self.unkeyed.insert(id);
+            }
+            None => {}
+        }
+        if let Some(old) = self.entries.insert(id, entry) {
+            // Ids are never reused; should one be, the index must not keep the old entry.
+            self.unindex(id, &old);
+        }
+    }
+
+    pub fn remove(&mut self, id: u64) -> Option<Entry> {
+        let entry = self.entries.remove(&id)?;
+        self.unindex(id, &entry);
+        Some(entry)
+    }
+
+    fn unindex(&mut self, id: u64, entry: &Entry) {
+        match entry.forwarded().map(|f| f.key) {
+            Some(Some(key)) => {
+                self.by_host.remove(&(key.session, key.id, id));
+            }
+            Some(None) => {
+                self.unkeyed.remove(&id);
+            }
+            None => {}
+        }
+    }
+
+    /// Removes every entry (the connection closed).
+    pub fn drain(&mut self) -> Vec<Entry> {
+        self.by_host.clear();
+        self.unkeyed.clear();
+        self.entries.drain().map(|(_, e)| e).collect()
+    }
+
+    /// The forwarded request that is request `host_id` of `session`: looked up by its key,
+    /// or asked among those without one.
+    pub fn find_host(&self, session: u64, host_id: &str) -> Option<u64> {
+        let key = RequestKey::new(session, host_id);
+        let keyed = self
+            .by_host
+            .range((key.session, key.id, 0)..=(key.session, key.id, u64::MAX))
+            .map(|(_, _, id)| *id);
+        keyed
+            .chain(self.unkeyed.iter().copied())
+            .find(|id| self.delivery(*id).is_some_and(|d| d.is(session, host_id)))
+    }
+
+    /// Removes and returns every forwarded request of `session`.
+    pub fn take_session(&mut self, session: u64) -> Vec<(u64, Entry)> {
+        let keyed = self
+            .by_host
+            .range((session, 0, 0)..=(session, u64::MAX, u64::MAX))
+            .map(|(_, _, id)| *id);
+        let ids: Vec<u64> = keyed
+            .chain(self.unkeyed.iter().copied())
+            .filter(|id| self.delivery(*id).is_some_and(|d| d.session() == session))
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.remove(id).map(|e| (id, e)))
+            .collect()
+    }
+
+    fn delivery(&self, id: u64) -> Option<&Delivery> {
+        self.entries.get(&id)?.forwarded().map(|f| &*f.delivery)
+    }
+
+    /// Removes and returns every entry whose deadline has passed.
+    pub fn take_expired(&mut self, now: Instant) -> Vec<(u64, Entry)> {
         let ids: Vec<u64> = self
             .entries
             .iter()
-            .filter(|(_, e)| pick(e))
+            .filter(|(_, e)| e.deadline <= now)
             .map(|(id, _)| *id)
             .collect();
         ids.into_iter()
-            .filter_map(|id| self.entries.remove(&id).map(|e| (id, e)))
+            .filter_map(|id| self.remove(id).map(|e| (id, e)))
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests;

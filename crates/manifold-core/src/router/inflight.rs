@@ -10,7 +10,7 @@ use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::{write, RawObject};
 use manifold_telemetry::spans::{self, ClientDone, Subject};
 use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
-use manifold_upstream::{Exchange, Hub, Outcome, Peer, ServerRequest};
+use manifold_upstream::{Exchange, Hub, Outcome, Peer, RequestKey, ServerRequest};
 use tokio::sync::oneshot;
 
 use super::gather;
@@ -221,6 +221,15 @@ impl Exchange for Inflight {
     fn is(&self, session: u64, host_id: &str) -> bool {
         self.with_ctx(|c| c.session_id() == session && canonical_id(&c.id) == host_id)
             .unwrap_or(false)
+    }
+
+    /// A stateless host's request may park and be taken up by the host's retry, a request
+    /// of another id: it names no key. Any other stands for one host request throughout.
+    fn key(&self) -> Option<RequestKey> {
+        if self.parking.is_some() {
+            return None;
+        }
+        self.with_ctx(|c| RequestKey::new(c.session_id(), &canonical_id(&c.id)))
     }
 
     /// Sends the upstream's request to this request's host, on the same way back (over

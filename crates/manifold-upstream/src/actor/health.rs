@@ -43,13 +43,6 @@ enum Pinged {
     Closed,
 }
 
-impl Health {
-    /// The generation whose handshake succeeded last (0: none yet).
-    pub(super) fn ready_generation(&self) -> u64 {
-        self.ready
-    }
-}
-
 impl UpstreamActor {
     /// The connection of `generation` finished its handshake: it answers, so the breaker
     /// closes, and pings start.
@@ -63,7 +56,10 @@ impl UpstreamActor {
 
     /// Runs with the sweep of deadlines (`SWEEP_EVERY`, 100 ms): a few comparisons.
     pub(super) fn check_health(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping || self.health.ready != self.generation || self.current.is_none() {
+        if self.life.phase().is_stopping()
+            || self.health.ready != self.generation
+            || self.current.is_none()
+        {
             return;
         }
         let now = Instant::now();

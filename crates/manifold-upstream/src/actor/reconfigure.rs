@@ -12,6 +12,7 @@ use actix::prelude::*;
 use manifold_config::UpstreamConfig;
 use rustix::process::Signal;
 
+use super::lifecycle::Event;
 use super::{Link, UpstreamActor};
 use crate::connection::{Connection, Timing};
 use crate::process;
@@ -46,7 +47,7 @@ impl Handler<Reconfigure> for UpstreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Reconfigure, ctx: &mut Context<Self>) {
-        if self.stopping {
+        if self.life.phase().is_stopping() {
             return;
         }
         tracing::info!(upstream = %self.key, "configuration changed: starting a new connection");
@@ -56,15 +57,21 @@ impl Handler<Reconfigure> for UpstreamActor {
         self.cfg = msg.cfg;
         self.timing = msg.timing;
         self.drain = msg.drain;
-        self.skip_probe = false;
-        let serving = self.health.ready_generation() == self.generation;
-        match (self.current.take(), self.link.take()) {
-            // A connection that serves goes on until its replacement is ready. One that
-            // replaced another and is not ready yet is dropped: the one before still serves.
-            (Some(conn), link) if serving && self.replacing.is_none() => {
-                self.replacing = Some(Serving { conn, link });
+        // A connection that serves goes on until its replacement is ready (the lifecycle
+        // keeps it); any other is handed back, to be stopped now.
+        let why = "its configuration changed";
+        let current = match self.current.take() {
+            Some(conn) => Some(Serving {
+                conn,
+                link: self.link.take(),
+            }),
+            None => {
+                stop_now(None, self.link.take(), why);
+                None
             }
-            (conn, link) => stop_now(conn.as_deref(), link, "its configuration changed"),
+        };
+        if let Some(stop) = self.life.on(&self.key, Event::Reconfigured { current }) {
+            stop_now(Some(&stop.conn), stop.link, why);
         }
         self.start(ctx);
     }
@@ -79,8 +86,8 @@ impl UpstreamActor {
         reason: String,
         died_probing: bool,
     ) {
+        // The lifecycle knows whether the next start may probe.
         if died_probing {
-            self.skip_probe = true;
             return self.start(ctx);
         }
         let delay = self.next_backoff();
@@ -120,9 +127,10 @@ impl UpstreamActor {
         });
     }
 
-    /// Closes the connection being replaced and those retiring (the upstream stops).
-    pub(super) fn stop_replaced(&mut self, why: &str) {
-        if let Some(old) = self.replacing.take() {
+    /// Closes the connection that was being replaced, if any, and those retiring (the
+    /// upstream stops).
+    pub(super) fn stop_replaced(&mut self, replaced: Option<Serving>, why: &str) {
+        if let Some(old) = replaced {
             stop_later(&old.conn, old.link, why, self.grace);
         }
         for r in std::mem::take(&mut self.retiring) {
