@@ -40,10 +40,12 @@ impl Layer for Gate {
             ctx.session.is_some(),
             "the layer sees the request's session"
         );
-        if target.params.contains("\"crash\"") {
+        // The tool as its upstream knows it (`params` are the host's, naming `alpha__*`).
+        let tool = target.original.as_deref();
+        if tool == Some("crash") {
             return Check::Refuse(RouteError::InvalidParams("refused by a layer".into()));
         }
-        if !target.params.contains("\"sleep\"") {
+        if tool != Some("sleep") {
             return Check::Pass;
         }
         let Some(release) = self.release.lock().unwrap().take() else {

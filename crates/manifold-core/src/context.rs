@@ -230,6 +230,7 @@ impl Context {
     /// Answers with `result`, to which a stateless host's answer adds the `extra` members
     /// (raw JSON values) it does not have (a session-era host gets `result` as it is).
     pub fn reply_with(&self, result: &str, extra: &[(&str, &str)]) {
+        crate::outlet::check_no_guard("an answer");
         self.ended(Outcome::Ok, None);
         if self.is_stateless() {
             let result = stateless::complete(result, extra);
@@ -242,6 +243,7 @@ impl Context {
 
     /// Answers with the error, as its classification in the request's era says.
     pub fn fail(&self, err: &RouteError) {
+        crate::outlet::check_no_guard("an error answer");
         let era = self.era();
         let classified = err.classify(era);
         let _entered = self.span.enter();
@@ -260,6 +262,7 @@ impl Context {
     /// Answers with the error object an upstream refused the request with (JSON text, its
     /// names already mapped), renumbered for the request's era; returns its code.
     pub fn fail_upstream(&self, error: &str) -> Option<i64> {
+        crate::outlet::check_no_guard("an upstream's refusal");
         let era = self.era();
         let (code, renumbered) = error::upstream_refusal(era, error);
         let error = renumbered.as_deref().unwrap_or(error);

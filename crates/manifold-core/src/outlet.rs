@@ -33,6 +33,17 @@ impl Ending {
     }
 }
 
+/// Checks, in debug builds, that no counted lock guard is alive on this thread while it
+/// writes to a host (see `manifold_upstream::guards_held`). Called by the request paths that
+/// write: answers, progress, related messages, upstreams' requests.
+pub fn check_no_guard(what: &str) {
+    debug_assert_eq!(
+        manifold_upstream::guards_held(),
+        0,
+        "{what}: a lock guard is alive while a host is written to"
+    );
+}
+
 /// Where messages for a host go. Sending never blocks on the host: an outlet that cannot take
 /// more ends its session instead (see [`Ending`]).
 pub trait Outlet: Send + Sync {
@@ -264,5 +275,16 @@ mod tests {
         batch.unanswered();
         batch.unanswered();
         assert!(lines(&sink).is_empty());
+    }
+
+    /// The invariant "no lock guard alive across a write to a host" is checked, not narrated:
+    /// a write path that runs under a counted guard fails in debug builds (every test build).
+    #[test]
+    #[should_panic(expected = "a lock guard is alive while a host is written to")]
+    fn writing_to_a_host_under_a_counted_guard_fails_the_check() {
+        check_no_guard("nothing held");
+        let lock = Mutex::new(());
+        let _held = manifold_upstream::CountedGuard::new(lock.lock().unwrap());
+        check_no_guard("a test");
     }
 }

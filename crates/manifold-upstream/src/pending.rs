@@ -15,7 +15,7 @@ mod delivery;
 mod guard;
 
 pub(crate) use delivery::Delivery;
-pub(crate) use guard::TableGuard;
+pub use guard::{guards_held, TableGuard};
 
 /// The host side of a request forwarded for a host: told of its progress and, exactly once,
 /// of how it ended. The server implements it; this crate knows nothing of sessions or of the

@@ -225,9 +225,8 @@ impl Router {
             .and_then(|a| a.log_level)
             .map(|level| self.fanout.log_for(&ctx, target.upstream, level));
         let exchange = Inflight {
-            ctx: std::sync::Mutex::new(Some(ctx)),
+            host: std::sync::Mutex::new(inflight::HostSide::Waiting(ctx)),
             parking,
-            park: std::sync::OnceLock::new(),
             logging,
             retry,
             hub: Arc::clone(&self.hub),

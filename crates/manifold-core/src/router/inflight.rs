@@ -2,7 +2,7 @@
 //! reach the host, with what the upstream named mapped back to what the host knows.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use manifold_catalog::{rewrite, Kind};
@@ -10,7 +10,7 @@ use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::{write, RawObject};
 use manifold_telemetry::spans::{self, ClientDone, Subject};
 use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
-use manifold_upstream::{Exchange, Hub, Outcome, Peer, RequestKey, ServerRequest};
+use manifold_upstream::{CountedGuard, Exchange, Hub, Outcome, Peer, RequestKey, ServerRequest};
 use tokio::sync::oneshot;
 
 use super::gather;
@@ -24,13 +24,12 @@ use crate::tasks::{self, Tasks};
 
 /// The host side of one forwarded request.
 pub(super) struct Inflight {
-    /// `None` once finished (or, for a parked request, once the host was asked for input:
-    /// the park has the host request that stands for it then).
-    pub ctx: Mutex<Option<Context>>,
+    /// The host request it answers. Locked to take it or to read it, never while the host is
+    /// written to.
+    pub host: Mutex<HostSide>,
     /// For a stateless host's request: where it parks if a session-era upstream asks its
     /// client something (see `mrtr.rs`).
     pub parking: Option<Arc<Parked>>,
-    pub park: OnceLock<Arc<Park>>,
     /// For a stateless request that asked for log messages: it hears them while in flight.
     #[allow(
         dead_code,
@@ -48,6 +47,28 @@ pub(super) struct Inflight {
     pub hop: Hop,
     /// The cache's copy of the answer, when it may keep it.
     pub fill: Option<Fill>,
+}
+
+/// Where the host side of a forwarded request is.
+pub(super) enum HostSide {
+    /// Waiting for the upstream's answer.
+    Waiting(Context),
+    /// A stateless host was asked for input (see `mrtr.rs`): the park holds the host request
+    /// that stands for this one now (the original, or the retry that took its place).
+    Parked(Arc<Park>),
+    /// Answered, or given up.
+    Done,
+}
+
+impl HostSide {
+    /// The host request, if it is still this one's to answer, and the park it was in.
+    fn take(&mut self) -> (Option<Context>, Option<Arc<Park>>) {
+        match std::mem::replace(self, HostSide::Done) {
+            HostSide::Waiting(ctx) => (Some(ctx), None),
+            HostSide::Parked(park) => (None, Some(park)),
+            HostSide::Done => (None, None),
+        }
+    }
 }
 
 /// Where a cache fill gets the answer the host got: `Some(result)` when it may be kept,
@@ -128,12 +149,14 @@ impl Exchange for Inflight {
         }
         let mut line = Vec::with_capacity(params.len() + 64);
         write::notification(&mut line, "notifications/progress", Some(params));
-        self.with_ctx(|ctx| ctx.outlet.notify(&[&line]));
+        if let Some(outlet) = self.outlet() {
+            crate::outlet::check_no_guard("progress");
+            outlet.notify(&[&line]);
+        }
     }
 
     fn finish(mut self: Box<Self>, outcome: Outcome<'_>) {
-        let taken = self.ctx.get_mut().ok().and_then(Option::take);
-        let parked = self.park.get().cloned();
+        let (taken, parked) = self.host.get_mut().map_or((None, None), HostSide::take);
         let ctx = match (taken, &parked) {
             (Some(ctx), _) => ctx,
             (None, Some(park)) => match park.claim(|| self.settled(&outcome)) {
@@ -186,6 +209,7 @@ impl Exchange for Inflight {
                     .is_stateless()
                     .then(|| stateless::complete(result, read_hints(self.method, &ctx)));
                 let answer = stateless.as_deref().unwrap_or(result);
+                crate::outlet::check_no_guard("an answer");
                 ctx.outlet.answer(&write::response_parts(&ctx.id, answer));
                 let tool_error = self.method == "tools/call" && is_tool_error(result);
                 if let Some(fill) = self.fill.take() {
@@ -241,19 +265,26 @@ impl Exchange for Inflight {
             if let Some(fill) = &self.fill {
                 fill.taint();
             }
-            let first = lock(&self.ctx).take();
-            let park = match (self.park.get(), &first) {
-                (Some(park), _) => Arc::clone(park),
-                (None, Some(ctx)) => Arc::clone(self.park.get_or_init(|| parking.open(ctx))),
-                (None, None) => return refuse(request, over()),
+            let (park, first) = {
+                let mut host = lock(&self.host);
+                let (park, first) = match host.take() {
+                    (_, Some(park)) => (park, None),
+                    (Some(ctx), None) => (parking.open(&ctx), Some(ctx)),
+                    (None, None) => return refuse(request, over()),
+                };
+                *host = HostSide::Parked(Arc::clone(&park));
+                (park, first)
             };
             return parking.ask(&park, first, request);
         }
-        let guard = lock(&self.ctx);
-        let Some(ctx) = &*guard else {
+        let asked = match &*lock(&self.host) {
+            HostSide::Waiting(ctx) => Some((ctx.session.clone(), Arc::clone(&ctx.outlet))),
+            _ => None,
+        };
+        let Some((session, outlet)) = asked else {
             return refuse(request, over());
         };
-        let Some(session) = &ctx.session else {
+        let Some(session) = session else {
             let method = request.method.clone();
             return refuse(request, RouteError::NoSessionToAsk(method));
         };
@@ -261,7 +292,7 @@ impl Exchange for Inflight {
         if let Some(fill) = &self.fill {
             fill.taint();
         }
-        ask_host(session, &*ctx.outlet, request);
+        ask_host(&session, &*outlet, request);
     }
 
     fn related(&self, line: &[u8]) {
@@ -273,8 +304,9 @@ impl Exchange for Inflight {
             // the outcome by retrying).
             return;
         }
-        if let Some(ctx) = &*lock(&self.ctx) {
-            ctx.outlet.notify(&[line]);
+        if let Some(outlet) = self.outlet() {
+            crate::outlet::check_no_guard("a related message");
+            outlet.notify(&[line]);
         }
     }
 }
@@ -307,6 +339,7 @@ pub(super) fn ask_host(session: &Session, outlet: &dyn Outlet, request: ServerRe
     let id = session.expect_answer(request.reply);
     let mut line = Vec::with_capacity(params.as_ref().map_or(0, String::len) + 64);
     write::request_with_id(&mut line, &id, method, params.as_deref());
+    crate::outlet::check_no_guard("an upstream's request");
     outlet.notify(&[&line]);
 }
 
@@ -331,18 +364,28 @@ impl Peer for SessionPeer {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Locks a request's host side with a counted guard: writing to the host while it is alive
+/// fails the debug builds' check (see `manifold_upstream::guards_held`).
+fn lock<T>(m: &Mutex<T>) -> CountedGuard<'_, T> {
+    CountedGuard::new(m.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 impl Inflight {
     /// Runs `f` with the host request this stands for: the original, or for a parked one the
-    /// retry that took its place.
+    /// retry that took its place. `f` runs under a lock: it must not write to the host.
     fn with_ctx<R>(&self, f: impl FnOnce(&Context) -> R) -> Option<R> {
-        match self.park.get() {
-            Some(park) => park.with_ctx(f),
-            None => lock(&self.ctx).as_ref().map(f),
-        }
+        let parked = match &*lock(&self.host) {
+            HostSide::Waiting(ctx) => return Some(f(ctx)),
+            HostSide::Parked(park) => Arc::clone(park),
+            HostSide::Done => return None,
+        };
+        parked.with_ctx(f)
+    }
+
+    /// Where what belongs with the request goes, taken out so that nothing is locked while
+    /// the host is written to.
+    fn outlet(&self) -> Option<Arc<dyn Outlet>> {
+        self.with_ctx(|ctx| Arc::clone(&ctx.outlet))
     }
 
     /// How the request ended, kept for the retry of a parked request (names and URIs mapped
@@ -416,15 +459,15 @@ impl Inflight {
 impl Drop for Inflight {
     fn drop(&mut self) {
         // Dropped unfinished: the host cancelled it, and expects no answer.
-        let taken = self.ctx.get_mut().ok().and_then(Option::take);
-        let taken = match (taken, self.park.get()) {
+        let (taken, parked) = self.host.get_mut().map_or((None, None), HostSide::take);
+        let taken = match (taken, &parked) {
             (Some(ctx), _) => Some(ctx),
             (None, Some(park)) => park.claim(|| {
                 Settled::Failed(RouteError::Abandoned("the request was cancelled".into()))
             }),
             (None, None) => None,
         };
-        if let (Some(park), Some(parking)) = (self.park.get(), &self.parking) {
+        if let (Some(park), Some(parking)) = (&parked, &self.parking) {
             parking.close(park);
         }
         if let Some(ctx) = taken {

@@ -1,8 +1,9 @@
-//! The pending table's lock guard, which counts itself (in debug builds) so that the rule
-//! below is checked where hosts are written to.
+//! A lock guard that counts itself (in debug builds), so that the rule below is checked where
+//! hosts are written to: the pending tables' locks, and the server's locks on a request's
+//! host side.
 //!
-//! Invariant: no guard of a pending table is alive on a thread while that thread calls an
-//! [`Exchange`](super::Exchange) (which writes to a host).
+//! Invariant: no counted guard is alive on a thread while that thread writes to a host (an
+//! [`Exchange`](super::Exchange) call here, an outlet write in the server).
 
 use std::ops::{Deref, DerefMut};
 use std::sync::MutexGuard;
@@ -13,9 +14,8 @@ thread_local! {
     static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Guards of pending tables alive on this thread (always 0 in release builds, which do not
-/// count).
-pub(crate) fn guards_held() -> usize {
+/// Counted guards alive on this thread (always 0 in release builds, which do not count).
+pub fn guards_held() -> usize {
     #[cfg(debug_assertions)]
     {
         HELD.with(std::cell::Cell::get)
@@ -26,13 +26,13 @@ pub(crate) fn guards_held() -> usize {
     }
 }
 
-/// A locked pending table.
-pub(crate) struct TableGuard<'a, T> {
+/// A counted lock guard.
+pub struct TableGuard<'a, T> {
     inner: MutexGuard<'a, T>,
 }
 
 impl<'a, T> TableGuard<'a, T> {
-    pub(crate) fn new(inner: MutexGuard<'a, T>) -> Self {
+    pub fn new(inner: MutexGuard<'a, T>) -> Self {
         #[cfg(debug_assertions)]
         HELD.with(|held| held.set(held.get() + 1));
         Self { inner }
