@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use manifold_config::{QuotaConfig, RateConfig, RedisConfig};
 use manifold_policy::redis_backend::{RedisError, RedisLimiter};
 use manifold_policy::{LimitDef, Refusal, RefusalKind};
+use manifold_testkit::process::free_port;
 use manifold_testkit::redis_server::RedisServer;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -414,11 +415,7 @@ async fn a_frozen_server_is_timed_out_and_used_again_when_it_thaws() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_fails_fast() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let limiter = limiter(
         &format!("redis://127.0.0.1:{port}/"),
         "t",
