@@ -224,20 +224,6 @@ fn server_cpus_that_do_not_exist_stop_serve_with_a_clear_error() {
     assert!(err.contains("server.cpus") && err.contains("1023"), "{err}");
 }
 
-/// `manifold serve` on `config` (written into `dir`) with its stdin and stdout piped to the
-/// test, which speaks to it byte for byte.
-fn serve_piped(dir: &TempDir, config: &str) -> std::process::Child {
-    let path = dir.write("manifold.toml", config);
-    std::process::Command::new(manifold_bin())
-        .args(["serve", "--config", path.to_str().unwrap()])
-        .env("MANIFOLD_LOG", "warn")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
 /// Runs `manifold serve` on `config`, initializes, then writes `calls` pipelined calls of
 /// `tool` (ids 1..=calls) to its stdin at once and closes stdin right after them, and reads
 /// stdout to its end. Returns every answer to a call, by id, and the exit code.
@@ -251,7 +237,7 @@ fn pipelined_then_closed(
     Option<i32>,
 ) {
     use std::io::{BufRead, BufReader, Write};
-    let mut child = serve_piped(dir, config);
+    let mut child = serve_piped(dir, config, "warn", std::process::Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let (initialized, init_seen) = std::sync::mpsc::channel();
@@ -338,7 +324,7 @@ fn a_host_that_reads_slowly_is_paced_and_loses_nothing() {
         named_fixture("alpha")
     );
     let dir = TempDir::new("paced");
-    let mut child = serve_piped(&dir, &config);
+    let mut child = serve_piped(&dir, &config, "warn", std::process::Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();

@@ -4,7 +4,7 @@
 //! or not) never holds Manifold's exit.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::Duration;
 
 use manifold_testkit::process::*;
@@ -20,15 +20,7 @@ fn serve(dir: &TempDir, server: &str) -> (Child, Log) {
             &["--name", "alpha", "--pid-file", pids.to_str().unwrap()]
         )
     );
-    let path = dir.write("manifold.toml", &config);
-    let mut child = Command::new(manifold_bin())
-        .args(["serve", "--config", path.to_str().unwrap()])
-        .env("MANIFOLD_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = serve_piped(dir, &config, "info", Stdio::piped());
     let mut stderr = child.stderr.take().unwrap();
     let log = Log(std::thread::spawn(move || {
         let mut text = String::new();

@@ -3,7 +3,7 @@
 //! answers. Every wait is bounded so that a broken build fails instead of hanging.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -186,6 +186,21 @@ pub fn error_renamed(response: &Value, name: &str, with: &str) -> String {
 /// How many lines of `text` (a log, say) contain `needle`.
 pub fn lines_with(text: &str, needle: &str) -> usize {
     text.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// Starts `manifold serve` on `config` (written into `dir`), logging at `log` (a
+/// `MANIFOLD_LOG` directive) to `stderr`, with its stdin and stdout piped to the test, which
+/// speaks to it byte for byte (see [`Manifold`] for a host that speaks JSON).
+pub fn serve_piped(dir: &TempDir, config: &str, log: &str, stderr: Stdio) -> Child {
+    let path = dir.write("manifold.toml", config);
+    Command::new(manifold_bin())
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env("MANIFOLD_LOG", log)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("manifold starts")
 }
 
 /// Runs the `manifold` binary with `args` and `env` to its end: (exit code, or -1 when a

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::process::{admin_port_in, manifold_bin, TempDir, WAIT};
+use crate::process::{admin_port_in, exit_within, manifold_bin, TempDir, WAIT};
 use crate::requests::Requests;
 
 /// A running `manifold serve` with its stdio.
@@ -300,29 +300,26 @@ impl Manifold {
         self.wait_exit()
     }
 
+    /// Waits (bounded) for Manifold to exit; returns its exit code.
     pub fn wait_exit(&mut self) -> Option<i32> {
-        let until = Instant::now() + WAIT;
-        while Instant::now() < until {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // Everything it wrote to stderr has been read once the pipe ends; wait for that
-                // briefly, in case something else still holds the pipe.
-                let until = Instant::now() + Duration::from_secs(2);
-                while self
-                    .stderr_reader
-                    .as_ref()
-                    .is_some_and(|r| !r.is_finished())
-                    && Instant::now() < until
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = exit_within(&mut self.child, WAIT) else {
+            panic!(
+                "manifold did not exit within {WAIT:?}; stderr:\n{}",
+                self.stderr()
+            );
+        };
+        // Everything it wrote to stderr has been read once the pipe ends; wait for that
+        // briefly, in case something else still holds the pipe.
+        let until = Instant::now() + Duration::from_secs(2);
+        while self
+            .stderr_reader
+            .as_ref()
+            .is_some_and(|r| !r.is_finished())
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(10));
         }
-        panic!(
-            "manifold did not exit within {WAIT:?}; stderr:\n{}",
-            self.stderr()
-        );
+        status.code()
     }
 
     pub fn pid(&self) -> u32 {

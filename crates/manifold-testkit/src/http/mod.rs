@@ -12,7 +12,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::process::{admin_port_in, manifold_bin, Manifold, TempDir, WAIT};
+use crate::process::{admin_port_in, exit_within, manifold_bin, Manifold, TempDir, WAIT};
 
 mod fixture;
 mod host;
@@ -176,16 +176,9 @@ pub fn serve_refused(config: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let until = Instant::now() + WAIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("manifold serve did not refuse to start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exit_within(&mut child, WAIT) else {
+        let _ = child.kill();
+        panic!("manifold serve did not refuse to start");
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
