@@ -8,9 +8,8 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -22,27 +21,28 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde_json::{json, Map, Value};
 
+use manifold_testkit::process::{two_fixtures, TempDir};
+
 /// The whole of one test, processes included, must finish within this.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A fresh directory under the system temp dir with the config and Manifold's stderr; removed on
-/// drop, after printing that stderr if the test is failing.
-struct Scratch(PathBuf);
+/// A fresh directory with the config and Manifold's stderr; removed on drop, after printing
+/// that stderr if the test is failing.
+struct Scratch(TempDir);
 
 impl Scratch {
     fn new(tag: &str) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "manifold-interop-rmcp-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create scratch dir");
-        Scratch(dir)
+        Scratch(TempDir::new(&format!("interop-rmcp-{tag}")))
     }
 
     fn stderr_path(&self) -> PathBuf {
-        self.0.join("manifold.stderr")
+        self.0.path().join("manifold.stderr")
+    }
+
+    /// The config: `[upstreams.alpha]` and `[upstreams.beta]`, each the fixture under its
+    /// key's name.
+    fn write_config(&self) -> PathBuf {
+        self.0.write("manifold.toml", &two_fixtures())
     }
 }
 
@@ -53,23 +53,7 @@ impl Drop for Scratch {
             let tail = &log[log.len().saturating_sub(8000)..];
             eprintln!("--- manifold stderr ---\n{tail}");
         }
-        let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// `[upstreams.alpha]` and `[upstreams.beta]`, each a `manifold-fixture --name KEY`.
-fn write_config(dir: &Path) -> PathBuf {
-    let fixture = manifold_testkit::process::fixture_bin();
-    let mut toml = String::new();
-    for key in ["alpha", "beta"] {
-        // Debug formatting of a str is a valid TOML basic string for any path.
-        toml.push_str(&format!(
-            "[upstreams.{key}]\ncommand = {fixture:?}\nargs = [\"--name\", {key:?}]\n\n"
-        ));
-    }
-    let path = dir.join("manifold.toml");
-    std::fs::write(&path, toml).expect("write config");
-    path
 }
 
 /// Starts `manifold serve --config <tmp>` under the rmcp client with the given handshake.
@@ -77,7 +61,7 @@ async fn connect<S>(scratch: &Scratch, client: S) -> RunningService<RoleClient, 
 where
     S: rmcp::ClientHandler,
 {
-    let config = write_config(&scratch.0);
+    let config = scratch.write_config();
     let mut cmd = tokio::process::Command::new(manifold_testkit::process::manifold_bin());
     cmd.arg("serve").arg("--config").arg(&config);
     let stderr = File::create(scratch.stderr_path()).expect("create stderr file");
@@ -367,7 +351,7 @@ async fn default_rmcp_client_negotiates_a_session_era_version() {
 /// and the URL of its Streamable HTTP endpoint.
 async fn serve_http(scratch: &Scratch) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
-    let config = write_config(&scratch.0);
+    let config = scratch.write_config();
     let mut child = tokio::process::Command::new(manifold_testkit::process::manifold_bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&config)
@@ -499,7 +483,7 @@ async fn rmcp_stateless_client_through_manifold() {
     let scratch = Scratch::new("stateless");
     within("rmcp in the stateless era", async {
         // Over stdio.
-        let config = write_config(&scratch.0);
+        let config = scratch.write_config();
         let mut cmd = tokio::process::Command::new(manifold_testkit::process::manifold_bin());
         cmd.arg("serve").arg("--config").arg(&config);
         let stderr = File::create(scratch.stderr_path()).expect("create stderr file");

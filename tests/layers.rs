@@ -74,7 +74,7 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<Value>) -> Value {
 
 #[test]
 fn a_waiting_layer_holds_only_its_own_request_and_a_refusal_never_reaches_the_upstream() {
-    let toml = manifold_testkit::process::fixture_upstream("alpha", &["--name", "alpha"]);
+    let toml = manifold_testkit::process::named_fixture("alpha");
     let config = manifold_config::parse_str(Path::new("layers.toml"), &toml, &|_| None).unwrap();
     let system = actix::System::new();
     system.block_on(async move {

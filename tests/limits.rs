@@ -12,9 +12,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use manifold_testkit::http::{self, FixtureHttp};
+use manifold_testkit::http::FixtureHttp;
 use manifold_testkit::process::*;
-use manifold_testkit::redis_server::RedisServer;
+use manifold_testkit::redis_server::{unique_prefix, RedisServer};
 
 const DAY_SECS: u64 = 86_400;
 
@@ -38,46 +38,9 @@ fn redis_config(
     )
 }
 
-/// A key prefix no other test (nor another run of this one) uses.
-fn unique_prefix(test: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("limits-{test}-{}-{nanos}", std::process::id())
-}
-
-/// Starts `manifold serve` on `config` as `team` (None: no team), with `extra` arguments,
-/// and completes the handshake.
-fn serve(config: &str, team: Option<&str>, extra: &[&str]) -> Manifold {
-    let dir = TempDir::new("limits");
-    let path = dir.write("manifold.toml", config);
-    let mut args = vec!["serve", "--config", path.to_str().unwrap()];
-    if let Some(team) = team {
-        args.extend(["--team", team]);
-    }
-    args.extend(extra);
-    let mut m = Manifold::start_with(&args, dir);
-    let init = m.initialize();
-    assert!(
-        init.get("result").is_some(),
-        "initialize failed: {init}; stderr:\n{}",
-        m.stderr()
-    );
-    m
-}
-
-/// `n` calls of `tool` sent at once (`a` = i, `b` = 1), then every answer, in order.
-fn calls_at_once(m: &mut Manifold, tool: &str, n: usize) -> Vec<Value> {
-    let ids: Vec<u64> = (0..n)
-        .map(|i| {
-            m.send_request(
-                "tools/call",
-                json!({"name": tool, "arguments": {"a": i, "b": 1, "text": format!("t{i}")}}),
-            )
-        })
-        .collect();
-    ids.into_iter().map(|id| m.response(&json!(id))).collect()
+/// The arguments of the i-th of many calls: `a` = i, `b` = 1, and a text of its own.
+fn numbered(i: usize) -> Value {
+    json!({"a": i, "b": 1, "text": format!("t{i}")})
 }
 
 fn passed(answers: &[Value]) -> usize {
@@ -102,11 +65,6 @@ fn check_refusals(answers: &[Value], code: i64, kind: &str, limit: &str) -> Vec<
             retry
         })
         .collect()
-}
-
-/// How many times the fixture behind `upstream` ran `what` (`tool:NAME`).
-fn upstream_count(m: &mut Manifold, upstream: &str, what: &str) -> u64 {
-    m.call_count(upstream, what)
 }
 
 /// The day window index Redis's clock is in (Redis runs on this machine).
@@ -148,25 +106,13 @@ fn two_counted_calls(m: &mut Manifold, redis: &RedisServer, prefix: &str, id: &s
     assert_eq!(quota_in_redis(redis, prefix, id), "2");
 }
 
-/// How many lines of `text` contain `needle`.
-fn lines_with(text: &str, needle: &str) -> usize {
-    text.lines().filter(|l| l.contains(needle)).count()
-}
-
 /// `manifold_limit_store_errors_total{decision}` as /metrics shows it.
-fn store_errors(admin: u16, decision: &str) -> u64 {
-    let body = http::client()
-        .get(format!("http://127.0.0.1:{admin}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    let series = format!("manifold_limit_store_errors_total{{decision=\"{decision}\"}} ");
-    let line = body
-        .lines()
-        .find(|l| l.starts_with(&series))
+fn store_errors(m: &Manifold, decision: &str) -> u64 {
+    let body = m.scrape();
+    let series = format!("manifold_limit_store_errors_total{{decision=\"{decision}\"}}");
+    let value = manifold_testkit::metrics::series(&body, &series)
         .unwrap_or_else(|| panic!("no {series:?} in /metrics:\n{body}"));
-    line[series.len()..].trim().parse().unwrap()
+    value as u64
 }
 
 /// A call made while the store is down: its answer, and how long it took.
@@ -184,7 +130,7 @@ fn sum_text(i: usize) -> String {
 #[test]
 fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
     let redis = RedisServer::start();
-    let prefix = unique_prefix("exact");
+    let prefix = unique_prefix("limits-exact");
     let config = redis_config(
         &redis,
         &prefix,
@@ -200,13 +146,13 @@ fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
              rate = \"40/hour\"\n\
              burst = 40\n\n\
              {}",
-            fixture_upstream("alpha", &["--name", "alpha"])
+            named_fixture("alpha")
         ),
     );
-    let mut m = serve(&config, Some("red"), &[]);
+    let mut m = Manifold::ready_args(&config, &["--team", "red"]);
 
     // 100 calls at once against a quota of 40.
-    let answers = calls_at_once(&mut m, "alpha__add", 100);
+    let answers = m.calls_at_once("alpha__add", 100, numbered);
     assert_eq!(passed(&answers), 40, "{answers:?}");
     for (i, a) in answers.iter().enumerate() {
         if a.get("result").is_some() {
@@ -221,7 +167,7 @@ fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
     );
     assert_eq!(retries.len(), 60);
     assert!(retries.iter().all(|&r| r <= DAY_SECS * 1000), "{retries:?}");
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 40);
+    assert_eq!(m.call_count("alpha", "tool:add"), 40);
     assert_eq!(
         quota_in_redis(&redis, &prefix, "team:red:tool:alpha__add"),
         "40"
@@ -230,7 +176,7 @@ fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
     // 100 calls at once against a rate of 40 an hour with a burst of 40: the 41st would be
     // admitted 90 s after the first.
     let started = Instant::now();
-    let answers = calls_at_once(&mut m, "alpha__echo", 100);
+    let answers = m.calls_at_once("alpha__echo", 100, numbered);
     let elapsed = started.elapsed().as_millis() as u64;
     assert_eq!(passed(&answers), 40, "{answers:?}");
     let retries = check_refusals(
@@ -246,7 +192,7 @@ fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
             .all(|&r| r <= 90_000 && r + elapsed + 1000 >= 90_000),
         "{retries:?} ({elapsed} ms)"
     );
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:echo"), 40);
+    assert_eq!(m.call_count("alpha", "tool:echo"), 40);
     // The stored arrival time is 40 intervals (an hour) past the first call: 41 admitted
     // calls would have pushed it 90 s further.
     let pttl = rate_pttl(&redis, &prefix, "team:red:tool:alpha__echo");
@@ -265,7 +211,7 @@ fn a_quota_and_a_rate_admit_exactly_their_count_of_concurrent_calls() {
 #[test]
 fn a_team_rate_admits_exactly_its_count_of_concurrent_calls() {
     let redis = RedisServer::start();
-    let prefix = unique_prefix("team-rate");
+    let prefix = unique_prefix("limits-team-rate");
     // One fixture over HTTP, reached by red's Manifold and by one without a team, which is
     // not counted against red's limits and so can ask the fixture what it ran.
     let fixture = FixtureHttp::start(0, &["--name", "beta"]);
@@ -285,11 +231,11 @@ fn a_team_rate_admits_exactly_its_count_of_concurrent_calls() {
             fixture.url("/mcp")
         ),
     );
-    let mut red = serve(&config, Some("red"), &[]);
-    let mut observer = serve(&config, None, &[]);
+    let mut red = Manifold::ready_args(&config, &["--team", "red"]);
+    let mut observer = Manifold::ready(&config);
 
     let started = Instant::now();
-    let answers = calls_at_once(&mut red, "beta__add", 100);
+    let answers = red.calls_at_once("beta__add", 100, numbered);
     assert_eq!(passed(&answers), 40, "{answers:?}");
     let retries = check_refusals(&answers, -32014, "rate_limited", "team:red");
     assert_eq!(retries.len(), 60);
@@ -299,7 +245,7 @@ fn a_team_rate_admits_exactly_its_count_of_concurrent_calls() {
     assert_eq!(error_code(&other), -32014, "{other}");
     assert_eq!(other["error"]["data"]["limit"], "team:red", "{other}");
     // Only the admitted calls reached the upstream.
-    assert_eq!(upstream_count(&mut observer, "beta", "tool:add"), 40);
+    assert_eq!(observer.call_count("beta", "tool:add"), 40);
     let pttl = rate_pttl(&redis, &prefix, "team:red");
     let elapsed = started.elapsed().as_millis() as i64;
     assert!(
@@ -316,7 +262,7 @@ fn three_processes_share_one_quota_exactly() {
     const QUOTA: usize = 300;
 
     let redis = RedisServer::start();
-    let prefix = unique_prefix("shared");
+    let prefix = unique_prefix("limits-shared");
     let config = redis_config(
         &redis,
         &prefix,
@@ -327,12 +273,12 @@ fn three_processes_share_one_quota_exactly() {
              [teams.red.tool_limits.alpha__add]\n\
              quota = \"{QUOTA}/day\"\n\n\
              {}",
-            fixture_upstream("alpha", &["--name", "alpha"])
+            named_fixture("alpha")
         ),
     );
     // Each process has its own fixture: what one admits only its own fixture runs.
     let processes: Vec<Manifold> = (0..PROCESSES)
-        .map(|_| serve(&config, Some("red"), &[]))
+        .map(|_| Manifold::ready_args(&config, &["--team", "red"]))
         .collect();
     let start = Arc::new(Barrier::new(PROCESSES));
     let threads: Vec<_> = processes
@@ -343,7 +289,7 @@ fn three_processes_share_one_quota_exactly() {
                 start.wait();
                 let mut answers = Vec::with_capacity(CALLS);
                 for _ in 0..CALLS / BATCH {
-                    answers.extend(calls_at_once(&mut m, "alpha__add", BATCH));
+                    answers.extend(m.calls_at_once("alpha__add", BATCH, numbered));
                 }
                 (m, answers)
             })
@@ -361,7 +307,7 @@ fn three_processes_share_one_quota_exactly() {
             "team:red:tool:alpha__add",
         );
         admitted_by.push(passed(&answers));
-        ran_by.push(upstream_count(&mut m, "alpha", "tool:add") as usize);
+        ran_by.push(m.call_count("alpha", "tool:add") as usize);
     }
     let admitted: usize = admitted_by.iter().sum();
     let ran: usize = ran_by.iter().sum();
@@ -389,8 +335,8 @@ fn outage_setup(
     test: &str,
     fail_open: bool,
     quota: u64,
-) -> (Manifold, u16, String) {
-    let prefix = unique_prefix(test);
+) -> (Manifold, String) {
+    let prefix = unique_prefix(&format!("limits-{test}"));
     let config = redis_config(
         redis,
         &prefix,
@@ -401,18 +347,17 @@ fn outage_setup(
              [teams.red.tool_limits.alpha__add]\n\
              quota = \"{quota}/day\"\n\n\
              {}",
-            fixture_upstream("alpha", &["--name", "alpha"])
+            named_fixture("alpha")
         ),
     );
-    let m = serve(&config, Some("red"), &["--admin", "127.0.0.1:0"]);
-    let admin = m.admin_port();
-    (m, admin, prefix)
+    let m = Manifold::ready_args(&config, &["--team", "red", "--admin", "127.0.0.1:0"]);
+    (m, prefix)
 }
 
 #[test]
 fn fail_closed_refuses_calls_while_redis_is_down_and_counts_again_once_it_is_back() {
     let mut redis = RedisServer::start();
-    let (mut m, admin, prefix) = outage_setup(&redis, "closed", false, 5);
+    let (mut m, prefix) = outage_setup(&redis, "closed", false, 5);
     let id = "team:red:tool:alpha__add";
 
     // Counted in Redis while it is up.
@@ -433,7 +378,7 @@ fn fail_closed_refuses_calls_while_redis_is_down_and_counts_again_once_it_is_bac
         );
     }
     // None of them reached the upstream (call_count has no limit: it needs no store).
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 2);
+    assert_eq!(m.call_count("alpha", "tool:add"), 2);
     // One outage, logged once, however many calls it refused.
     let stderr = logged_once(&m, UNREACHABLE);
     assert!(
@@ -441,26 +386,26 @@ fn fail_closed_refuses_calls_while_redis_is_down_and_counts_again_once_it_is_bac
         "{stderr}"
     );
     assert!(!stderr.contains(REACHABLE_AGAIN), "{stderr}");
-    assert_eq!(store_errors(admin, "refused"), DOWN_CALLS);
-    assert_eq!(store_errors(admin, "allowed"), 0);
+    assert_eq!(store_errors(&m, "refused"), DOWN_CALLS);
+    assert_eq!(store_errors(&m, "allowed"), 0);
 
     // Back, empty (nothing is persisted): the same Manifold counts again from zero, and the
     // quota is enforced again.
     redis.restart();
-    let answers = calls_at_once(&mut m, "alpha__add", 8);
+    let answers = m.calls_at_once("alpha__add", 8, numbered);
     assert_eq!(passed(&answers), 5, "{answers:?}");
     check_refusals(&answers, -32015, "quota_exceeded", id);
     assert_eq!(quota_in_redis(&redis, &prefix, id), "5");
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 2 + 5);
+    assert_eq!(m.call_count("alpha", "tool:add"), 2 + 5);
     let stderr = logged_once(&m, REACHABLE_AGAIN);
     assert_eq!(lines_with(&stderr, UNREACHABLE), 1, "{stderr}");
-    assert_eq!(store_errors(admin, "refused"), DOWN_CALLS);
+    assert_eq!(store_errors(&m, "refused"), DOWN_CALLS);
 }
 
 #[test]
 fn fail_open_passes_calls_uncounted_while_redis_is_down_and_counts_again_once_it_is_back() {
     let mut redis = RedisServer::start();
-    let (mut m, admin, prefix) = outage_setup(&redis, "open", true, 3);
+    let (mut m, prefix) = outage_setup(&redis, "open", true, 3);
     let id = "team:red:tool:alpha__add";
 
     two_counted_calls(&mut m, &redis, &prefix, id);
@@ -476,33 +421,30 @@ fn fail_open_passes_calls_uncounted_while_redis_is_down_and_counts_again_once_it
             "answered after {took:?}: {r}"
         );
     }
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 2 + DOWN_CALLS);
+    assert_eq!(m.call_count("alpha", "tool:add"), 2 + DOWN_CALLS);
     let stderr = logged_once(&m, UNREACHABLE);
     assert!(
         stderr.contains("calls are allowed without counting"),
         "{stderr}"
     );
-    assert_eq!(store_errors(admin, "allowed"), DOWN_CALLS);
-    assert_eq!(store_errors(admin, "refused"), 0);
+    assert_eq!(store_errors(&m, "allowed"), DOWN_CALLS);
+    assert_eq!(store_errors(&m, "refused"), 0);
 
     // Back, empty: counting resumes from zero and the quota holds again.
     redis.restart();
-    let answers = calls_at_once(&mut m, "alpha__add", 6);
+    let answers = m.calls_at_once("alpha__add", 6, numbered);
     assert_eq!(passed(&answers), 3, "{answers:?}");
     check_refusals(&answers, -32015, "quota_exceeded", id);
     assert_eq!(quota_in_redis(&redis, &prefix, id), "3");
-    assert_eq!(
-        upstream_count(&mut m, "alpha", "tool:add"),
-        2 + DOWN_CALLS + 3
-    );
+    assert_eq!(m.call_count("alpha", "tool:add"), 2 + DOWN_CALLS + 3);
     logged_once(&m, REACHABLE_AGAIN);
-    assert_eq!(store_errors(admin, "allowed"), DOWN_CALLS);
+    assert_eq!(store_errors(&m, "allowed"), DOWN_CALLS);
 }
 
 #[test]
 fn a_frozen_redis_is_answered_within_the_timeout_and_counting_resumes_when_it_thaws() {
     let redis = RedisServer::start();
-    let (mut m, admin, prefix) = outage_setup(&redis, "frozen", false, 1000);
+    let (mut m, prefix) = outage_setup(&redis, "frozen", false, 1000);
     let id = "team:red:tool:alpha__add";
     let r = m.call("alpha__add", json!({"a": 0, "b": 1}));
     assert_eq!(text_of(&r), "1", "{r}");
@@ -522,21 +464,21 @@ fn a_frozen_redis_is_answered_within_the_timeout_and_counting_resumes_when_it_th
         );
     }
     let started = Instant::now();
-    let answers = calls_at_once(&mut m, "alpha__add", 20);
+    let answers = m.calls_at_once("alpha__add", 20, numbered);
     let took = started.elapsed();
     assert!(
         answers.iter().all(|a| error_code(a) == -32016),
         "{answers:?}"
     );
     assert!(took < Duration::from_secs(2), "answered after {took:?}");
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 1);
+    assert_eq!(m.call_count("alpha", "tool:add"), 1);
     m.assert_logged(UNREACHABLE);
-    assert_eq!(store_errors(admin, "refused"), 23);
+    assert_eq!(store_errors(&m, "refused"), 23);
 
     redis.resume();
     let r = m.call("alpha__add", json!({"a": 1, "b": 1}));
     assert_eq!(text_of(&r), "2", "{r}");
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 2);
+    assert_eq!(m.call_count("alpha", "tool:add"), 2);
     m.assert_logged(REACHABLE_AGAIN);
     // Counted again: one more call adds exactly one.
     let before: u64 = quota_in_redis(&redis, &prefix, id).parse().unwrap();
@@ -558,13 +500,13 @@ fn a_frozen_redis_is_answered_within_the_timeout_and_counting_resumes_when_it_th
 #[test]
 fn calls_refused_while_redis_is_frozen_never_reach_the_upstream_and_the_quota_holds() {
     let redis = RedisServer::start();
-    let (mut m, _admin, prefix) = outage_setup(&redis, "thaw", false, 5);
+    let (mut m, prefix) = outage_setup(&redis, "thaw", false, 5);
     let id = "team:red:tool:alpha__add";
     let r = m.call("alpha__add", json!({"a": 0, "b": 1}));
     assert_eq!(text_of(&r), "1", "{r}");
 
     redis.pause();
-    let answers = calls_at_once(&mut m, "alpha__add", 10);
+    let answers = m.calls_at_once("alpha__add", 10, numbered);
     assert!(
         answers.iter().all(|a| error_code(a) == -32016),
         "{answers:?}"
@@ -572,12 +514,12 @@ fn calls_refused_while_redis_is_frozen_never_reach_the_upstream_and_the_quota_ho
     redis.resume();
     // Give Redis time to run whatever it had been sent.
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 1);
+    assert_eq!(m.call_count("alpha", "tool:add"), 1);
     let counted: u64 = quota_in_redis(&redis, &prefix, id).parse().unwrap();
     assert!((1..=5).contains(&counted), "counted {counted}");
     // However many refused checks were counted, the quota is never exceeded.
-    let answers = calls_at_once(&mut m, "alpha__add", 10);
+    let answers = m.calls_at_once("alpha__add", 10, numbered);
     let admitted = passed(&answers) as u64;
     assert_eq!(admitted, 5 - counted, "{answers:?}");
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 1 + admitted);
+    assert_eq!(m.call_count("alpha", "tool:add"), 1 + admitted);
 }

@@ -3,12 +3,10 @@
 //! metadata it points at, sessions owned by the principal that opened them, per-team views,
 //! per-team headers to HTTP upstreams, and a per-team quota under concurrent calls.
 
-use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use reqwest::blocking::{Client, Response};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::blocking::Response;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -57,12 +55,7 @@ impl Gateway {
 
     /// A host presenting `cred` on every request, not yet in a session.
     fn host(&self, cred: &Cred) -> Host {
-        Host {
-            client: client_with(cred),
-            url: self.url("/mcp"),
-            session: None,
-            next_id: 1,
-        }
+        self.host_using(client_with(cred))
     }
 
     /// A host presenting `cred` that completed the handshake.
@@ -91,49 +84,6 @@ impl Gateway {
 }
 
 // ---- credentials ----
-
-/// What a host presents.
-#[derive(Clone, Debug)]
-pub(crate) enum Cred {
-    None,
-    /// `Authorization: Bearer <token>`.
-    Bearer(String),
-    /// `X-API-Key: <key>`.
-    ApiKey(String),
-    /// `Authorization: <value>`, as given.
-    Authorization(String),
-}
-
-impl Cred {
-    fn bearer(token: &str) -> Cred {
-        Cred::Bearer(token.to_owned())
-    }
-
-    pub(crate) fn api_key(key: &str) -> Cred {
-        Cred::ApiKey(key.to_owned())
-    }
-}
-
-pub(crate) fn client_with(cred: &Cred) -> Client {
-    let mut headers = HeaderMap::new();
-    let mut set = |name: &'static str, value: String| {
-        headers.insert(
-            HeaderName::from_static(name),
-            HeaderValue::from_str(&value).unwrap(),
-        );
-    };
-    match cred {
-        Cred::None => {}
-        Cred::Bearer(token) => set("authorization", format!("Bearer {token}")),
-        Cred::ApiKey(key) => set("x-api-key", key.clone()),
-        Cred::Authorization(value) => set("authorization", value.clone()),
-    }
-    Client::builder()
-        .timeout(WAIT)
-        .default_headers(headers)
-        .build()
-        .expect("an HTTP client")
-}
 
 /// A host presenting `cred` with the session id `session` (another's, or none at all).
 fn with_session(gw: &Gateway, cred: &Cred, session: &str) -> Host {
@@ -196,48 +146,6 @@ fn description(challenge: &str) -> &str {
         .and_then(|rest| rest.split('"').next())
         .unwrap_or_else(|| panic!("no error_description in {challenge}"))
 }
-
-/// Every name of a paginated list, following nextCursor.
-fn names(host: &mut Host, method: &str, key: &str, field: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut params = json!({});
-    for _ in 0..100 {
-        let r = host.request(method, params.clone());
-        let result = r
-            .get("result")
-            .unwrap_or_else(|| panic!("{method} failed: {r}"));
-        for item in result[key].as_array().unwrap() {
-            out.push(item[field].as_str().unwrap().to_owned());
-        }
-        match result.get("nextCursor").and_then(Value::as_str) {
-            Some(c) => params = json!({ "cursor": c }),
-            None => return out,
-        }
-    }
-    panic!("{method} never ended");
-}
-
-fn tools(host: &mut Host) -> Vec<String> {
-    names(host, "tools/list", "tools", "name")
-}
-
-/// The error of `response` with `name` replaced by `with`, to compare the error of a hidden
-/// name with that of an unknown one.
-fn error_renamed(response: &Value, name: &str, with: &str) -> String {
-    response
-        .get("error")
-        .unwrap_or_else(|| panic!("not an error: {response}"))
-        .to_string()
-        .replace(name, with)
-}
-
-/// The JSON object the fixture's `trace_context` tool answers with.
-fn trace_context(host: &mut Host, tool: &str) -> Value {
-    let r = host.call(tool, json!({}));
-    serde_json::from_str(&text_of(&r)).unwrap_or_else(|e| panic!("{e}: {r}"))
-}
-
-// ---- configs ----
 
 /// `[auth]` with JWTs from `jwks` (a `jwks_url = ...` or `jwks = ...` line), team claim
 /// `groups`, refetching on an unknown kid at once.
@@ -390,7 +298,7 @@ upstreams = ["beta"]
     // The team comes from the claim: a value listed by red among others, and blue's name.
     let red_token = token_for(&k1, "alice", json!(["staff", "red-eng"]));
     let mut red = gw.ready(&Cred::bearer(&red_token));
-    let red_tools = tools(&mut red);
+    let red_tools = red.all_tool_names();
     assert!(!red_tools.is_empty());
     assert!(
         red_tools.iter().all(|t| t.starts_with("alpha__")),
@@ -398,7 +306,7 @@ upstreams = ["beta"]
     );
     let blue_token = token_for(&k1, "bob", json!("blue"));
     let mut blue = gw.ready(&Cred::bearer(&blue_token));
-    let blue_tools = tools(&mut blue);
+    let blue_tools = blue.all_tool_names();
     assert!(
         !blue_tools.is_empty() && blue_tools.iter().all(|t| t.starts_with("beta__")),
         "{blue_tools:?}"
@@ -477,7 +385,10 @@ upstreams = ["beta"]
     let hits = server.hits();
     server.set(jwks(&[k1.jwk(), k2.jwk()]));
     let mut rotated = gw.ready(&Cred::bearer(&unknown_kid));
-    assert!(tools(&mut rotated).iter().all(|t| t.starts_with("alpha__")));
+    assert!(rotated
+        .all_tool_names()
+        .iter()
+        .all(|t| t.starts_with("alpha__")));
     assert!(server.hits() > hits, "the JWKS was not fetched again");
     // The old key still works, and the sessions opened before go on.
     assert_eq!(red.request("ping", json!({}))["result"], json!({}));
@@ -529,7 +440,7 @@ issuer = "{ISS}"
 
 {}"#,
         inline_jwks(&k1),
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     );
     let gw = Gateway::start(&config);
     let c = client();
@@ -601,7 +512,7 @@ issuer = "{ISS}"
     let gw = Gateway::start_with(
         &format!(
             "[teams.red]\napi_keys = [\"{RED_KEY}\"]\n\n{}",
-            fixture_upstream("alpha", &["--name", "alpha"])
+            named_fixture("alpha")
         ),
         &[],
         "127.0.0.1",
@@ -612,7 +523,7 @@ issuer = "{ISS}"
     assert_eq!(doc["bearer_methods_supported"], json!(["header"]), "{doc}");
 
     // Without authentication there is nothing to describe.
-    let gw = Gateway::start(&fixture_upstream("alpha", &["--name", "alpha"]));
+    let gw = Gateway::start(&named_fixture("alpha"));
     let r = c.get(gw.metadata_url()).send().unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
@@ -743,7 +654,7 @@ tools = {{ include = ["beta__echo", "beta__add", "beta__call_count"] }}
         let r = s.spawn(|| {
             let mut seen = Vec::new();
             for i in 0..5 {
-                seen.push(tools(&mut red));
+                seen.push(red.all_tool_names());
                 let text = format!("red {i}");
                 assert_eq!(
                     text_of(&red.call("alpha__echo", json!({"text": text}))),
@@ -755,7 +666,7 @@ tools = {{ include = ["beta__echo", "beta__add", "beta__call_count"] }}
         let b = s.spawn(|| {
             let mut seen = Vec::new();
             for i in 0..5 {
-                seen.push(tools(&mut blue));
+                seen.push(blue.all_tool_names());
                 let text = format!("blue {i}");
                 assert_eq!(
                     text_of(&blue.call("beta__echo", json!({"text": text}))),
@@ -891,13 +802,13 @@ transport = "streamable-http"
             ("green", &mut green, Some("Bearer shared"), None),
             ("red again", &mut red_again, Some(red_header.as_str()), None),
         ] {
-            let seen = trace_context(host, "remote__trace_context");
+            let seen = text_json(&host.call("remote__trace_context", json!({})));
             assert_eq!(
                 seen["authorization"].as_str(),
                 remote,
                 "{who}, round {round}: {seen}"
             );
-            let seen = trace_context(host, "open__trace_context");
+            let seen = text_json(&host.call("open__trace_context", json!({})));
             assert_eq!(
                 seen["authorization"].as_str(),
                 open,
@@ -935,7 +846,7 @@ quota = "5/day"
 api_keys = ["{BLUE_KEY}"]
 
 {}"#,
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     );
     let gw = Gateway::start(&config);
     // Sessions of the same team, opened with either of its keys.
@@ -1101,37 +1012,32 @@ fn listening_beyond_loopback_is_allowed_once_hosts_must_authenticate() {
     let dir = TempDir::new("auth-remote");
     let check = |name: &str, config: &str| {
         let path = dir.write(name, config);
-        Command::new(manifold_bin())
-            .args(["check", "--no-start", "--config", path.to_str().unwrap()])
-            .output()
-            .unwrap()
+        run_manifold(
+            &["check", "--no-start", "--config", path.to_str().unwrap()],
+            &[],
+        )
     };
-    let upstream = fixture_upstream("alpha", &["--name", "alpha"]);
+    let upstream = named_fixture("alpha");
     let listen = "[server]\nlisten = \"0.0.0.0:0\"\n\n";
     let keys = format!("[teams.red]\napi_keys = [\"{RED_KEY}\"]\n\n");
     let k1 = Issuer::new(ISS, "k1");
     let jwt = format!("{}\n[teams.red]\n\n", jwt_auth(&inline_jwks(&k1)));
 
-    let open = check("open.toml", &format!("{listen}{upstream}"));
-    assert!(!open.status.success());
-    let err = String::from_utf8_lossy(&open.stderr);
+    let (code, _, err) = check("open.toml", &format!("{listen}{upstream}"));
+    assert_ne!(code, 0);
     assert!(
         err.contains("server.listen") && err.contains("allow_remote"),
         "{err}"
     );
     // A team without keys authenticates no one.
-    let keyless = check(
+    let (code, _, _) = check(
         "keyless.toml",
         &format!("{listen}[teams.red]\n\n{upstream}"),
     );
-    assert!(!keyless.status.success());
+    assert_ne!(code, 0);
     for (name, auth) in [("keys.toml", &keys), ("jwt.toml", &jwt)] {
-        let out = check(name, &format!("{listen}{auth}{upstream}"));
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (code, _, err) = check(name, &format!("{listen}{auth}{upstream}"));
+        assert_eq!(code, 0, "{name}: {err}");
     }
 
     // Served on every interface: reachable over loopback, and only with a key.

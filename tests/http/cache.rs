@@ -7,7 +7,6 @@ use std::sync::Barrier;
 
 use serde_json::{json, Value};
 
-use crate::auth::{client_with, Cred};
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 
@@ -34,24 +33,13 @@ tools = {{ exclude = ["fx__echo"] }}
     )
 }
 
-fn host_of(server: &Server, key: &str) -> Host {
-    server.ready_host_using(client_with(&Cred::api_key(key)))
-}
-
-/// How many times the fixture ran tool `name`.
-fn calls_of(host: &mut Host, tool: &str) -> u64 {
-    host.call_count("fx", &format!("tool:{tool}"))
-}
-
-fn echo(host: &mut Host, text: &str) {
-    let r = host.call("fx__echo", json!({"text": text}));
-    assert_eq!(text_of(&r), text, "{r}");
-}
-
 #[test]
 fn two_sessions_calling_at_once_cost_one_upstream_call() {
     let server = Server::start(&config("[upstreams.fx.tool_cache.sleep]\nttl = \"60s\"\n"));
-    let mut hosts = [host_of(&server, RED_KEY), host_of(&server, RED_KEY)];
+    let mut hosts = [
+        server.ready_host_with_key(RED_KEY),
+        server.ready_host_with_key(RED_KEY),
+    ];
     let start = Barrier::new(hosts.len());
     std::thread::scope(|s| {
         for host in &mut hosts {
@@ -64,7 +52,7 @@ fn two_sessions_calling_at_once_cost_one_upstream_call() {
         }
     });
     assert_eq!(
-        calls_of(&mut hosts[0], "sleep"),
+        hosts[0].calls_of("fx", "sleep"),
         1,
         "two sessions' identical calls were not coalesced"
     );
@@ -73,27 +61,27 @@ fn two_sessions_calling_at_once_cost_one_upstream_call() {
 #[test]
 fn a_team_scoped_entry_serves_only_its_own_team() {
     let server = Server::start(&config("cache = { ttl = \"60s\" }\n"));
-    let mut red = host_of(&server, RED_KEY);
-    let mut green = host_of(&server, GREEN_KEY);
-    echo(&mut red, "x");
-    echo(&mut red, "x");
-    assert_eq!(calls_of(&mut red, "echo"), 1, "red's second call missed");
-    echo(&mut green, "x");
-    assert_eq!(calls_of(&mut red, "echo"), 2, "green got red's entry");
-    echo(&mut green, "x");
-    assert_eq!(calls_of(&mut red, "echo"), 2, "green's second call missed");
+    let mut red = server.ready_host_with_key(RED_KEY);
+    let mut green = server.ready_host_with_key(GREEN_KEY);
+    red.echo("fx__echo", "x");
+    red.echo("fx__echo", "x");
+    assert_eq!(red.calls_of("fx", "echo"), 1, "red's second call missed");
+    green.echo("fx__echo", "x");
+    assert_eq!(red.calls_of("fx", "echo"), 2, "green got red's entry");
+    green.echo("fx__echo", "x");
+    assert_eq!(red.calls_of("fx", "echo"), 2, "green's second call missed");
 }
 
 #[test]
 fn a_shared_entry_serves_every_team_that_may_see_the_tool() {
     let server = Server::start(&config("cache = { ttl = \"60s\", scope = \"shared\" }\n"));
-    let mut red = host_of(&server, RED_KEY);
-    let mut green = host_of(&server, GREEN_KEY);
-    let mut blue = host_of(&server, BLUE_KEY);
-    echo(&mut red, "x");
-    echo(&mut green, "x");
+    let mut red = server.ready_host_with_key(RED_KEY);
+    let mut green = server.ready_host_with_key(GREEN_KEY);
+    let mut blue = server.ready_host_with_key(BLUE_KEY);
+    red.echo("fx__echo", "x");
+    green.echo("fx__echo", "x");
     assert_eq!(
-        calls_of(&mut red, "echo"),
+        red.calls_of("fx", "echo"),
         1,
         "green missed red's shared entry"
     );
@@ -111,5 +99,5 @@ fn a_shared_entry_serves_every_team_that_may_see_the_tool() {
         error(&unknown, "fx__no_such_tool"),
         "a hidden tool was answered from the shared entry or otherwise than an unknown one"
     );
-    assert_eq!(calls_of(&mut red, "echo"), 1);
+    assert_eq!(red.calls_of("fx", "echo"), 1);
 }

@@ -7,7 +7,6 @@
 
 use serde_json::json;
 
-use crate::auth::{client_with, Cred};
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 
@@ -51,25 +50,9 @@ api_keys = ["{GREEN_KEY}"]
     )
 }
 
-fn host_of(server: &Server, key: &str) -> Host {
-    server.ready_host_using(client_with(&Cred::api_key(key)))
-}
-
-/// How many times the fixture read its readme.
-fn reads(host: &mut Host) -> u64 {
-    host.call_count("fx", &format!("read:{README_UPSTREAM}"))
-}
-
-/// Reads the readme; the answer is the upstream's, hints and all.
-fn read(host: &mut Host) {
-    let r = host.request("resources/read", json!({"uri": README}));
-    assert!(r["result"]["contents"].is_array(), "{r}");
-}
-
 /// The resource cache's hits of upstream `fx`, summed over tiers (0 if none yet).
 fn resource_hits(server: &Server) -> f64 {
-    crate::shared_cache::metric(
-        server,
+    server.metric(
         "manifold_cache_hits_total",
         &[("cache", "resources"), ("upstream", "fx")],
     )
@@ -78,13 +61,13 @@ fn resource_hits(server: &Server) -> f64 {
 #[test]
 fn an_operator_rule_outweighs_a_stateless_upstreams_default_hints() {
     let server = Server::start(&config());
-    let mut red = host_of(&server, RED_KEY);
-    let mut green = host_of(&server, GREEN_KEY);
-    read(&mut red);
-    read(&mut green);
-    read(&mut red);
+    let mut red = server.ready_host_with_key(RED_KEY);
+    let mut green = server.ready_host_with_key(GREEN_KEY);
+    red.read(README);
+    green.read(README);
+    red.read(README);
     assert_eq!(
-        reads(&mut red),
+        red.reads_of("fx", README_UPSTREAM),
         1,
         "the second and third reads (by two teams) reached the upstream: its ttlMs 0 and \
          private scope outweighed the configured shared minute"
@@ -98,10 +81,14 @@ fn an_operator_rule_outweighs_a_stateless_upstreams_default_hints() {
 #[test]
 fn a_resource_update_on_a_stateless_upstreams_listen_stream_drops_the_entry() {
     let server = Server::start(&config());
-    let mut red = host_of(&server, RED_KEY);
-    read(&mut red);
-    read(&mut red);
-    assert_eq!(reads(&mut red), 1, "the second read was not a hit");
+    let mut red = server.ready_host_with_key(RED_KEY);
+    red.read(README);
+    red.read(README);
+    assert_eq!(
+        red.reads_of("fx", README_UPSTREAM),
+        1,
+        "the second read was not a hit"
+    );
     // The cache names the URI on the upstream's subscriptions/listen stream; once the stream
     // carries it, the fixture's touch reaches that stream.
     eventually("the listen stream names the cached URI", || {
@@ -109,11 +96,15 @@ fn a_resource_update_on_a_stateless_upstreams_listen_stream_drops_the_entry() {
         text_of(&r) == "touched 1"
     });
     eventually("the update dropped the entry", || {
-        read(&mut red);
-        reads(&mut red) >= 2
+        red.read(README);
+        red.reads_of("fx", README_UPSTREAM) >= 2
     });
     // Kept again after the fresh read.
-    let after = reads(&mut red);
-    read(&mut red);
-    assert_eq!(reads(&mut red), after, "the fresh answer was not kept");
+    let after = red.reads_of("fx", README_UPSTREAM);
+    red.read(README);
+    assert_eq!(
+        red.reads_of("fx", README_UPSTREAM),
+        after,
+        "the fresh answer was not kept"
+    );
 }

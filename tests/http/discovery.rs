@@ -113,12 +113,7 @@ fn a_schema_budget_and_the_counters_on_metrics() {
     );
     let r = host.call("find_tools", json!({"k": 3}));
     assert_eq!(code(&r), -32602, "{r}");
-    let metrics = client()
-        .get(server.url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = get_text(&server.url("/metrics"));
     for line in [
         "manifold_discovery_searches_total{team=\"anonymous\"} 1",
         "manifold_discovery_list_bytes_total{team=\"anonymous\",listing=\"served\"}",

@@ -7,7 +7,6 @@
 //! Bounds are generous (slow machines): the tests assert outcomes and their order, not
 //! milliseconds.
 
-use std::process::{Command, ExitStatus};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,34 +19,7 @@ use manifold_testkit::process::*;
 
 /// `extra` in `[server]`, and the fixture `alpha`.
 fn config(extra: &str) -> String {
-    format!(
-        "[server]\n{extra}\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
-    )
-}
-
-fn sigterm(server: &Server) {
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-/// Waits (bounded by `within`) for the process to exit by itself.
-fn exit_of(server: &mut Server, within: Duration) -> ExitStatus {
-    let until = Instant::now() + within;
-    loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < until,
-            "manifold did not exit within {within:?}; stderr:\n{}",
-            server.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    format!("[server]\n{extra}\n\n{}", named_fixture("alpha"))
 }
 
 fn readyz(url: &str) -> (StatusCode, Value) {
@@ -77,10 +49,8 @@ fn in_flight(server: &Server) -> u64 {
         .unwrap()
         .text()
         .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("manifold_host_inflight_requests{transport=\"http\"} "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
+    let series = "manifold_host_inflight_requests{transport=\"http\"}";
+    manifold_testkit::metrics::series(&text, series).map_or(0, |n| n as u64)
 }
 
 fn ping(host: &mut Host) -> Response {
@@ -95,13 +65,9 @@ fn readiness_fails_at_once_while_requests_are_still_served_for_the_delay() {
     eventually("ready", || {
         readyz(&server.url("/readyz")).0 == StatusCode::OK
     });
-    let metrics = || {
-        let r = client().get(server.admin_url("/metrics")).send().unwrap();
-        r.text().unwrap()
-    };
-    assert!(metrics().contains("\nmanifold_draining 0\n"));
+    assert!(server.scrape().contains("\nmanifold_draining 0\n"));
 
-    sigterm(&server);
+    send_signal(server.child.id(), "TERM");
     let signalled = Instant::now();
     eventually("readiness fails", || {
         readyz(&server.url("/readyz")).0 == StatusCode::SERVICE_UNAVAILABLE
@@ -117,7 +83,7 @@ fn readiness_fails_at_once_while_requests_are_still_served_for_the_delay() {
     }
     let r = client().get(server.url("/healthz")).send().unwrap();
     assert_eq!(r.status(), StatusCode::OK, "alive all along");
-    let text = metrics();
+    let text = server.scrape();
     assert!(text.contains("\nmanifold_draining 1\n"), "{text}");
     let r = host.call("alpha__echo", json!({"text": "still served"}));
     assert_eq!(text_of(&r), "still served", "{r}");
@@ -133,7 +99,8 @@ fn readiness_fails_at_once_while_requests_are_still_served_for_the_delay() {
     );
 
     // Nothing in flight: the process exits once the delay is over.
-    let status = exit_of(&mut server, WAIT);
+    let status = exit_within(&mut server.child, WAIT)
+        .unwrap_or_else(|| panic!("manifold did not exit; stderr:\n{}", server.stderr()));
     assert!(status.success(), "{status}");
     let log = server.stderr();
     assert!(
@@ -151,7 +118,7 @@ fn a_call_in_flight_finishes_while_new_requests_are_refused_then_the_process_exi
     let slow = sleep_call(&slow_host, "slow", 8000);
     eventually("the call is in flight", || in_flight(&server) == 1);
 
-    sigterm(&server);
+    send_signal(server.child.id(), "TERM");
     let signalled = Instant::now();
     // After the delay, a new request gets 503 with Retry-After, before anything of it ran.
     let mut refused = None;
@@ -205,7 +172,8 @@ fn a_call_in_flight_finishes_while_new_requests_are_refused_then_the_process_exi
     assert_eq!(answer["id"], "slow", "{answer}");
     assert_eq!(text_of(&answer), "slept 8000", "{answer}");
     // And the process ends soon after: it waited for the call, not for the deadline.
-    let status = exit_of(&mut server, WAIT);
+    let status = exit_within(&mut server.child, WAIT)
+        .unwrap_or_else(|| panic!("manifold did not exit; stderr:\n{}", server.stderr()));
     assert!(status.success(), "{status}");
     assert!(signalled.elapsed() < Duration::from_secs(120));
     assert!(answered.elapsed() < WAIT);
@@ -245,7 +213,7 @@ fn what_is_still_running_at_the_deadline_gets_an_error_and_the_process_exits() {
     };
     eventually("both calls are in flight", || in_flight(&server) == 2);
 
-    sigterm(&server);
+    send_signal(server.child.id(), "TERM");
     let signalled = Instant::now();
     for (call, id) in [(stuck, "stuck"), (stateless, "stuck-too")] {
         let (status, answer) = call.join().unwrap();
@@ -262,7 +230,8 @@ fn what_is_still_running_at_the_deadline_gets_an_error_and_the_process_exits() {
     }
     // Not before the deadline, and no hang after it.
     assert!(signalled.elapsed() >= Duration::from_millis(1500));
-    let status = exit_of(&mut server, WAIT);
+    let status = exit_within(&mut server.child, WAIT)
+        .unwrap_or_else(|| panic!("manifold did not exit; stderr:\n{}", server.stderr()));
     assert!(status.success(), "{status}");
     let log = server.stderr();
     assert!(

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use rustix::process::{kill_process, Pid, Signal};
 use serde_json::{json, Value};
 
 use manifold_testkit::http::*;
+use manifold_testkit::metrics::series;
 use manifold_testkit::process::*;
 
 /// Durations, summarized as their count, median and maximum.
@@ -43,11 +43,6 @@ impl Figures {
             self.max().as_secs_f64() * 1e3
         )
     }
-}
-
-fn signal(pid: u32, signal: Signal) {
-    let pid = Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
-    kill_process(pid, signal).unwrap();
 }
 
 /// One host's call and how it ended.
@@ -123,26 +118,6 @@ fn upstream_state(c: &reqwest::blocking::Client, admin: &str, upstream: &str) ->
     body["upstreams"][upstream].clone()
 }
 
-/// Polls `cond` every few milliseconds for at most `limit`; returns how long it took.
-fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    None
-}
-
-/// The value of the sample of `metric` whose labels are exactly `labels`, in `/metrics`.
-fn sample(text: &str, metric: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{metric}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// kill -9 of a stdio upstream while 16 hosts call it and another upstream, ten times: every
 /// call in flight to it is answered with -32010 naming it as soon as it dies, the other
 /// upstream's calls all succeed, it is back quickly, and no process is left behind.
@@ -157,7 +132,7 @@ fn a_stdio_upstream_killed_mid_call_fails_only_its_calls_at_once() {
             "victim",
             &["--name", "victim", "--pid-file", pids.to_str().unwrap()]
         ),
-        fixture_upstream("steady", &["--name", "steady"]),
+        named_fixture("steady"),
     );
     let server = Server::start_with(&config, "info", &[], "127.0.0.1");
     let admin = server.admin_url("/readyz");
@@ -183,10 +158,10 @@ fn a_stdio_upstream_killed_mid_call_fails_only_its_calls_at_once() {
         std::thread::sleep(Duration::from_millis(200));
         let pid = *read_pids(&pids).last().unwrap();
         let at = Instant::now();
-        signal(pid, Signal::KILL);
+        send_signal(pid, "KILL");
         kills.push(at);
         killed.push(pid);
-        let back = within(WAIT, || {
+        let back = poll_for(WAIT, || {
             read_pids(&pids).last() != Some(&pid)
                 && upstream_state(&c, &admin, "victim")["state"] == "up"
         });
@@ -268,11 +243,10 @@ fn a_stopped_upstream_opens_its_breaker_and_a_probe_closes_it_after_it_continues
     let config = format!(
         "[server]\nadmin = \"127.0.0.1:0\"\n\n{}{QUICK_HEALTH}restart_after = \"0s\"\nrequired = true\n\n{}",
         fixture_upstream("victim", &["--name", "victim", "--pid-file", pids.to_str().unwrap()]),
-        fixture_upstream("steady", &["--name", "steady"]),
+        named_fixture("steady"),
     );
     let server = Server::start_with(&config, "info", &[], "127.0.0.1");
     let admin = server.admin_url("/readyz");
-    let metrics = server.admin_url("/metrics");
     let c = client();
     eventually("ready", || {
         c.get(&admin).send().unwrap().status() == StatusCode::OK
@@ -281,9 +255,9 @@ fn a_stopped_upstream_opens_its_breaker_and_a_probe_closes_it_after_it_continues
     assert!(host.call("victim__echo", json!({"text": "a"}))["result"].is_object());
     let pid = *read_pids(&pids).last().unwrap();
 
-    signal(pid, Signal::STOP);
+    send_signal(pid, "STOP");
     let stopped = Instant::now();
-    let detected = within(WAIT, || {
+    let detected = poll_for(WAIT, || {
         upstream_state(&c, &admin, "victim")["breaker"]["state"] == "open"
     })
     .expect("the breaker opens");
@@ -317,28 +291,26 @@ fn a_stopped_upstream_opens_its_breaker_and_a_probe_closes_it_after_it_continues
         let other = host.call("steady__echo", json!({"text": "c"}));
         assert!(other["result"].is_object(), "{other}");
     }
-    let text = c.get(&metrics).send().unwrap().text().unwrap();
-    let state = sample(
+    let text = server.scrape();
+    let state = series(
         &text,
-        "manifold_upstream_breaker_state",
-        "upstream=\"victim\"",
+        "manifold_upstream_breaker_state{upstream=\"victim\"}",
     );
     assert!(
         matches!(state, Some(s) if s >= 1.0),
         "not closed: {state:?}"
     );
     assert_eq!(
-        sample(
+        series(
             &text,
-            "manifold_upstream_breaker_state",
-            "upstream=\"steady\""
+            "manifold_upstream_breaker_state{upstream=\"steady\"}"
         ),
         Some(0.0)
     );
 
-    signal(pid, Signal::CONT);
+    send_signal(pid, "CONT");
     let continued = Instant::now();
-    let closed = within(WAIT, || {
+    let closed = poll_for(WAIT, || {
         upstream_state(&c, &admin, "victim")["breaker"]["state"] == "closed"
     })
     .expect("the probe closes the breaker");
@@ -349,27 +321,24 @@ fn a_stopped_upstream_opens_its_breaker_and_a_probe_closes_it_after_it_continues
         [pid],
         "not restarted (restart_after = 0s)"
     );
-    let text = c.get(&metrics).send().unwrap().text().unwrap();
+    let text = server.scrape();
     let entered = |state: &str| {
         let labels = format!("upstream=\"victim\",state=\"{state}\"");
-        sample(
+        series(
             &text,
-            "manifold_upstream_breaker_transitions_total",
-            &labels,
+            &format!("manifold_upstream_breaker_transitions_total{{{labels}}}"),
         )
         .unwrap_or(0.0)
     };
     assert!(entered("open") >= 1.0 && entered("half_open") >= 1.0 && entered("closed") >= 1.0);
-    let timeouts = sample(
+    let timeouts = series(
         &text,
-        "manifold_upstream_health_checks_total",
-        "upstream=\"victim\",outcome=\"timeout\"",
+        "manifold_upstream_health_checks_total{upstream=\"victim\",outcome=\"timeout\"}",
     );
     assert!(timeouts.unwrap_or(0.0) >= 3.0, "{timeouts:?}");
-    let rejected = sample(
+    let rejected = series(
         &text,
-        "manifold_upstream_breaker_rejections_total",
-        "upstream=\"victim\"",
+        "manifold_upstream_breaker_rejections_total{upstream=\"victim\"}",
     );
     assert!(rejected.unwrap_or(0.0) >= 20.0, "{rejected:?}");
     println!(
@@ -407,8 +376,8 @@ fn an_upstream_that_stays_stopped_is_restarted_after_restart_after() {
         upstream_state(&c, &admin, "victim")["state"] == "up"
     });
     let pid = *read_pids(&pids).last().unwrap();
-    signal(pid, Signal::STOP);
-    let back = within(WAIT, || {
+    send_signal(pid, "STOP");
+    let back = poll_for(WAIT, || {
         read_pids(&pids).len() == 2
             && upstream_state(&c, &admin, "victim")["state"] == "up"
             && upstream_state(&c, &admin, "victim")["breaker"]["state"] == "closed"
@@ -435,7 +404,7 @@ fn http_upstream_fault(mode: &str) {
     let config = format!(
         "[server]\nadmin = \"127.0.0.1:0\"\n\n[upstreams.remote]\nurl = {:?}\nrequest_timeout_ms = 1000\nrestart_max_backoff_ms = 500\n{QUICK_HEALTH}restart_after = \"0s\"\n\n{}",
         fixture.url("/mcp"),
-        fixture_upstream("steady", &["--name", "steady"]),
+        named_fixture("steady"),
     );
     let server = Server::start_with(&config, "info", &[], "127.0.0.1");
     let admin = server.admin_url("/readyz");
@@ -463,7 +432,7 @@ fn http_upstream_fault(mode: &str) {
     switch(mode);
     let faulty = Instant::now();
     // Refused at once: by the breaker (-32017), or as down while it restarts (-32010).
-    let refusing = within(Duration::from_secs(10), || {
+    let refusing = poll_for(Duration::from_secs(10), || {
         let state = upstream_state(&c, &admin, "remote");
         state["breaker"]["state"] == "open" || state["state"] != "up"
     });
@@ -471,7 +440,7 @@ fn http_upstream_fault(mode: &str) {
     switch("none");
     let healed = Instant::now();
     let mut host = server.ready_host();
-    let recovered = within(WAIT, || {
+    let recovered = poll_for(WAIT, || {
         host.call("remote__echo", json!({"text": "h"}))["result"].is_object()
     })
     .expect("calls pass again once it heals");
@@ -584,7 +553,7 @@ fn until_closed(stream: &mut TcpStream, limit: Duration) -> (String, Option<Dura
 fn hosts_that_trickle_or_idle_are_cut_off_while_others_are_served() {
     let config = format!(
         "[server]\nclient_timeout = \"1s\"\nkeep_alive = \"2s\"\n\n{}",
-        fixture_upstream("steady", &["--name", "steady"]),
+        named_fixture("steady"),
     );
     let server = Server::start(&config);
     let addr = format!("127.0.0.1:{}", server.port);
@@ -698,18 +667,20 @@ fn every_upstream_is_pinged_in_its_own_era() {
     let remote = FixtureHttp::start(0, &["--name", "remote", "--era", "stateless"]);
     let config = format!(
         "[server]\nadmin = \"127.0.0.1:0\"\n\n{}health_interval = \"50ms\"\n\n{}health_interval = \"50ms\"\n\n[upstreams.remote]\nurl = {:?}\nhealth_interval = \"50ms\"\n\n{}health_interval = \"0s\"\n",
-        fixture_upstream("session", &["--name", "session"]),
+        named_fixture("session"),
         fixture_upstream("stateless", &["--name", "stateless", "--era", "stateless"]),
         remote.url("/mcp"),
-        fixture_upstream("unwatched", &["--name", "unwatched"]),
+        named_fixture("unwatched"),
     );
     let server = Server::start(&config);
-    let metrics = server.admin_url("/metrics");
-    let c = client();
     let checks = |upstream: &str, outcome: &str| {
-        let text = c.get(&metrics).send().unwrap().text().unwrap();
+        let text = server.scrape();
         let labels = format!("upstream=\"{upstream}\",outcome=\"{outcome}\"");
-        sample(&text, "manifold_upstream_health_checks_total", &labels).unwrap_or(0.0)
+        series(
+            &text,
+            &format!("manifold_upstream_health_checks_total{{{labels}}}"),
+        )
+        .unwrap_or(0.0)
     };
     for upstream in ["session", "stateless", "remote"] {
         eventually(&format!("{upstream} answers pings"), || {
@@ -722,11 +693,10 @@ fn every_upstream_is_pinged_in_its_own_era() {
         0.0,
         "health_interval = 0s: no pings"
     );
-    let text = c.get(&metrics).send().unwrap().text().unwrap();
-    let answered = sample(
+    let text = server.scrape();
+    let answered = series(
         &text,
-        "manifold_upstream_ping_duration_seconds_count",
-        "upstream=\"stateless\"",
+        "manifold_upstream_ping_duration_seconds_count{upstream=\"stateless\"}",
     );
     assert!(answered.unwrap_or(0.0) >= 3.0, "{answered:?}");
 }

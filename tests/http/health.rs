@@ -12,7 +12,7 @@ use manifold_testkit::process::*;
 fn ready_only_when_required_upstreams_are_up() {
     let config = format!(
         "{}required = true\n\n{}required = false\n",
-        fixture_upstream("alpha", &["--name", "alpha"]),
+        named_fixture("alpha"),
         fixture_upstream("broken", &["--exit-on-start", "3"])
     );
     let server = Server::start(&config);
@@ -53,7 +53,7 @@ fn ready_only_when_required_upstreams_are_up() {
 fn the_admin_address_names_each_upstream_and_its_state() {
     let config = format!(
         "[server]\nadmin = \"127.0.0.1:0\"\n\n{}required = true\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"]),
+        named_fixture("alpha"),
         fixture_upstream("broken", &["--exit-on-start", "3"])
     );
     let server = Server::start(&config);
@@ -84,7 +84,7 @@ const SCRAPE_TOKEN: &str = "scrape-token-0123456789";
 fn authenticated(extra: &str) -> String {
     format!(
         "[server]\n{extra}\n\n[teams.red]\napi_keys = [\"red-key-0123456789abcdef\"]\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     )
 }
 
@@ -136,7 +136,7 @@ fn metrics_need_a_credential_when_hosts_do() {
 
 #[test]
 fn without_authentication_metrics_stay_open_on_loopback() {
-    let server = Server::start(&fixture_upstream("alpha", &["--name", "alpha"]));
+    let server = Server::start(&named_fixture("alpha"));
     let r = client().get(server.url("/metrics")).send().unwrap();
     assert_eq!(r.status(), StatusCode::OK);
 }

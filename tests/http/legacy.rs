@@ -84,7 +84,7 @@ fn a_host_that_does_not_read_its_stream_gets_429_then_catches_up() {
     // the host reads, every accepted call has its answer.
     let config = format!(
         "[server]\nsession_queue_bytes = 1048576\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     );
     let server = Server::start(&config);
     let c = client();

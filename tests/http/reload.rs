@@ -7,8 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use reqwest::blocking::Client;
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -63,17 +61,6 @@ fn hears(rx: &mpsc::Receiver<Value>, method: &str, wait: Duration) -> bool {
         }
     }
     false
-}
-
-fn keyed(key: &str) -> Client {
-    let mut headers = HeaderMap::new();
-    let value = HeaderValue::from_str(&format!("Bearer {key}")).unwrap();
-    headers.insert(AUTHORIZATION, value);
-    Client::builder()
-        .timeout(Duration::from_secs(10))
-        .default_headers(headers)
-        .build()
-        .unwrap()
 }
 
 #[test]
@@ -197,22 +184,12 @@ fn a_broken_file_is_refused_and_the_running_configuration_stays() {
     // The command line asks the same way and exits non-zero on a refusal.
     let admin = server.admin_url("");
     let addr = admin.trim_start_matches("http://");
-    let out = std::process::Command::new(manifold_bin())
-        .args(["reload", "--admin", addr])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("\"reloaded\":false"));
+    let (code, out, _) = run_manifold(&["reload", "--admin", addr], &[]);
+    assert_ne!(code, 0);
+    assert!(out.contains("\"reloaded\":false"));
     std::fs::write(server.config_path(), &before).unwrap();
-    let out = std::process::Command::new(manifold_bin())
-        .args(["reload", "--admin", addr])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let (code, out, _) = run_manifold(&["reload", "--admin", addr], &[]);
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]
@@ -229,9 +206,9 @@ fn keys_views_and_limits_follow_a_reload_and_quotas_keep_their_counts() {
         &teams("\"alpha__echo\"", "old-blue-key-0123456789abcdef"),
     );
     let server = Server::start(&before);
-    let mut red = server.ready_host_using(keyed(RED_KEY));
+    let mut red = server.ready_host_using(client_with(&Cred::bearer(RED_KEY)));
     let red_heard = notifications(&red);
-    let blue = server.ready_host_using(keyed("old-blue-key-0123456789abcdef"));
+    let blue = server.ready_host_using(client_with(&Cred::bearer("old-blue-key-0123456789abcdef")));
     let blue_heard = notifications(&blue);
     assert_eq!(red.tool_names(), ["alpha__echo"]);
     for _ in 0..2 {
@@ -266,7 +243,7 @@ fn keys_views_and_limits_follow_a_reload_and_quotas_keep_their_counts() {
         .send()
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    let mut blue = server.ready_host_using(keyed(BLUE_KEY));
+    let mut blue = server.ready_host_using(client_with(&Cred::bearer(BLUE_KEY)));
     assert_eq!(
         text_of(&blue.call("alpha__echo", json!({"text": "x"}))),
         "x"
@@ -276,13 +253,10 @@ fn keys_views_and_limits_follow_a_reload_and_quotas_keep_their_counts() {
 #[test]
 fn a_watched_file_is_loaded_again_when_it_changes() {
     let head = "[server]\nwatch_config = true\n\n";
-    let before = format!("{head}{}", fixture_upstream("alpha", &["--name", "alpha"]));
+    let before = format!("{head}{}", named_fixture("alpha"));
     let server = Server::start(&before);
     let mut host = server.ready_host();
-    let after = format!(
-        "{before}\n{}",
-        fixture_upstream("beta", &["--name", "beta"])
-    );
+    let after = format!("{before}\n{}", named_fixture("beta"));
     std::fs::write(server.config_path(), after).unwrap();
     eventually("beta is served", || {
         host.tool_names().contains(&"beta__echo".to_owned())
@@ -321,7 +295,7 @@ impl Load {
         );
         let threads = (0..hosts)
             .map(|i| {
-                let mut host = server.ready_host_using(keyed(key));
+                let mut host = server.ready_host_using(client_with(&Cred::bearer(key)));
                 let (stop, counts) = (Arc::clone(&stop), Arc::clone(&counts));
                 std::thread::spawn(move || {
                     let mut n = i;
@@ -410,11 +384,6 @@ fn reloads_of_every_kind_under_load_fail_no_call_they_do_not_concern() {
     assert_eq!(*beta_failed, 0, "{counts:?}\n{}", server.stderr());
 }
 
-/// How many times fixture `up` ran `tool` (a cache hit never reaches it).
-fn calls_of(host: &mut Host, up: &str, tool: &str) -> u64 {
-    host.call_count(up, &format!("tool:{tool}"))
-}
-
 #[test]
 fn cached_answers_stay_across_a_reload_unless_their_rules_changed() {
     let cached = |ttl: &str| format!("[upstreams.alpha.tool_cache.echo]\nttl = \"{ttl}\"\n");
@@ -427,11 +396,7 @@ fn cached_answers_stay_across_a_reload_unless_their_rules_changed() {
     };
     echo(&mut host);
     echo(&mut host);
-    assert_eq!(
-        calls_of(&mut host, "alpha", "echo"),
-        1,
-        "the second was a hit"
-    );
+    assert_eq!(host.calls_of("alpha", "echo"), 1, "the second was a hit");
     // alpha with its rule's `ttl`, beta beside it with a cache of its own.
     let with_beta = |ttl: &str| {
         let caches = format!("{}{}", cached(ttl), cached("1h").replace("alpha", "beta"));
@@ -441,7 +406,7 @@ fn cached_answers_stay_across_a_reload_unless_their_rules_changed() {
     assert_eq!(server.reload(&with_beta("1h")).0, StatusCode::OK);
     echo(&mut host);
     assert_eq!(
-        calls_of(&mut host, "alpha", "echo"),
+        host.calls_of("alpha", "echo"),
         1,
         "still a hit after the reload"
     );
@@ -449,7 +414,7 @@ fn cached_answers_stay_across_a_reload_unless_their_rules_changed() {
     assert_eq!(server.reload(&with_beta("30m")).0, StatusCode::OK);
     echo(&mut host);
     assert_eq!(
-        calls_of(&mut host, "alpha", "echo"),
+        host.calls_of("alpha", "echo"),
         2,
         "a miss: the rule changed"
     );

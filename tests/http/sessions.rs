@@ -14,7 +14,7 @@ use manifold_testkit::process::*;
 fn idle_sessions_expire_and_free_their_place() {
     let server = Server::start(&format!(
         "[server]\nsession_idle_timeout_ms = 400\nmax_sessions = 2\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     ));
     let mut a = server.ready_host();
     let _b = server.ready_host();
@@ -93,7 +93,7 @@ fn a_thousand_hosts_share_one_upstream_process() {
 fn a_host_that_stops_reading_is_ended_and_the_others_go_on() {
     let server = Server::start(&format!(
         "[server]\nsession_queue_bytes = 1048576\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     ));
     let slow = server.ready_host();
     let token = slow.session.clone().unwrap();
@@ -132,19 +132,16 @@ fn a_host_that_stops_reading_is_ended_and_the_others_go_on() {
 #[test]
 fn listening_beyond_loopback_must_be_asked_for() {
     let dir = TempDir::new("remote");
-    let path = dir.write("m.toml", &fixture_upstream("alpha", &["--name", "alpha"]));
-    let out = std::process::Command::new(manifold_bin())
-        .args([
-            "serve",
-            "--config",
-            path.to_str().unwrap(),
-            "--listen",
-            "0.0.0.0:0",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let path = dir.write("m.toml", &named_fixture("alpha"));
+    let args = [
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "0.0.0.0:0",
+    ];
+    let (code, _, err) = run_manifold(&args, &[]);
+    assert_ne!(code, 0);
     assert!(
         err.contains("allow_remote") && err.contains("no authentication"),
         "{err}"

@@ -8,29 +8,19 @@
 //! (a catalog change only one replica sees drops the others' entries, memory included).
 //! Whether an upstream was reached is read from the fixture's own `call_count`.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::auth::{client_with, Cred};
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
-use manifold_testkit::redis_server::RedisServer;
+use manifold_testkit::redis_server::{unique_prefix, RedisServer};
 
 const README: &str = "fx+fixture://fx/readme";
 const README_UPSTREAM: &str = "fixture://fx/readme";
 
 const RED_KEY: &str = "red-shared-cache-key-0123456789";
 const GREEN_KEY: &str = "green-shared-cache-key-0123456789";
-
-/// A key prefix no other test (nor another run of this one) uses.
-fn unique_prefix(test: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("cache-{test}-{}-{nanos}", std::process::id())
-}
 
 /// `[cache]` in `redis` under `prefix` (lookups waiting at most `timeout_ms`), an admin
 /// listener, then `rest`.
@@ -66,29 +56,6 @@ fn http_fixture() -> FixtureHttp {
     FixtureHttp::start(0, &["--name", "fx", "--hints", "--subscriptions"])
 }
 
-/// How many times the fixture behind `host` ran `what` (`tool:NAME` or `read:URI`).
-fn count(host: &mut Host, what: &str) -> u64 {
-    host.call_count("fx", what)
-}
-
-fn echoes(host: &mut Host) -> u64 {
-    count(host, "tool:echo")
-}
-
-fn reads(host: &mut Host) -> u64 {
-    count(host, &format!("read:{README_UPSTREAM}"))
-}
-
-fn echo(host: &mut Host, text: &str) {
-    let r = host.call("fx__echo", json!({"text": text}));
-    assert_eq!(text_of(&r), text, "{r}");
-}
-
-fn read(host: &mut Host) {
-    let r = host.request("resources/read", json!({"uri": README}));
-    assert!(r["result"]["contents"].is_array(), "{r}");
-}
-
 /// How many keys of Redis match `pattern`.
 fn keys(redis: &RedisServer, pattern: &str) -> usize {
     let n = redis.command(&["EVAL", "return #redis.call('KEYS', ARGV[1])", "0", pattern]);
@@ -99,11 +66,8 @@ fn keys(redis: &RedisServer, pattern: &str) -> usize {
 /// Waits (five seconds at most) until `cond` holds: Redis is written after the host has its
 /// answer. Whether it then holds is checked by what follows, and the layout of what was
 /// written at the end of each test.
-fn settle(mut cond: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(5);
-    while !cond() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn settle(cond: impl FnMut() -> bool) {
+    poll_for(Duration::from_secs(5), cond);
 }
 
 /// Waits until Redis holds `n` keys matching `pattern` (see [`settle`]).
@@ -121,20 +85,8 @@ fn value_of(redis: &RedisServer, pattern: &str) -> String {
     ])
 }
 
-/// The value of every sample of `name` whose labels include `labels`, summed (0 if none).
-pub(crate) fn metric(server: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let text = client()
-        .get(server.admin_url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    manifold_testkit::metrics::sum(&text, name, labels)
-}
-
 fn hits(server: &Server, tier: &str) -> f64 {
-    metric(
-        server,
+    server.metric(
         "manifold_cache_hits_total",
         &[("cache", "tools"), ("upstream", "fx"), ("tier", tier)],
     )
@@ -143,31 +95,31 @@ fn hits(server: &Server, tier: &str) -> f64 {
 #[test]
 fn an_answer_cached_through_one_replica_is_a_hit_on_the_others() {
     let redis = RedisServer::start();
-    let prefix = unique_prefix("hit");
+    let prefix = unique_prefix("cache-hit");
     let fixture = http_fixture();
     let config = config(&redis, &prefix, 2000, &http_upstream(&fixture));
     let replicas: Vec<Server> = (0..3).map(|_| Server::start(&config)).collect();
     let mut hosts: Vec<Host> = replicas.iter().map(Server::ready_host).collect();
 
-    echo(&mut hosts[0], "x");
-    assert_eq!(echoes(&mut hosts[0]), 1);
+    hosts[0].echo("fx__echo", "x");
+    assert_eq!(hosts[0].calls_of("fx", "echo"), 1);
     stored(&redis, &format!("{prefix}:cache:*"), 1);
-    echo(&mut hosts[1], "x");
-    echo(&mut hosts[2], "x");
+    hosts[1].echo("fx__echo", "x");
+    hosts[2].echo("fx__echo", "x");
     assert_eq!(
-        echoes(&mut hosts[1]),
+        hosts[1].calls_of("fx", "echo"),
         1,
         "another replica asked the upstream again"
     );
     assert_eq!(hits(&replicas[1], "redis"), 1.0);
     assert_eq!(hits(&replicas[2], "redis"), 1.0);
     // Kept in the replica's memory with the time it had left: the next hit stays there.
-    echo(&mut hosts[1], "x");
+    hosts[1].echo("fx__echo", "x");
     assert_eq!(hits(&replicas[1], "memory"), 1.0);
     assert_eq!(hits(&replicas[1], "redis"), 1.0);
     // Other arguments are another entry.
-    echo(&mut hosts[2], "y");
-    assert_eq!(echoes(&mut hosts[2]), 2);
+    hosts[2].echo("fx__echo", "y");
+    assert_eq!(hosts[2].calls_of("fx", "echo"), 2);
     // Under the upstream's name and generation 0, shared (no teams), with the entry's ttl.
     stored(&redis, &format!("{prefix}:cache:fx:0:tools:shared:*"), 2);
     assert_eq!(keys(&redis, &format!("{prefix}:cache:*")), 2);
@@ -200,7 +152,7 @@ fn scripts_run(redis: &RedisServer) -> u64 {
 #[test]
 fn identical_calls_at_once_on_one_replica_make_one_lookup_and_one_upstream_call() {
     let redis = RedisServer::start();
-    let prefix = unique_prefix("coalesced");
+    let prefix = unique_prefix("cache-coalesced");
     let fixture = http_fixture();
     let rest = format!(
         "{}[upstreams.fx.tool_cache.sleep]\nttl = \"60s\"\n",
@@ -209,7 +161,7 @@ fn identical_calls_at_once_on_one_replica_make_one_lookup_and_one_upstream_call(
     let server = Server::start(&config(&redis, &prefix, 2000, &rest));
     let mut hosts: Vec<Host> = (0..4).map(|_| server.ready_host()).collect();
     // Redis learns the scripts (lookup, store) on a first call.
-    echo(&mut hosts[0], "warm-up");
+    hosts[0].echo("fx__echo", "warm-up");
     stored(&redis, &format!("{prefix}:cache:*"), 1);
     let before = scripts_run(&redis);
     let start = std::sync::Barrier::new(hosts.len());
@@ -224,7 +176,7 @@ fn identical_calls_at_once_on_one_replica_make_one_lookup_and_one_upstream_call(
         }
     });
     assert_eq!(
-        count(&mut hosts[0], "tool:sleep"),
+        hosts[0].calls_of("fx", "sleep"),
         1,
         "identical calls were not coalesced"
     );
@@ -236,7 +188,7 @@ fn identical_calls_at_once_on_one_replica_make_one_lookup_and_one_upstream_call(
 #[test]
 fn a_teams_entry_never_serves_another_team_on_another_replica() {
     let redis = RedisServer::start();
-    let prefix = unique_prefix("teams");
+    let prefix = unique_prefix("cache-teams");
     let fixture = http_fixture();
     let teams = format!(
         "[teams.red]\napi_keys = [\"{RED_KEY}\"]\n\n[teams.green]\napi_keys = [\"{GREEN_KEY}\"]\n\n{}",
@@ -244,21 +196,27 @@ fn a_teams_entry_never_serves_another_team_on_another_replica() {
     );
     let config = config(&redis, &prefix, 2000, &teams);
     let (a, b) = (Server::start(&config), Server::start(&config));
-    let host =
-        |server: &Server, key: &str| server.ready_host_using(client_with(&Cred::api_key(key)));
-    let mut red_on_a = host(&a, RED_KEY);
-    let mut green_on_b = host(&b, GREEN_KEY);
-    let mut red_on_b = host(&b, RED_KEY);
+    let mut red_on_a = a.ready_host_with_key(RED_KEY);
+    let mut green_on_b = b.ready_host_with_key(GREEN_KEY);
+    let mut red_on_b = b.ready_host_with_key(RED_KEY);
 
-    echo(&mut red_on_a, "x");
+    red_on_a.echo("fx__echo", "x");
     let entries = format!("{prefix}:cache:fx:*");
     stored(&redis, &entries, 1);
-    echo(&mut green_on_b, "x");
-    assert_eq!(echoes(&mut green_on_b), 2, "green was given red's entry");
+    green_on_b.echo("fx__echo", "x");
+    assert_eq!(
+        green_on_b.calls_of("fx", "echo"),
+        2,
+        "green was given red's entry"
+    );
     stored(&redis, &entries, 2);
     // Red's entry is there for red, on any replica.
-    echo(&mut red_on_b, "x");
-    assert_eq!(echoes(&mut red_on_b), 2, "red missed its own entry on B");
+    red_on_b.echo("fx__echo", "x");
+    assert_eq!(
+        red_on_b.calls_of("fx", "echo"),
+        2,
+        "red missed its own entry on B"
+    );
     assert_eq!(hits(&b, "redis"), 1.0);
     for scope in ["team.red", "team.green"] {
         assert_eq!(
@@ -272,7 +230,7 @@ fn a_teams_entry_never_serves_another_team_on_another_replica() {
 #[test]
 fn a_resource_update_heard_by_the_replicas_holding_it_reaches_the_one_that_does_not() {
     let redis = RedisServer::start();
-    let prefix = unique_prefix("updated");
+    let prefix = unique_prefix("cache-updated");
     let fixture = http_fixture();
     let config = config(&redis, &prefix, 2000, &http_upstream(&fixture));
     let replicas: Vec<Server> = (0..3).map(|_| Server::start(&config)).collect();
@@ -282,10 +240,10 @@ fn a_resource_update_heard_by_the_replicas_holding_it_reaches_the_one_that_does_
     };
 
     // A fills, B is answered from Redis; each subscribes upstream while it holds the entry.
-    read(&mut hosts[0]);
+    hosts[0].read(README);
     stored(&redis, &format!("{prefix}:cache:fx:*"), 1);
-    read(&mut hosts[1]);
-    assert_eq!(reads(&mut hosts[0]), 1);
+    hosts[1].read(README);
+    assert_eq!(hosts[0].reads_of("fx", README_UPSTREAM), 1);
     for (i, host) in hosts.iter_mut().take(2).enumerate() {
         eventually(&format!("replica {i} subscribed upstream"), || {
             subscribed(host)
@@ -300,17 +258,17 @@ fn a_resource_update_heard_by_the_replicas_holding_it_reaches_the_one_that_does_
     // Both count it in the resource's own generation.
     let generation = format!("{prefix}:cache:gen:fx:*");
     settle(|| value_of(&redis, &generation) == "2");
-    read(&mut hosts[2]);
+    hosts[2].read(README);
     assert_eq!(
-        reads(&mut hosts[2]),
+        hosts[2].reads_of("fx", README_UPSTREAM),
         2,
         "a replica was given an entry from before the update"
     );
     // The fresh read is shared under the new generation: A gets it without the upstream.
     let fresh = format!("{prefix}:cache:fx:0.2:resources:shared:*");
     stored(&redis, &fresh, 1);
-    read(&mut hosts[0]);
-    assert_eq!(reads(&mut hosts[0]), 2);
+    hosts[0].read(README);
+    assert_eq!(hosts[0].reads_of("fx", README_UPSTREAM), 2);
     assert_eq!(value_of(&redis, &generation), "2");
     assert_eq!(keys(&redis, &fresh), 1);
     assert_eq!(
@@ -322,18 +280,18 @@ fn a_resource_update_heard_by_the_replicas_holding_it_reaches_the_one_that_does_
 #[test]
 fn a_catalog_change_seen_by_one_replica_drops_the_entries_of_the_others() {
     let redis = RedisServer::start();
-    let prefix = unique_prefix("catalog");
+    let prefix = unique_prefix("cache-catalog");
     // Each replica has its own fixture process (as stdio upstreams are run): only A's sees
     // the change.
     let config = config(&redis, &prefix, 2000, &own_upstream());
     let (a, b) = (Server::start(&config), Server::start(&config));
     let (mut on_a, mut on_b) = (a.ready_host(), b.ready_host());
 
-    echo(&mut on_a, "x");
+    on_a.echo("fx__echo", "x");
     stored(&redis, &format!("{prefix}:cache:fx:*"), 1);
-    echo(&mut on_b, "x");
-    echo(&mut on_b, "x");
-    assert_eq!(echoes(&mut on_b), 0, "B's upstream was asked");
+    on_b.echo("fx__echo", "x");
+    on_b.echo("fx__echo", "x");
+    assert_eq!(on_b.calls_of("fx", "echo"), 0, "B's upstream was asked");
     assert_eq!(
         hits(&b, "memory"),
         1.0,
@@ -346,16 +304,16 @@ fn a_catalog_change_seen_by_one_replica_drops_the_entries_of_the_others() {
     settle(|| redis.command(&["GET", &generation]) == "1");
     // The event reaches B at once (it reads the generation itself only every five seconds).
     std::thread::sleep(Duration::from_millis(200));
-    echo(&mut on_b, "x");
+    on_b.echo("fx__echo", "x");
     assert_eq!(
-        echoes(&mut on_b),
+        on_b.calls_of("fx", "echo"),
         1,
         "B answered from before a change another replica saw"
     );
     // B's fresh answer is shared under the new generation; A takes it from there.
     stored(&redis, &format!("{prefix}:cache:fx:1:tools:*"), 1);
-    echo(&mut on_a, "x");
-    assert_eq!(echoes(&mut on_a), 1);
+    on_a.echo("fx__echo", "x");
+    assert_eq!(on_a.calls_of("fx", "echo"), 1);
     assert_eq!(hits(&a, "redis"), 1.0);
     assert_eq!(redis.command(&["GET", &generation]), "1");
 }
@@ -378,41 +336,36 @@ const REACHABLE_AGAIN: &str = "the cache store is reachable again";
 #[test]
 fn calls_go_upstream_while_redis_is_down_or_frozen_and_are_shared_again_once_it_is_back() {
     let mut redis = RedisServer::start();
-    let prefix = unique_prefix("outage");
+    let prefix = unique_prefix("cache-outage");
     let fixture = http_fixture();
     let config = config(&redis, &prefix, 250, &http_upstream(&fixture));
     let (a, b) = (Server::start(&config), Server::start(&config));
     let (mut on_a, mut on_b) = (a.ready_host(), b.ready_host());
-    echo(&mut on_a, "x");
+    on_a.echo("fx__echo", "x");
     stored(&redis, &format!("{prefix}:cache:fx:0:tools:*"), 1);
-    echo(&mut on_b, "x");
-    assert_eq!(echoes(&mut on_b), 1);
+    on_b.echo("fx__echo", "x");
+    assert_eq!(on_b.calls_of("fx", "echo"), 1);
 
     // Frozen: connections stay open, nothing is answered.
     redis.pause();
     fresh_calls(&mut on_b, "frozen", 3);
     fresh_calls(&mut on_a, "frozen-a", 2);
-    assert_eq!(echoes(&mut on_b), 1 + 5);
+    assert_eq!(on_b.calls_of("fx", "echo"), 1 + 5);
     redis.resume();
     // Gone.
     redis.stop();
     fresh_calls(&mut on_b, "down", 3);
-    assert_eq!(echoes(&mut on_b), 1 + 5 + 3);
+    assert_eq!(on_b.calls_of("fx", "echo"), 1 + 5 + 3);
     // What a replica holds in memory still answers.
-    echo(&mut on_b, "x");
-    assert_eq!(echoes(&mut on_b), 9);
-    let errors = metric(
-        &b,
+    on_b.echo("fx__echo", "x");
+    assert_eq!(on_b.calls_of("fx", "echo"), 9);
+    let errors = b.metric(
         "manifold_cache_store_errors_total",
         &[("operation", "lookup")],
     );
     assert!(errors >= 1.0, "no failed lookup counted");
     let stderr = b.stderr();
-    assert_eq!(
-        stderr.lines().filter(|l| l.contains(UNREACHABLE)).count(),
-        1,
-        "{stderr}"
-    );
+    assert_eq!(lines_with(&stderr, UNREACHABLE), 1, "{stderr}");
 
     // Back (empty): once the second it is left alone after a failure has passed, answers are
     // shared again.
@@ -420,10 +373,10 @@ fn calls_go_upstream_while_redis_is_down_or_frozen_and_are_shared_again_once_it_
     std::thread::sleep(Duration::from_millis(1200));
     fresh_calls(&mut on_a, "back", 1);
     stored(&redis, &format!("{prefix}:cache:fx:*:tools:*"), 1);
-    let before = echoes(&mut on_b);
+    let before = on_b.calls_of("fx", "echo");
     fresh_calls(&mut on_b, "back", 1);
     assert_eq!(
-        echoes(&mut on_b),
+        on_b.calls_of("fx", "echo"),
         before,
         "B missed A's entry once Redis was back"
     );

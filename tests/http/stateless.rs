@@ -331,7 +331,7 @@ fn subscriptions_listen_is_acknowledged_then_carries_only_what_was_asked_tagged(
     let config = format!(
         "{}{}",
         fixture_upstream("alpha", &["--name", "alpha", "--subscriptions"]),
-        fixture_upstream("beta", &["--name", "beta"])
+        named_fixture("beta")
     );
     let server = Server::start(&config);
     let mut host = Stateless::new(&server);

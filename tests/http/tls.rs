@@ -135,10 +135,6 @@ fn openssl(dir: &TempDir, head: &[&str], key: &[&str], tail: &[&str]) {
     );
 }
 
-fn upstream() -> String {
-    fixture_upstream("alpha", &["--name", "alpha"])
-}
-
 /// Every error in `e`'s chain, for a message that names the cause.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -155,7 +151,10 @@ fn chain(e: &dyn std::error::Error) -> String {
 fn tools_are_called_over_https_with_http2_when_the_host_offers_it() {
     let pki = Pki::new();
     // Quick keep-alives, so that the session's own stream shows it is attached.
-    let config = format!("[server]\nsse_keepalive_ms = 100\n\n{}", upstream());
+    let config = format!(
+        "[server]\nsse_keepalive_ms = 100\n\n{}",
+        named_fixture("alpha")
+    );
     let server = Server::start_https(&config, &pki.table(), "127.0.0.1");
     let stderr = server.stderr();
     assert!(
@@ -190,7 +189,7 @@ fn tools_are_called_over_https_with_http2_when_the_host_offers_it() {
 fn a_host_that_trusts_another_ca_is_refused() {
     let pki = Pki::new();
     let other = Pki::new();
-    let server = Server::start_https(&upstream(), &pki.table(), "127.0.0.1");
+    let server = Server::start_https(&named_fixture("alpha"), &pki.table(), "127.0.0.1");
     let e = other
         .client()
         .get(server.url("/healthz"))
@@ -208,7 +207,11 @@ fn serve_and_check_refuse_a_missing_or_mismatched_key_naming_the_file() {
     let pki = Pki::new();
     let other = Pki::new();
     let missing = pki.file("missing-key.pem");
-    let stderr = serve_refused(&format!("{}{}", upstream(), pki.table_with_key(&missing)));
+    let stderr = serve_refused(&format!(
+        "{}{}",
+        named_fixture("alpha"),
+        pki.table_with_key(&missing)
+    ));
     assert!(
         stderr.contains("server.tls.key")
             && stderr.contains(missing.to_str().unwrap())
@@ -217,7 +220,11 @@ fn serve_and_check_refuse_a_missing_or_mismatched_key_naming_the_file() {
     );
 
     let foreign = other.file("key.pem");
-    let stderr = serve_refused(&format!("{}{}", upstream(), pki.table_with_key(&foreign)));
+    let stderr = serve_refused(&format!(
+        "{}{}",
+        named_fixture("alpha"),
+        pki.table_with_key(&foreign)
+    ));
     assert!(
         stderr.contains("server.tls.key")
             && stderr.contains(foreign.to_str().unwrap())
@@ -231,7 +238,7 @@ fn serve_and_check_refuse_a_missing_or_mismatched_key_naming_the_file() {
         pki.file("key.pem"),
         pki.file("key.pem")
     );
-    let stderr = serve_refused(&format!("{}{swapped}", upstream()));
+    let stderr = serve_refused(&format!("{}{swapped}", named_fixture("alpha")));
     assert!(
         stderr.contains("server.tls.cert") && stderr.contains("holds no PEM certificate"),
         "{stderr}"
@@ -239,14 +246,13 @@ fn serve_and_check_refuse_a_missing_or_mismatched_key_naming_the_file() {
 
     // `check` reads the files too, without starting anything.
     let dir = TempDir::new("tls-check");
-    let config = format!("{}{}", upstream(), pki.table_with_key(&missing));
+    let config = format!("{}{}", named_fixture("alpha"), pki.table_with_key(&missing));
     let path = dir.write("m.toml", &config);
-    let out = Command::new(manifold_bin())
-        .args(["check", "--no-start", "--config", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let (code, _, err) = run_manifold(
+        &["check", "--no-start", "--config", path.to_str().unwrap()],
+        &[],
+    );
+    assert_ne!(code, 0, "{err}");
     assert!(
         err.contains("server.tls.key") && err.contains("missing-key.pem"),
         "{err}"
@@ -255,7 +261,10 @@ fn serve_and_check_refuse_a_missing_or_mismatched_key_naming_the_file() {
 
 #[test]
 fn credentials_over_plain_http_beyond_loopback_are_warned_of() {
-    let keys = format!("[teams.red]\napi_keys = [\"{KEY}\"]\n\n{}", upstream());
+    let keys = format!(
+        "[teams.red]\napi_keys = [\"{KEY}\"]\n\n{}",
+        named_fixture("alpha")
+    );
     let plain = Server::start_with(&keys, "info", &[], "0.0.0.0");
     let stderr = plain.stderr();
     assert!(
@@ -298,7 +307,10 @@ fn a_reload_serves_renewed_certificate_files_to_new_connections() {
         served.path().join("cert.pem"),
         served.path().join("key.pem")
     );
-    let config = format!("[server]\nadmin = \"127.0.0.1:0\"\n\n{}", upstream());
+    let config = format!(
+        "[server]\nadmin = \"127.0.0.1:0\"\n\n{}",
+        named_fixture("alpha")
+    );
     let server = Server::start_https(&config, &table, "127.0.0.1");
     let healthz = |pki: &Pki| pki.client().get(server.url("/healthz")).send();
     assert!(healthz(&first).is_ok());

@@ -55,8 +55,7 @@ fn a_stdio_host_reaches_http_upstreams_of_both_transports() {
     m.call("streamable__add_tool", json!({"name": "late"}));
     m.wait_for(|v| v["method"] == "notifications/tools/list_changed");
     eventually("the new tool is listed", || {
-        m.names("tools/list", "tools", "name")
-            .contains(&"streamable__late".to_owned())
+        m.all_tool_names().contains(&"streamable__late".to_owned())
     });
     assert_eq!(m.close(), Some(0));
     // Shutting down ends the upstream sessions (DELETE) rather than leaving them behind.
@@ -71,7 +70,7 @@ fn an_unreachable_http_upstream_fails_fast_and_comes_back() {
     let config = format!(
         "{}\n{}",
         http_upstream("remote", &up.url("/mcp"), None),
-        fixture_upstream("local", &["--name", "local"]),
+        named_fixture("local"),
     );
     let mut m = Manifold::ready(&config);
     assert_eq!(text_of(&m.call("remote__echo", json!({"text": "a"}))), "a");
@@ -87,9 +86,7 @@ fn an_unreachable_http_upstream_fails_fast_and_comes_back() {
         r["error"]["message"].as_str().unwrap().contains("remote"),
         "{r}"
     );
-    assert!(m
-        .names("tools/list", "tools", "name")
-        .contains(&"remote__echo".to_owned()));
+    assert!(m.all_tool_names().contains(&"remote__echo".to_owned()));
     assert_eq!(
         text_of(&m.call("local__echo", json!({"text": "fine"}))),
         "fine"
@@ -124,7 +121,7 @@ fn an_upstream_that_lost_the_session_is_initialized_again() {
 
 /// How many connections Manifold opened to upstreams (each start, and each restart, opens one).
 fn connections(log: &str) -> usize {
-    log.lines().filter(|l| l.contains(" connecting")).count()
+    lines_with(log, " connecting")
 }
 
 #[test]

@@ -34,33 +34,9 @@ fn serve(global: &str, flags: &[&str], settings: &str) -> Manifold {
     Manifold::ready(&config(global, flags, settings))
 }
 
-/// Manifold serving `config` with more `serve` flags, handshake done.
-fn serve_with_flags(config: &str, flags: &[&str]) -> Manifold {
-    let dir = TempDir::new("cache");
-    let path = dir.write("manifold.toml", config);
-    let mut args = vec!["serve", "--config", path.to_str().unwrap()];
-    args.extend_from_slice(flags);
-    let mut m = Manifold::start_with(&args, dir);
-    m.initialize();
-    m
-}
-
 /// `[upstreams.fx.tool_cache.TOOL]` with `ttl`.
 fn tool_cache(tool: &str, ttl: &str) -> String {
     format!("[upstreams.fx.tool_cache.{tool}]\nttl = \"{ttl}\"\n")
-}
-
-/// How many times the fixture ran `what`: `tool:NAME` or `read:URI` (its own names).
-fn upstream_count(m: &mut Manifold, what: &str) -> u64 {
-    m.call_count("fx", what)
-}
-
-fn calls_of(m: &mut Manifold, tool: &str) -> u64 {
-    upstream_count(m, &format!("tool:{tool}"))
-}
-
-fn reads_of(m: &mut Manifold, uri: &str) -> u64 {
-    upstream_count(m, &format!("read:{uri}"))
 }
 
 /// A tools/call of `tool` (exposed name) whose `params._meta` is `meta`.
@@ -69,18 +45,6 @@ fn call_with_meta(m: &mut Manifold, tool: &str, args: Value, meta: Value) -> Val
         "tools/call",
         json!({"name": tool, "arguments": args, "_meta": meta}),
     )
-}
-
-fn echo(m: &mut Manifold, text: &str) -> Value {
-    let r = m.call("fx__echo", json!({"text": text}));
-    assert_eq!(text_of(&r), text, "{r}");
-    r
-}
-
-fn read(m: &mut Manifold, uri: &str) -> Value {
-    let r = m.request("resources/read", json!({"uri": uri}));
-    assert!(r["result"]["contents"].is_array(), "{r}");
-    r
 }
 
 #[test]
@@ -93,7 +57,7 @@ fn a_repeated_call_is_answered_from_the_cache_with_the_callers_own_id() {
     let second_id = m.send_request("tools/call", params);
     let second = m.raw_response(&json!(second_id));
     assert_eq!(
-        calls_of(&mut m, "echo"),
+        m.calls_of("fx", "echo"),
         1,
         "the second call reached the upstream"
     );
@@ -118,7 +82,7 @@ fn arguments_hit_in_any_key_order_and_spacing_and_other_arguments_miss() {
         text_of(&m.call("fx__progress", args.clone())),
         "progressed 2"
     );
-    assert_eq!(calls_of(&mut m, "progress"), 1);
+    assert_eq!(m.calls_of("fx", "progress"), 1);
     // The same arguments, keys in another order at every depth, spaces and tabs between.
     m.send_raw(
         "{\"jsonrpc\":\"2.0\",\"id\":\"reordered\",\"method\":\"tools/call\",\"params\":{\"arguments\":\
@@ -128,51 +92,51 @@ fn arguments_hit_in_any_key_order_and_spacing_and_other_arguments_miss() {
     let reordered = m.response(&json!("reordered"));
     assert_eq!(text_of(&reordered), "progressed 2", "{reordered}");
     assert_eq!(
-        calls_of(&mut m, "progress"),
+        m.calls_of("fx", "progress"),
         1,
         "reordered arguments missed"
     );
     // `_meta` is not part of the key.
     let r = call_with_meta(&mut m, "fx__progress", args.clone(), json!({"note": "x"}));
     assert_eq!(text_of(&r), "progressed 2");
-    assert_eq!(calls_of(&mut m, "progress"), 1, "another _meta missed");
+    assert_eq!(m.calls_of("fx", "progress"), 1, "another _meta missed");
     // Other arguments are other entries.
     let mut other = args.clone();
     other["opts"]["b"][1]["d"] = json!(4);
     m.call("fx__progress", other);
-    assert_eq!(calls_of(&mut m, "progress"), 2, "a nested difference hit");
+    assert_eq!(m.calls_of("fx", "progress"), 2, "a nested difference hit");
     m.call("fx__progress", json!({"steps": 2, "interval_ms": 0}));
-    assert_eq!(calls_of(&mut m, "progress"), 3, "fewer arguments hit");
+    assert_eq!(m.calls_of("fx", "progress"), 3, "fewer arguments hit");
     m.call(
         "fx__progress",
         json!({"steps": 3, "interval_ms": 0, "opts": args["opts"]}),
     );
-    assert_eq!(calls_of(&mut m, "progress"), 4, "another value hit");
+    assert_eq!(m.calls_of("fx", "progress"), 4, "another value hit");
 }
 
 #[test]
 fn the_upstream_cache_keeps_only_read_only_closed_world_tools() {
     let mut m = serve("", &[], CACHED);
     for _ in 0..2 {
-        echo(&mut m, "hi");
+        m.echo("fx__echo", "hi");
         // Read-only but open-world, explicitly and by default.
         m.call("fx__whoami", json!({}));
         assert_eq!(text_of(&m.call("fx__add", json!({"a": 1, "b": 2}))), "3");
         // Not read-only.
         m.call("fx__log", json!({"message": "m"}));
     }
-    assert_eq!(calls_of(&mut m, "echo"), 1, "echo was not cached");
+    assert_eq!(m.calls_of("fx", "echo"), 1, "echo was not cached");
     assert_eq!(
-        calls_of(&mut m, "whoami"),
+        m.calls_of("fx", "whoami"),
         2,
         "whoami (open-world) was cached"
     );
     assert_eq!(
-        calls_of(&mut m, "add"),
+        m.calls_of("fx", "add"),
         2,
         "add (open-world by default) was cached"
     );
-    assert_eq!(calls_of(&mut m, "log"), 2, "log (not read-only) was cached");
+    assert_eq!(m.calls_of("fx", "log"), 2, "log (not read-only) was cached");
 }
 
 #[test]
@@ -184,26 +148,26 @@ fn a_tool_named_in_tool_cache_is_kept_whatever_its_hints() {
     );
     let mut m = serve("", &[], &settings);
     for _ in 0..2 {
-        echo(&mut m, "hi");
+        m.echo("fx__echo", "hi");
         m.call("fx__whoami", json!({}));
         assert_eq!(text_of(&m.call("fx__add", json!({"a": 1, "b": 2}))), "3");
     }
-    assert_eq!(calls_of(&mut m, "whoami"), 1, "whoami was not cached");
-    assert_eq!(calls_of(&mut m, "add"), 1, "add was not cached");
+    assert_eq!(m.calls_of("fx", "whoami"), 1, "whoami was not cached");
+    assert_eq!(m.calls_of("fx", "add"), 1, "add was not cached");
     // Without `cache` on the upstream, its read-only tools are not kept.
-    assert_eq!(calls_of(&mut m, "echo"), 2, "echo was cached");
+    assert_eq!(m.calls_of("fx", "echo"), 2, "echo was cached");
 }
 
 #[test]
 fn an_entry_expires_after_its_ttl() {
     let mut m = serve("", &[], "cache = { ttl = \"1s\" }\n");
-    echo(&mut m, "x");
-    echo(&mut m, "x");
-    assert_eq!(calls_of(&mut m, "echo"), 1, "not cached before its ttl");
+    m.echo("fx__echo", "x");
+    m.echo("fx__echo", "x");
+    assert_eq!(m.calls_of("fx", "echo"), 1, "not cached before its ttl");
     std::thread::sleep(Duration::from_millis(2500));
-    echo(&mut m, "x");
+    m.echo("fx__echo", "x");
     assert_eq!(
-        calls_of(&mut m, "echo"),
+        m.calls_of("fx", "echo"),
         2,
         "still cached well past its ttl"
     );
@@ -217,8 +181,8 @@ fn the_byte_budget_evicts_the_least_recently_used_entry() {
         ("", "cache = { ttl = \"60s\", max_bytes = \"100KiB\" }\n"),
     ];
     for (global, settings) in budgets {
-        let mut m = serve_with_flags(&config(global, &[], settings), &["--admin", "127.0.0.1:0"]);
-        let metrics = Metrics::of(&m);
+        let mut m =
+            Manifold::ready_args(&config(global, &[], settings), &["--admin", "127.0.0.1:0"]);
         let big = |m: &mut Manifold, bytes: usize| {
             let r = m.call("fx__big", json!({"bytes": bytes}));
             assert_eq!(text_of(&r).len(), bytes);
@@ -226,31 +190,28 @@ fn the_byte_budget_evicts_the_least_recently_used_entry() {
         big(&mut m, 40_000);
         big(&mut m, 40_001);
         big(&mut m, 40_001);
-        let kept = calls_of(&mut m, "big");
+        let kept = m.calls_of("fx", "big");
         assert_eq!(kept, 2, "a result that fits was not kept ({settings})");
         big(&mut m, 40_002);
-        assert_eq!(calls_of(&mut m, "big"), 3);
+        assert_eq!(m.calls_of("fx", "big"), 3);
         // The store evicts when it next does its pending work, which a small call of
         // another key gets it to do; touching the big results before then would make the
         // one touched the most recently used.
         let by_size = [("cache", "tools"), ("cause", "size")];
         eventually(&format!("an entry was evicted ({settings})"), || {
-            echo(&mut m, "tick");
-            manifold_testkit::metrics::sum(
-                &metrics.scrape(),
-                "manifold_cache_evictions_total",
-                &by_size,
-            ) >= 1.0
+            m.echo("fx__echo", "tick");
+            manifold_testkit::metrics::sum(&m.scrape(), "manifold_cache_evictions_total", &by_size)
+                >= 1.0
         });
         big(&mut m, 40_000);
         assert_eq!(
-            calls_of(&mut m, "big"),
+            m.calls_of("fx", "big"),
             4,
             "the least recently used result was kept ({settings})"
         );
         big(&mut m, 40_002);
         assert_eq!(
-            calls_of(&mut m, "big"),
+            m.calls_of("fx", "big"),
             4,
             "the newest result was evicted ({settings})"
         );
@@ -261,17 +222,17 @@ fn the_byte_budget_evicts_the_least_recently_used_entry() {
 fn arguments_over_max_argument_bytes_are_never_cached() {
     let mut m = serve("[cache]\nmax_argument_bytes = 100\n", &[], CACHED);
     let long = "x".repeat(200);
-    echo(&mut m, &long);
-    echo(&mut m, &long);
+    m.echo("fx__echo", &long);
+    m.echo("fx__echo", &long);
     assert_eq!(
-        calls_of(&mut m, "echo"),
+        m.calls_of("fx", "echo"),
         2,
         "oversized arguments were cached"
     );
-    echo(&mut m, "short");
-    echo(&mut m, "short");
+    m.echo("fx__echo", "short");
+    m.echo("fx__echo", "short");
     assert_eq!(
-        calls_of(&mut m, "echo"),
+        m.calls_of("fx", "echo"),
         3,
         "small arguments were not cached"
     );
@@ -294,7 +255,7 @@ fn concurrent_identical_calls_cost_one_upstream_call() {
         assert_eq!(text_of(&r), "slept 1000", "{r}");
     }
     assert_eq!(
-        calls_of(&mut m, "sleep"),
+        m.calls_of("fx", "sleep"),
         1,
         "concurrent identical calls were not coalesced"
     );
@@ -311,20 +272,20 @@ fn errors_are_never_cached() {
     for n in 1..=3 {
         let r = m.call("fx__fail", json!({}));
         assert_eq!(r["result"]["isError"], json!(true), "{r}");
-        assert_eq!(calls_of(&mut m, "fail"), n, "a tool error was cached");
+        assert_eq!(m.calls_of("fx", "fail"), n, "a tool error was cached");
     }
     // A timeout.
     for n in 1..=2 {
         let r = m.call("fx__sleep", json!({"ms": 2000}));
         assert_eq!(error_code(&r), -32011, "{r}");
-        assert_eq!(calls_of(&mut m, "sleep"), n, "a timeout was cached");
+        assert_eq!(m.calls_of("fx", "sleep"), n, "a timeout was cached");
     }
     // A JSON-RPC error from the upstream.
     let missing = "fixture://fx/missing";
     for n in 1..=2 {
         let r = m.request("resources/read", json!({"uri": format!("fx+{missing}")}));
         assert_eq!(error_code(&r), -32002, "{r}");
-        assert_eq!(reads_of(&mut m, missing), n, "an error answer was cached");
+        assert_eq!(m.reads_of("fx", missing), n, "an error answer was cached");
     }
 }
 
@@ -343,14 +304,14 @@ fn an_answer_that_came_with_progress_is_not_stored() {
     // The same call without a token is not answered from the cache...
     m.call("fx__progress", args.clone());
     assert_eq!(
-        calls_of(&mut m, "progress"),
+        m.calls_of("fx", "progress"),
         2,
         "an answer with progress was stored"
     );
     // ...and, no progress having come with it, is stored.
     m.call("fx__progress", args);
     assert_eq!(
-        calls_of(&mut m, "progress"),
+        m.calls_of("fx", "progress"),
         2,
         "a plain answer was not stored"
     );
@@ -382,7 +343,7 @@ fn an_answer_that_needed_the_host_is_not_stored() {
         );
         assert_eq!(text_of(&m.response(&id)), "sampled");
     }
-    assert_eq!(calls_of(&mut m, "ask_sampling"), 2);
+    assert_eq!(m.calls_of("fx", "ask_sampling"), 2);
 }
 
 #[test]
@@ -417,7 +378,7 @@ fn waiters_on_a_cancelled_fill_are_still_answered() {
     let params = json!({"name": "fx__sleep", "arguments": {"ms": 1500}});
     let first = m.send_request("tools/call", params.clone());
     eventually("the first call reached the upstream", || {
-        calls_of(&mut m, "sleep") == 1
+        m.calls_of("fx", "sleep") == 1
     });
     let waiters: Vec<u64> = (0..2)
         .map(|_| m.send_request("tools/call", params.clone()))
@@ -446,7 +407,7 @@ fn the_host_can_bypass_or_refresh_the_cache() {
         ))
     };
     assert_eq!(echoes(&mut m, None), "0");
-    echo(&mut m, "x");
+    m.echo("fx__echo", "x");
     assert_eq!(echoes(&mut m, None), "0", "not answered from the cache");
     assert_eq!(echoes(&mut m, Some("bypass")), "1", "bypass was looked up");
     assert_eq!(echoes(&mut m, None), "0", "bypass stored its answer");
@@ -483,7 +444,7 @@ fn a_bad_cache_directive_is_refused_whatever_the_tool() {
     );
     assert_eq!(error_code(&r), -32602, "{r}");
     assert_eq!(
-        calls_of(&mut m, "whoami"),
+        m.calls_of("fx", "whoami"),
         0,
         "a refused request reached the upstream"
     );
@@ -492,11 +453,11 @@ fn a_bad_cache_directive_is_refused_whatever_the_tool() {
 #[test]
 fn a_resource_update_drops_its_entry_and_reaches_no_host_that_did_not_subscribe() {
     let mut m = serve("", &["--subscriptions"], RESOURCES_CACHED);
-    let first = read(&mut m, README);
-    let second = read(&mut m, README);
+    let first = m.read(README);
+    let second = m.read(README);
     assert_eq!(second["result"], first["result"]);
     assert_eq!(
-        reads_of(&mut m, README_UPSTREAM),
+        m.reads_of("fx", README_UPSTREAM),
         1,
         "the second read was not cached"
     );
@@ -508,12 +469,12 @@ fn a_resource_update_drops_its_entry_and_reaches_no_host_that_did_not_subscribe(
     let touched = m.call("fx__touch", json!({"uri": README_UPSTREAM}));
     assert_eq!(text_of(&touched), "touched 1");
     eventually("the update dropped the entry", || {
-        read(&mut m, README);
-        reads_of(&mut m, README_UPSTREAM) == 2
+        m.read(README);
+        m.reads_of("fx", README_UPSTREAM) == 2
     });
-    read(&mut m, README);
+    m.read(README);
     assert_eq!(
-        reads_of(&mut m, README_UPSTREAM),
+        m.reads_of("fx", README_UPSTREAM),
         2,
         "the fresh read was not kept"
     );
@@ -537,13 +498,12 @@ fn subscribe(m: &mut Manifold, uri: &str, on: bool) {
 #[test]
 fn the_cache_and_a_host_subscribing_to_one_resource_do_not_undo_each_other() {
     let config = config("", &["--subscriptions"], RESOURCES_CACHED);
-    let mut m = serve_with_flags(&config, &["--admin", "127.0.0.1:0"]);
-    let metrics = Metrics::of(&m);
+    let mut m = Manifold::ready_args(&config, &["--admin", "127.0.0.1:0"]);
     let upstream_subscribed = |m: &mut Manifold| {
         let uris = text_of(&m.call("fx__subscriptions", json!({})));
         uris.contains(&format!("{README_UPSTREAM:?}"))
     };
-    read(&mut m, README);
+    m.read(README);
     eventually("the cache subscribed upstream", || {
         upstream_subscribed(&mut m)
     });
@@ -562,12 +522,9 @@ fn the_cache_and_a_host_subscribing_to_one_resource_do_not_undo_each_other() {
     let invalidated = [("cache", "resources"), ("cause", "invalidated")];
     eventually("the updated entry was dropped", || {
         // Another resource's read gets the store to process what is pending.
-        read(&mut m, "fx+fixture://fx/data.json");
-        manifold_testkit::metrics::sum(
-            &metrics.scrape(),
-            "manifold_cache_evictions_total",
-            &invalidated,
-        ) >= 1.0
+        m.read("fx+fixture://fx/data.json");
+        manifold_testkit::metrics::sum(&m.scrape(), "manifold_cache_evictions_total", &invalidated)
+            >= 1.0
     });
     assert!(
         upstream_subscribed(&mut m),
@@ -580,9 +537,9 @@ fn the_cache_and_a_host_subscribing_to_one_resource_do_not_undo_each_other() {
 #[test]
 fn a_restart_of_the_upstream_drops_its_entries() {
     let mut m = serve("", &[], CACHED);
-    echo(&mut m, "x");
-    echo(&mut m, "x");
-    assert_eq!(calls_of(&mut m, "echo"), 1);
+    m.echo("fx__echo", "x");
+    m.echo("fx__echo", "x");
+    assert_eq!(m.calls_of("fx", "echo"), 1);
     let before = text_of(&m.call("fx__whoami", json!({})));
     let crashed = m.call("fx__crash", json!({}));
     assert!(crashed.get("error").is_some(), "{crashed}");
@@ -590,10 +547,10 @@ fn a_restart_of_the_upstream_drops_its_entries() {
         let r = m.call("fx__whoami", json!({}));
         r.get("result").is_some() && text_of(&r) != before
     });
-    echo(&mut m, "x");
+    m.echo("fx__echo", "x");
     // The new process counts from zero: a hit would leave it there.
     assert_eq!(
-        calls_of(&mut m, "echo"),
+        m.calls_of("fx", "echo"),
         1,
         "answered from before the restart"
     );
@@ -602,27 +559,27 @@ fn a_restart_of_the_upstream_drops_its_entries() {
 #[test]
 fn a_changed_catalog_drops_the_upstreams_entries() {
     let mut m = serve("", &[], CACHED);
-    echo(&mut m, "x");
-    echo(&mut m, "x");
-    assert_eq!(calls_of(&mut m, "echo"), 1);
+    m.echo("fx__echo", "x");
+    m.echo("fx__echo", "x");
+    assert_eq!(m.calls_of("fx", "echo"), 1);
     let added = m.call("fx__add_tool", json!({"name": "fresh"}));
     assert_eq!(text_of(&added), "added fresh");
     m.wait_for(|v| v["method"] == "notifications/tools/list_changed");
     eventually("the new catalog dropped the entry", || {
-        echo(&mut m, "x");
-        calls_of(&mut m, "echo") == 2
+        m.echo("fx__echo", "x");
+        m.calls_of("fx", "echo") == 2
     });
 }
 
 #[test]
 fn a_hit_still_counts_against_the_teams_limits() {
     let teams = "[teams.red]\n\n[teams.red.tool_limits.fx__echo]\nquota = \"2/day\"\n";
-    let mut m = serve_with_flags(&config(teams, &[], CACHED), &["--team", "red"]);
-    echo(&mut m, "x");
-    echo(&mut m, "x");
+    let mut m = Manifold::ready_args(&config(teams, &[], CACHED), &["--team", "red"]);
+    m.echo("fx__echo", "x");
+    m.echo("fx__echo", "x");
     let refused = m.call("fx__echo", json!({"text": "x"}));
     assert_eq!(error_code(&refused), -32015, "{refused}");
-    assert_eq!(calls_of(&mut m, "echo"), 1);
+    assert_eq!(m.calls_of("fx", "echo"), 1);
 }
 
 #[test]
@@ -630,12 +587,11 @@ fn cache_settings_are_checked_and_mistakes_named_by_key() {
     let dir = TempDir::new("cache");
     let check = |name: &str, settings: &str| -> String {
         let path = dir.write(name, &config("", &[], settings));
-        let out = std::process::Command::new(manifold_bin())
-            .args(["check", "--no-start", "--config", path.to_str().unwrap()])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!out.status.success(), "{name} was accepted");
+        let (code, _, err) = run_manifold(
+            &["check", "--no-start", "--config", path.to_str().unwrap()],
+            &[],
+        );
+        assert_ne!(code, 0, "{name} was accepted");
         err
     };
     let err = check("no-ttl.toml", "cache = { max_bytes = \"1MiB\" }\n");
@@ -662,33 +618,13 @@ fn cache_settings_are_checked_and_mistakes_named_by_key() {
     );
 }
 
-/// /metrics of a Manifold started with `--admin 127.0.0.1:0`.
-struct Metrics {
-    url: String,
-    client: reqwest::blocking::Client,
-}
-
-impl Metrics {
-    fn of(m: &Manifold) -> Self {
-        Self {
-            url: format!("http://127.0.0.1:{}/metrics", m.admin_port()),
-            client: reqwest::blocking::Client::new(),
-        }
-    }
-
-    fn scrape(&self) -> String {
-        self.client.get(&self.url).send().unwrap().text().unwrap()
-    }
-}
-
 #[test]
 fn hits_and_misses_are_counted_per_cache() {
     let settings = format!("{CACHED}{RESOURCES_CACHED}{}", tool_cache("sleep", "60s"));
-    let mut m = serve_with_flags(&config("", &[], &settings), &["--admin", "127.0.0.1:0"]);
-    let metrics = Metrics::of(&m);
-    echo(&mut m, "a"); // miss
-    echo(&mut m, "a"); // hit
-    echo(&mut m, "b"); // miss
+    let mut m = Manifold::ready_args(&config("", &[], &settings), &["--admin", "127.0.0.1:0"]);
+    m.echo("fx__echo", "a"); // miss
+    m.echo("fx__echo", "a"); // hit
+    m.echo("fx__echo", "b"); // miss
     m.call("fx__whoami", json!({})); // not cached: neither
                                      // One fill and three waiters, which count as hits.
     let sleeps: Vec<u64> = (0..4)
@@ -703,7 +639,7 @@ fn hits_and_misses_are_counted_per_cache() {
         assert_eq!(text_of(&m.response(&json!(id))), "slept 500");
     }
     for _ in 0..3 {
-        read(&mut m, README); // a miss, then two hits
+        m.read(README); // a miss, then two hits
     }
     let expected = [
         ("manifold_cache_misses_total", "tools", 3.0),
@@ -727,11 +663,11 @@ fn hits_and_misses_are_counted_per_cache() {
             .collect()
     };
     // Counted around the answers: wait (bounded) for the figures to settle, then compare.
-    let mut text = metrics.scrape();
+    let mut text = m.scrape();
     let until = Instant::now() + WAIT;
     while seen(&text) != expected && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(100));
-        text = metrics.scrape();
+        text = m.scrape();
     }
     assert_eq!(seen(&text), expected, "/metrics:\n{text}");
     for cache in ["tools", "resources"] {
@@ -749,10 +685,10 @@ fn a_rule_outweighs_a_stateless_upstreams_own_hints() {
         &["--era", "dual", "--ttl-ms", "0", "--cache-scope", "public"],
         RESOURCES_CACHED,
     );
-    read(&mut m, README);
-    read(&mut m, README);
+    m.read(README);
+    m.read(README);
     assert_eq!(
-        reads_of(&mut m, README_UPSTREAM),
+        m.reads_of("fx", README_UPSTREAM),
         1,
         "a ttlMs of 0 outweighed the rule"
     );
@@ -769,11 +705,11 @@ fn a_rule_outweighs_a_stateless_upstreams_own_hints() {
         ],
         RESOURCES_CACHED,
     );
-    read(&mut m, README);
+    m.read(README);
     std::thread::sleep(Duration::from_millis(1500));
-    read(&mut m, README);
+    m.read(README);
     assert_eq!(
-        reads_of(&mut m, README_UPSTREAM),
+        m.reads_of("fx", README_UPSTREAM),
         1,
         "the entry went with the upstream's ttlMs, not the rule's"
     );

@@ -7,7 +7,7 @@ use manifold_testkit::process::*;
 #[test]
 fn merges_every_kind_from_two_upstreams() {
     let mut m = Manifold::ready(&two_fixtures());
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     for t in ["alpha__echo", "alpha__add", "beta__echo", "beta__sleep"] {
         assert!(tools.contains(&t.to_owned()), "{t} missing from {tools:?}");
     }
@@ -72,11 +72,11 @@ fn unknown_fields_survive_both_ways() {
 fn names_follow_config_prefix_separator_renames_and_filters() {
     let config = format!(
         "[names]\nseparator = \"-\"\n\n{}prefix = \"A\"\n[upstreams.alpha.tools]\ninclude = [\"e*\", \"add\"]\nexclude = [\"echo\"]\nrename = {{ add = \"plus\" }}\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"]),
+        named_fixture("alpha"),
+        named_fixture("beta"),
     );
     let mut m = Manifold::ready(&config);
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     assert!(tools.contains(&"plus".into()), "{tools:?}");
     assert!(
         !tools.iter().any(|t| t.starts_with("A-") && t != "A-plus"),
@@ -94,12 +94,12 @@ fn long_names_are_shortened_stably_and_do_not_depend_on_other_upstreams() {
         "{}prefix = {long_prefix:?}\n[upstreams.alpha.tools]\ninclude = [\"tool_*\"]\n",
         fixture_upstream("alpha", &["--name", "alpha", "--extra-tools", "3"])
     );
-    let with_more = format!("{alone}{}", fixture_upstream("zeta", &["--name", "zeta"]));
+    let with_more = format!("{alone}{}", named_fixture("zeta"));
     let mut a = Manifold::ready(&alone);
     let mut b = Manifold::ready(&with_more);
-    let names_a = a.names("tools/list", "tools", "name");
+    let names_a = a.all_tool_names();
     let names_b: Vec<String> = b
-        .names("tools/list", "tools", "name")
+        .all_tool_names()
         .into_iter()
         .filter(|n| !n.starts_with("zeta__"))
         .collect();
@@ -126,11 +126,11 @@ fn long_names_are_shortened_stably_and_do_not_depend_on_other_upstreams() {
 fn collisions_are_withheld_and_explained() {
     let config = format!(
         "{}prefix = \"\"\n{}prefix = \"\"\n",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"])
+        named_fixture("alpha"),
+        named_fixture("beta")
     );
     let mut m = Manifold::ready(&config);
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     assert!(
         !tools.contains(&"echo".into()),
         "a colliding name was served: {tools:?}"
@@ -152,7 +152,7 @@ fn downstream_pagination_chains_and_refuses_bad_cursors() {
     let first = m.request("tools/list", json!({}));
     assert_eq!(first["result"]["tools"].as_array().unwrap().len(), 3);
     assert!(first["result"]["nextCursor"].is_string());
-    let all = m.names("tools/list", "tools", "name");
+    let all = m.all_tool_names();
     let unique: std::collections::HashSet<_> = all.iter().collect();
     assert_eq!(unique.len(), all.len());
     assert!(all.contains(&"alpha__tool_9".into()) && all.contains(&"alpha__echo".into()));
@@ -178,7 +178,7 @@ fn paginated_upstream_lists_are_fetched_whole() {
         ],
     );
     let mut m = Manifold::ready(&config);
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     assert!(
         tools.contains(&"alpha__tool_6".into()) && tools.contains(&"alpha__echo".into()),
         "{tools:?}"

@@ -10,17 +10,10 @@ fn check(config: &Path) -> (i32, String, String) {
 }
 
 fn check_with_env(config: &Path, env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(manifold_bin())
-        .args(["check", "--config", config.to_str().unwrap()])
-        .env("PATH", path_with_fixture())
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
+    let path = path_with_fixture();
+    let mut env = env.to_vec();
+    env.push(("PATH", &path));
+    run_manifold(&["check", "--config", config.to_str().unwrap()], &env)
 }
 
 /// The example configs name `manifold-fixture` bare; make sure the test build of it is found.
@@ -39,8 +32,8 @@ fn check_prints_the_merged_catalog_and_every_renamed_name() {
     let long = "p".repeat(70);
     let config = format!(
         "{}[upstreams.alpha.tools]\nrename = {{ echo = \"say\" }}\n{}prefix = {long:?}\n",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"]),
+        named_fixture("alpha"),
+        named_fixture("beta"),
     );
     let (code, out, err) = check(&dir.write("c.toml", &config));
     assert_eq!(code, 0, "{out}{err}");
@@ -123,8 +116,8 @@ fn check_fails_on_collisions_naming_file_and_keys() {
     let dir = TempDir::new("check");
     let config = format!(
         "{}prefix = \"\"\n{}prefix = \"\"\n",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"]),
+        named_fixture("alpha"),
+        named_fixture("beta"),
     );
     let path = dir.write("clash.toml", &config);
     let (code, out, err) = check(&path);
@@ -227,14 +220,12 @@ fn every_shipped_config_loads() {
             );
         } else {
             // Real peers are installed by the interop suite; here the file and names must hold.
-            let out = Command::new(manifold_bin())
-                .args(["check", "--no-start", "--config", path.to_str().unwrap()])
-                // The secret config/remote.toml interpolates into a header.
-                .env("MANIFOLD_EXAMPLE_TOKEN", "example")
-                .output()
-                .unwrap();
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{}: {err}", path.display());
+            // The secret config/remote.toml interpolates into a header.
+            let (code, _, err) = run_manifold(
+                &["check", "--no-start", "--config", path.to_str().unwrap()],
+                &[("MANIFOLD_EXAMPLE_TOKEN", "example")],
+            );
+            assert_eq!(code, 0, "{}: {err}", path.display());
         }
     }
     assert!(seen >= 2, "config/ should hold the demo and examples");
@@ -306,16 +297,8 @@ fn check_with_certificate(path: &Path, text: &str) -> (i32, String, String) {
     );
     let env = [("MANIFOLD_API_KEY", "example-key-0123456789abcdef")];
     // Its [pinning] needs the lock file its comment says to write first.
-    let pinned = Command::new(manifold_bin())
-        .args(["pin", "--config", copy.to_str().unwrap()])
-        .envs(env)
-        .output()
-        .unwrap();
-    assert!(
-        pinned.status.success(),
-        "{}",
-        String::from_utf8_lossy(&pinned.stderr)
-    );
+    let (code, _, err) = run_manifold(&["pin", "--config", copy.to_str().unwrap()], &env);
+    assert_eq!(code, 0, "{err}");
     check_with_env(&copy, &env)
 }
 
@@ -323,8 +306,8 @@ fn check_with_certificate(path: &Path, text: &str) -> (i32, String, String) {
 fn serve_logs_the_upstreams_it_skips() {
     let config = format!(
         "{}{}enabled = false\n",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("off", &["--name", "off"]),
+        named_fixture("alpha"),
+        named_fixture("off"),
     );
     let mut m = Manifold::start(&config);
     m.initialize();

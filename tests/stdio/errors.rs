@@ -7,7 +7,7 @@ use manifold_testkit::process::*;
 fn one_fixture() -> String {
     format!(
         "[server]\nmax_message_bytes = 4096\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     )
 }
 

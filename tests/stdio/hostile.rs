@@ -67,9 +67,7 @@ fn ends_cleanly(mut m: Manifold, pids: &Path) {
         m.stderr()
     );
     assert_eq!(m.close(), Some(0), "{}", m.stderr());
-    for pid in launched {
-        eventually(&format!("upstream {pid} exits"), || !process_alive(pid));
-    }
+    wait_gone(&launched);
 }
 
 #[test]
@@ -206,9 +204,7 @@ fn an_oversize_answer_fails_only_its_request() {
     );
     assert_eq!(read_pids(&pids).len(), 1, "{}", m.stderr());
     assert_eq!(m.close(), Some(0));
-    for pid in read_pids(&pids) {
-        eventually(&format!("upstream {pid} exits"), || !process_alive(pid));
-    }
+    wait_gone(&read_pids(&pids));
 }
 
 #[test]

@@ -16,7 +16,7 @@ fn a_crashed_upstream_fails_its_requests_and_comes_back() {
     let config = format!(
         "{}{}",
         fast_restart("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"])
+        named_fixture("beta")
     );
     let mut m = Manifold::ready(&config);
     let pid_before = text_of(&m.call("alpha__whoami", json!({})));
@@ -72,11 +72,11 @@ fn an_upstream_that_cannot_start_does_not_stop_the_others() {
     let config = format!(
         "{}{}[upstreams.missing]\ncommand = \"/nonexistent/manifold-no-such-server\"\n",
         fast_restart("broken", &["--name", "broken", "--exit-on-start", "2"]),
-        fixture_upstream("beta", &["--name", "beta"]),
+        named_fixture("beta"),
     );
     let mut m = Manifold::ready(&config);
     assert_eq!(text_of(&m.call("beta__echo", json!({"text": "up"}))), "up");
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     assert!(tools.iter().all(|t| t.starts_with("beta__")), "{tools:?}");
     let r = m.request(
         "resources/read",
@@ -94,7 +94,7 @@ fn an_upstream_that_cannot_start_does_not_stop_the_others() {
 fn a_down_upstream_keeps_its_names_and_fails_fast() {
     let config = format!(
         "{}restart_initial_backoff_ms = 60000\nrestart_max_backoff_ms = 60000\n",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     );
     let mut m = Manifold::ready(&config);
     m.call("alpha__crash", json!({}));
@@ -107,8 +107,7 @@ fn a_down_upstream_keeps_its_names_and_fails_fast() {
                 .contains("unavailable")
     });
     assert!(
-        m.names("tools/list", "tools", "name")
-            .contains(&"alpha__echo".into()),
+        m.all_tool_names().contains(&"alpha__echo".into()),
         "names stay stable while down"
     );
 }
@@ -140,9 +139,7 @@ fn pids_of(files: &[std::path::PathBuf]) -> Vec<u32> {
 
 fn assert_all_gone(pids: &[u32]) {
     assert_eq!(pids.len(), 2, "both fixtures wrote their pid: {pids:?}");
-    eventually("every upstream process is gone", || {
-        pids.iter().all(|p| !process_alive(*p))
-    });
+    wait_gone(pids);
 }
 
 #[test]
@@ -158,7 +155,7 @@ fn closing_stdin_stops_every_child() {
 
 #[test]
 fn sigterm_and_sigint_stop_every_child() {
-    for signal in ["-TERM", "-INT"] {
+    for signal in ["TERM", "INT"] {
         let dir = TempDir::new("pids");
         let (config, pids) = pid_config(&dir);
         let mut m = Manifold::ready(&config);
@@ -168,11 +165,7 @@ fn sigterm_and_sigint_stop_every_child() {
             json!({"name": "alpha__sleep", "arguments": {"ms": 30000}}),
         );
         let pids = pids_of(&pids);
-        let status = std::process::Command::new("kill")
-            .args([signal, &m.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        send_signal(m.pid(), signal);
         assert_eq!(m.wait_exit(), Some(0), "{signal}");
         assert_all_gone(&pids);
     }
@@ -186,11 +179,7 @@ fn children_exit_even_when_manifold_is_killed() {
     let (config, pids) = pid_config(&dir);
     let mut m = Manifold::ready(&config);
     let pids = pids_of(&pids);
-    let status = std::process::Command::new("kill")
-        .args(["-KILL", &m.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    send_signal(m.pid(), "KILL");
     m.wait_exit();
     assert_all_gone(&pids);
 }
@@ -210,10 +199,7 @@ fn server_cpus_pins_manifold_and_the_upstreams_it_starts() {
     // A CPU this test may use (a container can be limited to some CPUs only).
     let mine = allowed_cpus(std::process::id());
     let cpu: String = mine.chars().take_while(char::is_ascii_digit).collect();
-    let config = format!(
-        "[server]\ncpus = [{cpu}]\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
-    );
+    let config = format!("[server]\ncpus = [{cpu}]\n\n{}", named_fixture("alpha"));
     let mut m = Manifold::ready(&config);
     let who = text_of(&m.call("alpha__whoami", json!({})));
     let child: u32 = who.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -231,28 +217,11 @@ fn server_cpus_pins_manifold_and_the_upstreams_it_starts() {
 
 #[test]
 fn server_cpus_that_do_not_exist_stop_serve_with_a_clear_error() {
-    let config = format!(
-        "[server]\ncpus = [1023]\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
-    );
+    let config = format!("[server]\ncpus = [1023]\n\n{}", named_fixture("alpha"));
     let mut m = Manifold::start(&config);
     assert_ne!(m.wait_exit(), Some(0));
     let err = m.stderr();
     assert!(err.contains("server.cpus") && err.contains("1023"), "{err}");
-}
-
-/// `manifold serve` on `config` (written into `dir`) with its stdin and stdout piped to the
-/// test, which speaks to it byte for byte.
-fn serve_piped(dir: &TempDir, config: &str) -> std::process::Child {
-    let path = dir.write("manifold.toml", config);
-    std::process::Command::new(manifold_bin())
-        .args(["serve", "--config", path.to_str().unwrap()])
-        .env("MANIFOLD_LOG", "warn")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
 }
 
 /// Runs `manifold serve` on `config`, initializes, then writes `calls` pipelined calls of
@@ -268,7 +237,7 @@ fn pipelined_then_closed(
     Option<i32>,
 ) {
     use std::io::{BufRead, BufReader, Write};
-    let mut child = serve_piped(dir, config);
+    let mut child = serve_piped(dir, config, "warn", std::process::Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let (initialized, init_seen) = std::sync::mpsc::channel();
@@ -352,10 +321,10 @@ fn a_host_that_reads_slowly_is_paced_and_loses_nothing() {
     // twice the 4 MiB limit, which would end its session if Manifold kept reading.
     let config = format!(
         "[server]\nsession_queue_bytes = 4194304\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     );
     let dir = TempDir::new("paced");
-    let mut child = serve_piped(&dir, &config);
+    let mut child = serve_piped(&dir, &config, "warn", std::process::Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -485,8 +454,8 @@ fn era_session_skips_the_probe() {
 fn era_stateless_on_a_session_era_upstream_fails_with_the_reason() {
     let config = format!(
         "{}era = \"stateless\"\nrestart_initial_backoff_ms = 60000\nrestart_max_backoff_ms = 60000\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"]),
+        named_fixture("alpha"),
+        named_fixture("beta"),
     );
     let mut m = Manifold::ready(&config);
     let line = m.logged_line(|l| l.contains("handshake failed") && l.contains("alpha"));
@@ -498,7 +467,7 @@ fn era_stateless_on_a_session_era_upstream_fails_with_the_reason() {
     );
     let r = m.call("beta__echo", json!({"text": "fine"}));
     assert_eq!(text_of(&r), "fine");
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     assert!(tools.iter().all(|t| t.starts_with("beta__")), "{tools:?}");
 }
 

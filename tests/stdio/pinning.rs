@@ -3,12 +3,11 @@
 //! or that has none, is held or served as `[pinning]` says; `check` shows the diff.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::{json, Value};
 
 use manifold_testkit::process::{
-    error_code, eventually, fixture_upstream, text_of, Manifold, TempDir,
+    error_code, eventually, fixture_upstream, run_manifold, text_of, Manifold, Requests, TempDir,
 };
 
 const PINNED: &str = "Echoes text.";
@@ -68,16 +67,7 @@ impl Setup {
 
     /// Runs `manifold COMMAND --config manifold.toml`: (exit code, stdout, stderr).
     fn run(&self, command: &str) -> (i32, String, String) {
-        let out = Command::new(manifold_testkit::process::manifold_bin())
-            .args([command, "--config", &self.config()])
-            .output()
-            .unwrap();
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (
-            out.status.code().unwrap_or(-1),
-            text(&out.stdout),
-            text(&out.stderr),
-        )
+        run_manifold(&[command, "--config", &self.config()], &[])
     }
 
     fn pin(&self) {
@@ -101,10 +91,6 @@ impl Setup {
     }
 }
 
-fn tools(m: &mut Manifold) -> Vec<String> {
-    m.names("tools/list", "tools", "name")
-}
-
 fn error_message(response: &Value) -> String {
     assert_eq!(error_code(response), -32602, "{response}");
     response["error"]["message"].as_str().unwrap().to_owned()
@@ -120,21 +106,21 @@ fn a_description_changed_at_run_time_is_held_until_pinned_again() {
         PINNED
     );
     let mut m = setup.serve(&["--admin", "127.0.0.1:0"]);
-    assert!(tools(&mut m).contains(&"alpha__late".to_owned()));
+    assert!(m.all_tool_names().contains(&"alpha__late".to_owned()));
     let r = m.call(
         "alpha__add_tool",
         json!({"name": "late", "description": CHANGED}),
     );
     assert!(r.get("result").is_some(), "{r}");
     m.wait_for(|msg| msg["method"] == "notifications/tools/list_changed");
-    let listed = tools(&mut m);
+    let listed = m.all_tool_names();
     assert!(!listed.contains(&"alpha__late".to_owned()), "{listed:?}");
     assert!(listed.contains(&"alpha__echo".to_owned()), "{listed:?}");
     let r = m.call("alpha__late", json!({"text": "hi"}));
     assert_eq!(error_message(&r), HELD_CHANGED);
     m.assert_logged("pinning: tool \"late\" of upstream \"alpha\" (alpha__late) is held");
     m.assert_logged(&format!("  - {PINNED}\n  + {CHANGED}"));
-    let metrics = scrape(&m);
+    let metrics = m.scrape();
     let held = "manifold_pinning_held{upstream=\"alpha\",kind=\"tools\",reason=\"changed\"} 1";
     assert!(metrics.contains(held), "{metrics}");
     let changed = "manifold_pinning_changed{upstream=\"alpha\",kind=\"tools\"} 1";
@@ -145,13 +131,8 @@ fn a_description_changed_at_run_time_is_held_until_pinned_again() {
     setup.set_description(CHANGED);
     setup.pin();
     let mut m = setup.serve(&[]);
-    assert!(tools(&mut m).contains(&"alpha__late".to_owned()));
+    assert!(m.all_tool_names().contains(&"alpha__late".to_owned()));
     assert_eq!(text_of(&m.call("alpha__late", json!({"text": "ok"}))), "ok");
-}
-
-fn scrape(m: &Manifold) -> String {
-    let url = format!("http://127.0.0.1:{}/metrics", m.admin_port());
-    reqwest::blocking::get(url).unwrap().text().unwrap()
 }
 
 #[test]
@@ -159,13 +140,13 @@ fn a_definition_changed_across_an_upstream_restart_is_held() {
     let setup = Setup::with_late("[pinning]\n");
     setup.pin();
     let mut m = setup.serve(&[]);
-    assert!(tools(&mut m).contains(&"alpha__late".to_owned()));
+    assert!(m.all_tool_names().contains(&"alpha__late".to_owned()));
     setup.set_description(CHANGED);
     m.call("alpha__crash", json!({}));
     eventually("the restarted upstream's changed tool held", || {
-        !tools(&mut m).contains(&"alpha__late".to_owned())
+        !m.all_tool_names().contains(&"alpha__late".to_owned())
     });
-    assert!(tools(&mut m).contains(&"alpha__echo".to_owned()));
+    assert!(m.all_tool_names().contains(&"alpha__echo".to_owned()));
     assert_eq!(
         error_message(&m.call("alpha__late", json!({}))),
         HELD_CHANGED
@@ -187,7 +168,7 @@ fn a_wrong_digest_holds_the_tool_at_start_and_a_team_that_cannot_see_it_gets_unk
     .unwrap();
 
     let mut m = setup.serve(&["--team", "blue"]);
-    let listed = tools(&mut m);
+    let listed = m.all_tool_names();
     assert!(!listed.contains(&"alpha__echo".to_owned()), "{listed:?}");
     assert!(listed.contains(&"alpha__add".to_owned()), "{listed:?}");
     let r = m.call("alpha__echo", json!({"text": "hi"}));
@@ -215,7 +196,7 @@ fn new_tools_are_held_or_allowed_as_on_new_says() {
         &["--dynamic-tool", "late"],
     );
     let mut m = setup.serve(&[]);
-    assert!(!tools(&mut m).contains(&"alpha__late".to_owned()));
+    assert!(!m.all_tool_names().contains(&"alpha__late".to_owned()));
     assert_eq!(
         error_message(&m.call("alpha__late", json!({"text": "hi"}))),
         "Tool \"alpha__late\" is held: it is new since the lock file was written; review it and run manifold pin"
@@ -227,7 +208,7 @@ fn new_tools_are_held_or_allowed_as_on_new_says() {
         &["--dynamic-tool", "late"],
     );
     let mut m = setup.serve(&[]);
-    assert!(tools(&mut m).contains(&"alpha__late".to_owned()));
+    assert!(m.all_tool_names().contains(&"alpha__late".to_owned()));
     assert_eq!(text_of(&m.call("alpha__late", json!({"text": "hi"}))), "hi");
     m.assert_logged(
         "pinning: tool \"late\" of upstream \"alpha\" (alpha__late) is served unpinned",
@@ -289,12 +270,8 @@ fn check_prints_the_diff_and_fails_when_something_would_be_held() {
 #[test]
 fn serve_needs_its_lock_file_and_pin_writes_nothing_when_an_upstream_fails() {
     let setup = Setup::new("[pinning]\n", &[]);
-    let out = Command::new(manifold_testkit::process::manifold_bin())
-        .args(["serve", "--config", &setup.config()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, _, err) = run_manifold(&["serve", "--config", &setup.config()], &[]);
+    assert_eq!(code, 1, "{err}");
     let named = format!("{}: cannot read the lock file", setup.lock_file().display());
     assert!(err.contains(&named), "{err}");
 

@@ -48,7 +48,7 @@ fn a_burst_of_list_changed_reaches_the_host_once() {
     }
     // Every new tool shows up...
     eventually("all ten new tools are listed", || {
-        let names = m.names("tools/list", "tools", "name");
+        let names = m.all_tool_names();
         (0..10).all(|i| names.contains(&format!("alpha__burst_{i}")))
     });
     std::thread::sleep(Duration::from_millis(300));
@@ -232,7 +232,7 @@ fn timeouts_per_tool_and_progress_that_extends_them() {
     let server = "[server]\nrequest_timeout_ms = 400\nmax_request_timeout_ms = 1500\n";
     let config = format!(
         "{server}\n{}tool_timeouts = {{ sleep = 200 }}\n",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     );
     let mut m = Manifold::ready(&config);
     // `sleep` has 200 ms of its own.

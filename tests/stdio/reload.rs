@@ -7,30 +7,18 @@ use manifold_testkit::process::*;
 
 #[test]
 fn sighup_reloads_the_configuration_under_a_stdio_session() {
-    let before = fixture_upstream("alpha", &["--name", "alpha"]);
+    let before = named_fixture("alpha");
     let mut m = Manifold::ready(&before);
     let path = m.dir.path().join("manifold.toml");
-    let after = format!(
-        "{before}\n{}",
-        fixture_upstream("beta", &["--name", "beta"])
-    );
+    let after = format!("{before}\n{}", named_fixture("beta"));
     std::fs::write(&path, after).unwrap();
-    let pid = m.pid().to_string();
-    let hup = || {
-        let status = std::process::Command::new("kill")
-            .args(["-HUP", &pid])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
-    hup();
+    let pid = m.pid();
+    send_signal(pid, "HUP");
     m.wait_for(|v| v["method"] == "notifications/tools/list_changed");
-    assert!(m
-        .names("tools/list", "tools", "name")
-        .contains(&"beta__echo".to_owned()));
+    assert!(m.all_tool_names().contains(&"beta__echo".to_owned()));
     assert_eq!(text_of(&m.call("beta__echo", json!({"text": "hi"}))), "hi");
     std::fs::write(&path, "[upstreams.alpha\n").unwrap();
-    hup();
+    send_signal(pid, "HUP");
     eventually("the refusal is logged", || {
         m.stderr().contains("configuration reload refused (SIGHUP)")
     });

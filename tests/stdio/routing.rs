@@ -110,7 +110,7 @@ fn a_slow_upstream_does_not_block_another() {
 fn requests_time_out_with_a_clear_error() {
     let config = format!(
         "[server]\nrequest_timeout_ms = 300\n\n{}",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     );
     let mut m = Manifold::ready(&config);
     let r = m.call("alpha__sleep", json!({"ms": 5000}));
@@ -171,7 +171,7 @@ fn list_changes_reach_the_host_and_the_catalog() {
     let r = m.call("alpha__add_tool", json!({"name": "fresh"}));
     assert!(r.get("result").is_some(), "{r}");
     m.wait_for(|msg| msg["method"] == "notifications/tools/list_changed");
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     assert!(tools.contains(&"alpha__fresh".into()), "{tools:?}");
     assert_eq!(
         text_of(&m.call("alpha__fresh", json!({"text": "new"}))),
@@ -199,7 +199,7 @@ fn upstream_log_messages_and_stderr_are_relayed() {
 fn large_results_arrive_whole_and_in_order_among_small_ones() {
     // Results larger than a pipe-full cross in parts (and grow the pipes); every answer must
     // still be one whole line, in the order the upstream answered.
-    let mut m = Manifold::ready(&fixture_upstream("alpha", &["--name", "alpha"]));
+    let mut m = Manifold::ready(&named_fixture("alpha"));
     let mut expected = Vec::new();
     for (i, bytes) in [70_000u64, 3 << 20, 10, 1 << 20, 200_000]
         .into_iter()

@@ -4,8 +4,8 @@
 //! or not) never holds Manifold's exit.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::Duration;
 
 use manifold_testkit::process::*;
 
@@ -20,15 +20,7 @@ fn serve(dir: &TempDir, server: &str) -> (Child, Log) {
             &["--name", "alpha", "--pid-file", pids.to_str().unwrap()]
         )
     );
-    let path = dir.write("manifold.toml", &config);
-    let mut child = Command::new(manifold_bin())
-        .args(["serve", "--config", path.to_str().unwrap()])
-        .env("MANIFOLD_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = serve_piped(dir, &config, "info", Stdio::piped());
     let mut stderr = child.stderr.take().unwrap();
     let log = Log(std::thread::spawn(move || {
         let mut text = String::new();
@@ -73,22 +65,8 @@ fn initialize_then_big_calls(
         .collect()
 }
 
-/// Waits (bounded by the kit's `WAIT`) for the process to exit.
-fn exits(child: &mut Child) -> Option<std::process::ExitStatus> {
-    let until = Instant::now() + WAIT;
-    while Instant::now() < until {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
 fn upstreams_gone(dir: &TempDir) {
-    for pid in read_pids(&dir.path().join("pids")) {
-        eventually(&format!("upstream {pid} exits"), || !process_alive(pid));
-    }
+    wait_gone(&read_pids(&dir.path().join("pids")));
 }
 
 #[test]
@@ -154,7 +132,7 @@ fn a_host_that_reads_nothing_for_a_while_then_everything_loses_no_answer() {
         "{line}"
     );
     drop(stdin);
-    let status = exits(&mut child);
+    let status = exit_within(&mut child, WAIT);
     let log = log.text(&mut child);
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{log}");
     upstreams_gone(&dir);
@@ -174,7 +152,7 @@ fn a_host_that_reads_nothing_for_the_stall_timeout_is_let_go_with_a_reason() {
         let _ = stdin.write_all(input.as_bytes());
         stdin
     });
-    let status = exits(&mut child);
+    let status = exit_within(&mut child, WAIT);
     let stderr = log.text(&mut child);
     drop(stdout);
     drop(writer.join());
@@ -207,7 +185,7 @@ fn a_host_that_closes_its_input_and_never_reads_does_not_hold_the_exit() {
     std::thread::sleep(Duration::from_millis(1000));
     drop(stdin);
     // The output stays open and unread until Manifold is gone.
-    let status = exits(&mut child);
+    let status = exit_within(&mut child, WAIT);
     let stderr = log.text(&mut child);
     drop(stdout);
     assert!(
@@ -228,7 +206,7 @@ fn shutdown_never_waits_on_a_host_that_does_not_read() {
     stdin.write_all(input.as_bytes()).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     drop(stdin);
-    let status = exits(&mut child);
+    let status = exit_within(&mut child, WAIT);
     let stderr = log.text(&mut child);
     drop(stdout);
     assert!(

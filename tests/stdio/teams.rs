@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use manifold_testkit::process::{
-    error_code, fixture_upstream, text_of, two_fixtures, Manifold, TempDir,
+    error_code, error_renamed, fixture_upstream, text_of, two_fixtures, Manifold, Requests, TempDir,
 };
 
 /// alpha and beta fixtures, and team `red`, which sees only alpha's tools (not `crash`, not
@@ -29,31 +29,10 @@ resources = {{ exclude = ["*beta*"] }}
     )
 }
 
-fn start_as(team: &str, config: &str) -> Manifold {
-    let dir = TempDir::new("teams");
-    let path = dir.write("manifold.toml", config);
-    let mut m = Manifold::start_with(
-        &["serve", "--config", path.to_str().unwrap(), "--team", team],
-        dir,
-    );
-    m.initialize();
-    m
-}
-
-/// The error `response` carries, with `name` replaced by `with`, to compare the error of a
-/// hidden name with that of an unknown one.
-fn error_renamed(response: &Value, name: &str, with: &str) -> String {
-    response
-        .get("error")
-        .unwrap_or_else(|| panic!("not an error: {response}"))
-        .to_string()
-        .replace(name, with)
-}
-
 #[test]
 fn a_team_sees_only_its_view_and_hidden_names_are_unknown() {
-    let mut m = start_as("red", &config(""));
-    let tools = m.names("tools/list", "tools", "name");
+    let mut m = Manifold::ready_args(&config(""), &["--team", "red"]);
+    let tools = m.all_tool_names();
     assert!(tools.contains(&"alpha__echo".to_owned()), "{tools:?}");
     assert!(tools.contains(&"beta__add_tool".to_owned()), "{tools:?}");
     for name in &tools {
@@ -93,7 +72,7 @@ fn a_team_sees_only_its_view_and_hidden_names_are_unknown() {
         prompt_unknown["error"].to_string()
     );
     // A resource of beta's, as anyone else sees it.
-    let mut blue = start_as("blue", &config(""));
+    let mut blue = Manifold::ready_args(&config(""), &["--team", "blue"]);
     let beta_uri = blue
         .names("resources/list", "resources", "uri")
         .into_iter()
@@ -112,15 +91,13 @@ fn a_team_sees_only_its_view_and_hidden_names_are_unknown() {
     // What the team may see works as before.
     assert_eq!(text_of(&m.call("alpha__echo", json!({"text": "hi"}))), "hi");
     // The other team sees everything.
-    assert!(blue
-        .names("tools/list", "tools", "name")
-        .contains(&"beta__echo".to_owned()));
+    assert!(blue.all_tool_names().contains(&"beta__echo".to_owned()));
 }
 
 #[test]
 fn list_changed_reaches_a_team_only_when_its_view_changed() {
-    let mut m = start_as("red", &config(""));
-    m.names("tools/list", "tools", "name");
+    let mut m = Manifold::ready_args(&config(""), &["--team", "red"]);
+    m.all_tool_names();
     // beta gets a tool red may not see: red's view is the same, so red hears nothing.
     let r = m.call("beta__add_tool", json!({"name": "hidden_one"}));
     assert!(r.get("result").is_some(), "{r}");
@@ -131,25 +108,9 @@ fn list_changed_reaches_a_team_only_when_its_view_changed() {
     // Then one it may see.
     m.call("beta__add_tool", json!({"name": "shown_one"}));
     m.wait_for(|msg| msg["method"] == "notifications/tools/list_changed");
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     assert!(tools.contains(&"beta__shown_one".to_owned()), "{tools:?}");
     assert!(!tools.contains(&"beta__hidden_one".to_owned()), "{tools:?}");
-}
-
-fn calls(m: &mut Manifold, tool: &str, n: usize) -> Vec<Value> {
-    let ids: Vec<u64> = (0..n)
-        .map(|i| {
-            m.send_request(
-                "tools/call",
-                json!({"name": tool, "arguments": {"a": i, "b": 1}}),
-            )
-        })
-        .collect();
-    ids.into_iter().map(|id| m.response(&json!(id))).collect()
-}
-
-fn upstream_count(m: &mut Manifold, upstream: &str, what: &str) -> u64 {
-    m.call_count(upstream, what)
 }
 
 #[test]
@@ -165,9 +126,9 @@ rate = "2/hour"
 rate = "1/hour"
 burst = 2
 "#;
-    let mut m = start_as("blue", &config(limits));
+    let mut m = Manifold::ready_args(&config(limits), &["--team", "blue"]);
     // 10 calls sent at once against a quota of 3: exactly 3 pass.
-    let answers = calls(&mut m, "alpha__add", 10);
+    let answers = m.calls_at_once("alpha__add", 10, |i| json!({"a": i, "b": 1}));
     let passed = answers.iter().filter(|a| a.get("result").is_some()).count();
     assert_eq!(passed, 3, "{answers:?}");
     let refused = answers.iter().find(|a| a.get("error").is_some()).unwrap();
@@ -177,10 +138,10 @@ burst = 2
     assert_eq!(data["limit"], "team:blue:tool:alpha__add");
     let retry = data["retryAfterMs"].as_u64().unwrap();
     assert!(retry > 0 && retry <= 86_400_000, "{retry}");
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:add"), 3);
+    assert_eq!(m.call_count("alpha", "tool:add"), 3);
 
     // A (team, upstream) rate over all of beta's tools: 2 pass, then -32014.
-    let answers = calls(&mut m, "beta__add", 4);
+    let answers = m.calls_at_once("beta__add", 4, |i| json!({"a": i, "b": 1}));
     assert_eq!(
         answers.iter().filter(|a| a.get("result").is_some()).count(),
         2
@@ -205,7 +166,7 @@ burst = 2
         2
     );
     assert_eq!(answers[2]["error"]["data"]["limit"], "tool:alpha__echo");
-    assert_eq!(upstream_count(&mut m, "alpha", "tool:echo"), 2);
+    assert_eq!(m.call_count("alpha", "tool:echo"), 2);
     m.assert_logged("tool call refused by a limit");
 }
 
@@ -230,24 +191,11 @@ fn the_team_comes_from_the_config_or_the_flag() {
         two_fixtures()
     );
     let mut m = Manifold::ready(&config);
-    let tools = m.names("tools/list", "tools", "name");
+    let tools = m.all_tool_names();
     assert!(tools.iter().all(|t| t.starts_with("alpha__")), "{tools:?}");
     // An unknown team is refused at start, naming it.
-    let dir = TempDir::new("teams");
-    let path = dir.write(
-        "manifold.toml",
-        &format!("[teams.red]\n\n{}", fixture_upstream("alpha", &[])),
-    );
-    let mut bad = Manifold::start_with(
-        &[
-            "serve",
-            "--config",
-            path.to_str().unwrap(),
-            "--team",
-            "green",
-        ],
-        dir,
-    );
+    let config = format!("[teams.red]\n\n{}", fixture_upstream("alpha", &[]));
+    let mut bad = Manifold::start_args(&config, &["--team", "green"]);
     assert_ne!(bad.wait_exit(), Some(0));
     assert!(bad.stderr().contains("\"green\""), "{}", bad.stderr());
 }
@@ -287,12 +235,7 @@ resources = {{ include = ["nothing"] }}
 
 /// `manifold serve --team TEAM` on `config`, initialized; returns the initialize answer too.
 fn initialized_as(team: &str, config: &str) -> (Manifold, Value) {
-    let dir = TempDir::new("teams");
-    let path = dir.write("manifold.toml", config);
-    let mut m = Manifold::start_with(
-        &["serve", "--config", path.to_str().unwrap(), "--team", team],
-        dir,
-    );
+    let mut m = Manifold::start_args(config, &["--team", team]);
     let init = m.initialize();
     (m, init)
 }

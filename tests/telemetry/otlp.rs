@@ -346,11 +346,6 @@ fn parse_traceparent(value: &str) -> (String, String) {
     (parts[1].to_owned(), parts[2].to_owned())
 }
 
-/// What the fixture's `trace_context` tool reported.
-fn seen_by_tool(answer: &Value) -> Value {
-    serde_json::from_str(&text_of(answer)).unwrap_or_else(|e| panic!("{e}: {answer}"))
-}
-
 // ---------------------------------------------------------------------------------------
 // Manifold over stdio, with an environment of the test's choosing.
 
@@ -542,12 +537,6 @@ fn grpc_env<'a>(endpoint: &'a str, service: &'a str) -> Vec<(&'a str, &'a str)> 
     ]
 }
 
-/// A loopback port where nothing listens (bound, then released).
-fn dead_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 // ---------------------------------------------------------------------------------------
 // The tests.
 
@@ -558,7 +547,7 @@ fn stdio_spans_go_over_grpc_with_the_hosts_trace_carried_upstream() {
     let service = "manifold-otlp-grpc";
     let config = format!(
         "{}tool_cache.echo = {{ ttl = \"1h\" }}\n",
-        fixture_upstream("alpha", &["--name", "alpha"])
+        named_fixture("alpha")
     );
     let mut m = Piped::start(&config, &grpc_env(&endpoint, service));
     m.initialize();
@@ -571,7 +560,7 @@ fn stdio_spans_go_over_grpc_with_the_hosts_trace_carried_upstream() {
             "_meta": {"traceparent": host.traceparent(), "progressToken": "p1"}}),
     );
     let answer = m.answer(id);
-    let seen = seen_by_tool(&answer);
+    let seen = text_json(&answer);
     assert_eq!(seen["header"], Value::Null, "no HTTP over stdio: {seen}");
     assert!(seen["meta"]["progressToken"].is_number(), "{seen}");
     let sent = seen["meta"]["traceparent"]
@@ -700,7 +689,7 @@ fn stdio_spans_go_over_grpc_with_the_hosts_trace_carried_upstream() {
         "tools/call",
         json!({"name": "alpha__trace_context", "arguments": {}}),
     );
-    let sent = seen_by_tool(&r)["meta"]["traceparent"]
+    let sent = text_json(&r)["meta"]["traceparent"]
         .as_str()
         .map(str::to_owned)
         .expect("a traceparent for the upstream");
@@ -752,7 +741,7 @@ fn http_spans_go_over_http_protobuf_from_the_config_with_the_trace_in_headers() 
         .into_iter()
         .find(|m| m["id"] == json!(id))
         .expect("an answer");
-    let seen = seen_by_tool(&answer);
+    let seen = text_json(&answer);
     let in_meta = seen["meta"]["traceparent"]
         .as_str()
         .unwrap_or_else(|| panic!("{seen}"));
@@ -780,7 +769,7 @@ fn http_spans_go_over_http_protobuf_from_the_config_with_the_trace_in_headers() 
         .into_iter()
         .find(|m| m["id"] == json!(900))
         .expect("an answer");
-    let seen = seen_by_tool(&answer);
+    let seen = text_json(&answer);
     assert_eq!(seen["header"], seen["meta"]["traceparent"], "{seen}");
     let header = seen["header"].as_str().unwrap_or_else(|| panic!("{seen}"));
     assert_eq!(parse_traceparent(header).0, legacy.trace);
@@ -918,7 +907,7 @@ fn assert_only_json_rpc(m: &Piped, ids: &[u64]) {
 #[test]
 fn stdout_stays_json_rpc_with_every_log_on_and_a_failing_exporter() {
     // Text logs; the environment sends spans over gRPC to a port where nothing listens.
-    let endpoint = format!("http://127.0.0.1:{}", dead_port());
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
     let mut env = grpc_env(&endpoint, "manifold-otlp-nowhere");
     env.extend([("MANIFOLD_LOG", "trace"), ("RUST_LOG", "trace")]);
     let mut m = Piped::start(&two_fixtures(), &env);
@@ -957,7 +946,7 @@ fn stdout_stays_json_rpc_with_every_log_on_and_a_failing_exporter() {
     let config = format!(
         "[telemetry]\nlog_format = \"json\"\notlp_endpoint = \"http://127.0.0.1:{}\"\n\
          otlp_protocol = \"http/protobuf\"\nsampler = \"always_on\"\n\n{}",
-        dead_port(),
+        free_port(),
         two_fixtures()
     );
     let mut m = Piped::start(&config, &[("MANIFOLD_LOG", "trace"), ("RUST_LOG", "trace")]);

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::Client;
 use serde_json::{json, Value};
 
-use manifold_testkit::http::{self, Server};
+use manifold_testkit::http::{self, get_text, Server};
+use manifold_testkit::metrics::series;
 use manifold_testkit::process::*;
 
 /// A tool name no upstream has: Manifold refuses it, and it must never become a label value.
@@ -52,22 +53,11 @@ fn dashboards_have_data_from_a_real_prometheus() {
          [upstreams.alpha.tool_cache.add]\nttl = \"1h\"\nmax_bytes = 1024\n\n\
          [upstreams.beta.tool_cache.echo]\nttl = \"500ms\"\n\n\
          [upstreams.gamma.tool_cache.echo]\nttl = \"1h\"\n",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"]),
-        fixture_upstream("gamma", &["--name", "gamma"]),
+        named_fixture("alpha"),
+        named_fixture("beta"),
+        named_fixture("gamma"),
     );
-    let dir = TempDir::new("prometheus-stdio");
-    let path = dir.write("manifold.toml", &config);
-    let mut m = Manifold::start_with(
-        &[
-            "serve",
-            "--config",
-            path.to_str().unwrap(),
-            "--admin",
-            "127.0.0.1:0",
-        ],
-        dir,
-    );
+    let mut m = Manifold::start_args(&config, &["--admin", "127.0.0.1:0"]);
     let admin = m.admin_port();
     let init = m.initialize();
     assert!(init.get("result").is_some(), "initialize failed: {init}");
@@ -78,7 +68,7 @@ fn dashboards_have_data_from_a_real_prometheus() {
     // feeds the discovery panels.
     let h = Server::start(&format!(
         "[discovery]\nmode = \"search\"\npinned = [\"delta__*\"]\n\n{}",
-        fixture_upstream("delta", &["--name", "delta"])
+        named_fixture("delta")
     ));
     let mut resident = h.ready_host();
     let r = resident.call("delta__echo", json!({"text": "stays"}));
@@ -98,8 +88,8 @@ fn dashboards_have_data_from_a_real_prometheus() {
     // Two waves, each seen by Prometheus before the next, so that rate() has two samples of
     // every series the first wave made.
     for n in 1..=2 {
-        wave(&mut m, &h, &client, admin, n);
-        let total = op_count(&scrape_all(&client, &targets));
+        wave(&mut m, &h, n);
+        let total = op_count(&scrape_all(&targets));
         prom.wait_until(
             &client,
             &format!("wave {n} scraped ({total} requests)"),
@@ -121,15 +111,15 @@ fn dashboards_have_data_from_a_real_prometheus() {
             text_of(&m.call("alpha__echo", json!({"text": "cached"}))),
             "cached"
         );
-        sample(&scrape(&client, admin), expired).is_some_and(|v| v > 0.0)
+        series(&m.scrape(), expired).is_some_and(|v| v > 0.0)
     });
     prom.wait_until(&client, "the expired entry in Prometheus", |p, c| {
         p.value(c, &format!("sum({expired})"))
             .is_some_and(|v| v > 0.0)
     });
 
-    let exposition = scrape_all(&client, &targets);
-    let mut tools = m.names("tools/list", "tools", "name");
+    let exposition = scrape_all(&targets);
+    let mut tools = m.all_tool_names();
     let listed = resident.request("tools/list", json!({}));
     tools.extend(
         listed["result"]["tools"]
@@ -209,7 +199,7 @@ fn dashboards_have_data_from_a_real_prometheus() {
 }
 
 /// One wave of host traffic producing every outcome, each checked from the host's side.
-fn wave(m: &mut Manifold, h: &Server, client: &Client, admin: u16, n: u64) {
+fn wave(m: &mut Manifold, h: &Server, n: u64) {
     // ok; alpha's `echo` and `add` are cached: different arguments are misses, the same
     // again are hits, and a dozen different `add`s overflow its budget.
     for i in 0..5 {
@@ -254,25 +244,25 @@ fn wave(m: &mut Manifold, h: &Server, client: &Client, admin: u16, n: u64) {
     );
     let inflight = "manifold_upstream_inflight_requests{upstream=\"beta\"}";
     eventually("beta's sleep in flight", || {
-        sample(&scrape(client, admin), inflight) == Some(1.0)
+        series(&m.scrape(), inflight) == Some(1.0)
     });
     m.notify(
         "notifications/cancelled",
         json!({"requestId": id, "reason": "test"}),
     );
     eventually("beta's sleep no longer in flight", || {
-        sample(&scrape(client, admin), inflight) == Some(0.0)
+        series(&m.scrape(), inflight) == Some(0.0)
     });
 
     // unavailable: gamma exits in the middle of a call, and is restarted.
     let restarts = "manifold_upstream_restarts_total{upstream=\"gamma\"}";
-    let before = sample(&scrape(client, admin), restarts).unwrap_or(0.0);
+    let before = series(&m.scrape(), restarts).unwrap_or(0.0);
     let r = m.call("gamma__crash", json!({}));
     assert!(r.get("error").is_some(), "{r}");
     eventually("gamma restarted and up", || {
-        let text = scrape(client, admin);
-        sample(&text, restarts).is_some_and(|v| v > before)
-            && sample(&text, "manifold_upstream_up{upstream=\"gamma\"}") == Some(1.0)
+        let text = m.scrape();
+        series(&text, restarts).is_some_and(|v| v > before)
+            && series(&text, "manifold_upstream_up{upstream=\"gamma\"}") == Some(1.0)
     });
     eventually("gamma's tools back", || {
         m.call("gamma__echo", json!({"text": "back"}))
@@ -293,7 +283,7 @@ fn wave(m: &mut Manifold, h: &Server, client: &Client, admin: u16, n: u64) {
     assert!(host.delete().status().is_success());
     let ended = "mcp_server_session_duration_seconds_count{transport=\"http\"}";
     eventually("the HTTP session's end recorded", || {
-        sample(&http_get(client, &h.url("/metrics")), ended) == Some(n as f64)
+        series(&get_text(&h.url("/metrics")), ended) == Some(n as f64)
     });
 }
 
@@ -389,7 +379,7 @@ fn check_exposition(text: &str, tools: &[String]) {
             1.0,
         ),
     ] {
-        let v = sample(text, metric).unwrap_or_else(|| panic!("no {metric} in\n{text}"));
+        let v = series(text, metric).unwrap_or_else(|| panic!("no {metric} in\n{text}"));
         assert!(
             v >= at_least,
             "{metric} is {v}, expected at least {at_least}"
@@ -577,12 +567,6 @@ impl Drop for Prometheus {
     }
 }
 
-/// A port free on 127.0.0.1 a moment ago.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// Percent-encodes a query parameter's value.
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len() * 3);
@@ -599,18 +583,8 @@ fn encode(s: &str) -> String {
 // ---------------------------------------------------------------------------------------
 // Manifold's /metrics
 
-fn http_get(client: &Client, url: &str) -> String {
-    let r = client.get(url).send().unwrap();
-    assert!(r.status().is_success(), "GET {url}: {}", r.status());
-    r.text().unwrap()
-}
-
-fn scrape(client: &Client, admin: u16) -> String {
-    http_get(client, &format!("http://127.0.0.1:{admin}/metrics"))
-}
-
-fn scrape_all(client: &Client, urls: &[String]) -> String {
-    urls.iter().map(|u| http_get(client, u)).collect()
+fn scrape_all(urls: &[String]) -> String {
+    urls.iter().map(|u| get_text(u)).collect()
 }
 
 /// Host requests counted so far.
@@ -683,17 +657,6 @@ fn parse_labels(mut s: &str) -> Option<(BTreeMap<String, String>, &str)> {
         out.insert(key, value);
         s = &s[end + 1..];
     }
-}
-
-/// The value of the sample written exactly as `series` (`name{labels}` as Manifold writes it),
-/// summed over the expositions in `text`.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(series)?.strip_prefix(' ')?;
-            rest.trim().parse::<f64>().ok()
-        })
-        .reduce(|a, b| a + b)
 }
 
 /// The metric families Manifold exports, with their types and labels.

@@ -2,15 +2,21 @@
 //! targets of the `manifold` package), the tests of `manifold-policy`, and the `manifold-load`
 //! benchmark tool. Not part of the product: nothing that ships depends on it.
 //!
-//! - [`process`]: the real `manifold` binary over stdio ([`process::Manifold`]), the paths of
-//!   the workspace's binaries, fixture upstream configs, [`process::TempDir`],
-//!   [`process::eventually`] and other bounded waits.
-//! - `http` (feature `http`): `manifold serve --listen` (`http::Server`), hosts speaking
-//!   Streamable HTTP (`http::Host`), SSE streams (`http::Events`) and the fixture as an HTTP
-//!   upstream (`http::FixtureHttp`).
+//! - [`process`]: the paths of the workspace's binaries, fixture upstream configs,
+//!   [`process::TempDir`], runs of the `manifold` CLI, signals, [`process::eventually`] and
+//!   other bounded waits, and readers of answers ([`process::text_of`]).
+//! - [`stdio`]: the real `manifold serve` over stdio ([`stdio::Manifold`], also exported by
+//!   [`process`]).
+//! - [`requests`]: what a host asks, written once for stdio and HTTP ([`requests::Requests`]:
+//!   calls, reads, paginated lists, the fixture's own call counts).
+//! - `http` (feature `http`): `manifold serve --listen` (`http::Server`, its `/metrics`),
+//!   hosts speaking Streamable HTTP (`http::Host`) with the credentials they present
+//!   (`http::Cred`), SSE streams (`http::Events`) and the fixture as an HTTP upstream
+//!   (`http::FixtureHttp`).
 //! - `jwt` (feature `jwt`): an Ed25519 token issuer and a JWKS server.
 //! - [`metrics`]: samples of `/metrics` (the Prometheus text format) by name and labels.
-//! - [`redis_server`]: a real `redis-server` on a free loopback port.
+//! - [`redis_server`]: a real `redis-server` on a free loopback port, and key prefixes of a
+//!   test's own.
 //!
 //! # Finding the binaries
 //!
@@ -38,3 +44,5 @@ pub mod jwt;
 pub mod metrics;
 pub mod process;
 pub mod redis_server;
+pub mod requests;
+pub mod stdio;

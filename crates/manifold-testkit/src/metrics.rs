@@ -24,6 +24,18 @@ pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// The value of the sample written exactly as `series` (`name{labels}`, labels in the order
+/// Manifold writes them), summed over the expositions in `text` (one per scrape); `None` if
+/// there is none. For a test that must tell a missing sample from a zero.
+pub fn series(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|line| {
+            let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+            value.trim().parse::<f64>().ok()
+        })
+        .reduce(|a, b| a + b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +53,19 @@ mod tests {
         assert_eq!(sum(text, "x", &[("a", "1"), ("b", "3")]), 4.0);
         assert_eq!(sum(text, "y", &[]), 6.0);
         assert_eq!(sum(text, "z", &[]), 0.0);
+    }
+
+    #[test]
+    fn a_series_is_found_only_as_written_and_summed_over_expositions() {
+        let text = "# TYPE x counter\n\
+                    x{a=\"1\",b=\"2\"} 3\n\
+                    x{a=\"1\"} 4\n\
+                    x_total 8\n\
+                    x{a=\"1\"} 5\n";
+        assert_eq!(series(text, "x{a=\"1\"}"), Some(9.0));
+        assert_eq!(series(text, "x{a=\"1\",b=\"2\"}"), Some(3.0));
+        assert_eq!(series(text, "x"), None, "a name is not a prefix of another");
+        assert_eq!(series(text, "x{a=\"2\"}"), None);
+        assert_eq!(series(text, "x_total"), Some(8.0));
     }
 }

@@ -1,16 +1,18 @@
-//! The real `manifold` binary over pipes against fixture upstreams, with every wait bounded so
-//! that a broken build fails instead of hanging; and the paths of the workspace's binaries.
+//! The paths of the workspace's binaries, fixture upstream configs, the processes tests start
+//! and wait for (the real `manifold` over stdio is [`Manifold`]), and what tests read in
+//! answers. Every wait is bounded so that a broken build fails instead of hanging.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
+
+// Tests import `process::*` for everything they do over stdio.
+pub use crate::requests::Requests;
+pub use crate::stdio::Manifold;
 
 /// How long any single expected message may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -125,343 +127,14 @@ pub fn fixture_upstream(key: &str, args: &[&str]) -> String {
     )
 }
 
+/// A TOML `[upstreams.KEY]` section running the fixture under the name `key`.
+pub fn named_fixture(key: &str) -> String {
+    fixture_upstream(key, &["--name", key])
+}
+
 /// The usual pair of fixture upstreams, `alpha` and `beta`.
 pub fn two_fixtures() -> String {
-    format!(
-        "{}{}",
-        fixture_upstream("alpha", &["--name", "alpha"]),
-        fixture_upstream("beta", &["--name", "beta"])
-    )
-}
-
-/// A running `manifold serve` with its stdio.
-pub struct Manifold {
-    pub child: Child,
-    stdin: Option<ChildStdin>,
-    rx: Receiver<String>,
-    /// Messages read while waiting for something else.
-    backlog: VecDeque<Value>,
-    /// The text of each response as it arrived, by id JSON, once `keep_raw_responses` asked.
-    raw_responses: Option<HashMap<String, String>>,
-    pub stderr: Arc<Mutex<String>>,
-    stderr_reader: Option<std::thread::JoinHandle<()>>,
-    next_id: u64,
-    pub dir: TempDir,
-}
-
-impl Manifold {
-    /// Starts `manifold serve` on `config` (TOML text).
-    pub fn start(config: &str) -> Self {
-        let dir = TempDir::new("serve");
-        let path = dir.write("manifold.toml", config);
-        Self::start_with(&["serve", "--config", path.to_str().unwrap()], dir)
-    }
-
-    pub fn start_with(args: &[&str], dir: TempDir) -> Self {
-        Self::start_logging(args, dir, "info,manifold_upstream=debug")
-    }
-
-    /// [`Self::start_with`] logging at `level` (a `MANIFOLD_LOG` directive).
-    pub fn start_logging(args: &[&str], dir: TempDir, level: &str) -> Self {
-        let mut child = Command::new(manifold_bin())
-            .args(args)
-            .env("MANIFOLD_LOG", level)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("manifold starts");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let stderr_text = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&stderr_text);
-        let stderr = child.stderr.take().unwrap();
-        let stderr_reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let stdin = child.stdin.take();
-        Manifold {
-            child,
-            stdin,
-            rx,
-            backlog: VecDeque::new(),
-            raw_responses: None,
-            stderr: stderr_text,
-            stderr_reader: Some(stderr_reader),
-            next_id: 1,
-            dir,
-        }
-    }
-
-    /// Starts and completes the handshake.
-    pub fn ready(config: &str) -> Self {
-        let mut m = Self::start(config);
-        let init = m.initialize();
-        assert!(init.get("result").is_some(), "initialize failed: {init}");
-        m
-    }
-
-    pub fn initialize(&mut self) -> Value {
-        let r = self.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}),
-        );
-        self.notify("notifications/initialized", json!({}));
-        r
-    }
-
-    pub fn send_raw(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Sends bytes that need not be UTF-8, as one line.
-    pub fn send_raw_bytes(&mut self, line: &[u8]) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(line).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    pub fn send(&mut self, msg: &Value) {
-        self.send_raw(&msg.to_string());
-    }
-
-    pub fn notify(&mut self, method: &str, params: Value) {
-        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
-    }
-
-    /// Sends a request and returns its id without waiting.
-    pub fn send_request(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
-    }
-
-    /// Sends a request and waits for its response (other messages are kept).
-    pub fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send_request(method, params);
-        self.response(&json!(id))
-    }
-
-    /// Waits for the response with `id`.
-    pub fn response(&mut self, id: &Value) -> Value {
-        self.wait_for(|m| m.get("id") == Some(id) && m.get("method").is_none())
-    }
-
-    /// The next message from Manifold, in order.
-    pub fn recv(&mut self) -> Value {
-        if let Some(m) = self.backlog.pop_front() {
-            return m;
-        }
-        self.read_line(WAIT)
-            .unwrap_or_else(|| panic!("no message within {WAIT:?}; stderr:\n{}", self.stderr()))
-    }
-
-    /// From now on keeps the text of every response as Manifold wrote it, for `raw_response`.
-    pub fn keep_raw_responses(&mut self) {
-        self.raw_responses.get_or_insert_with(HashMap::new);
-    }
-
-    /// Waits for the response with `id` and returns its text exactly as Manifold wrote it
-    /// (`keep_raw_responses` must have been called before it arrived).
-    pub fn raw_response(&mut self, id: &Value) -> String {
-        self.response(id);
-        self.raw_responses
-            .as_mut()
-            .and_then(|raw| raw.remove(&id.to_string()))
-            .expect("keep_raw_responses() before the response arrived")
-    }
-
-    fn read_line(&mut self, wait: Duration) -> Option<Value> {
-        match self.rx.recv_timeout(wait) {
-            Ok(line) => {
-                let message: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
-                if let (Some(raw), Some(id), None) = (
-                    self.raw_responses.as_mut(),
-                    message.get("id"),
-                    message.get("method"),
-                ) {
-                    raw.insert(id.to_string(), line);
-                }
-                Some(message)
-            }
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!("manifold closed stdout; stderr:\n{}", self.stderr())
-            }
-        }
-    }
-
-    /// Waits for the first message matching `pred`; the others stay queued in order.
-    pub fn wait_for(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
-        if let Some(pos) = self.backlog.iter().position(&pred) {
-            return self.backlog.remove(pos).unwrap();
-        }
-        let until = Instant::now() + WAIT;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let Some(m) = self.read_line(left) else {
-                panic!(
-                    "no matching message within {WAIT:?}; seen {:?}; stderr:\n{}",
-                    self.backlog,
-                    self.stderr()
-                )
-            };
-            if pred(&m) {
-                return m;
-            }
-            self.backlog.push_back(m);
-        }
-    }
-
-    /// Whether a message matching `pred` arrives within `wait` (kept in the backlog if so).
-    pub fn sees_within(&mut self, wait: Duration, pred: impl Fn(&Value) -> bool) -> bool {
-        if self.backlog.iter().any(&pred) {
-            return true;
-        }
-        let until = Instant::now() + wait;
-        while let Some(m) = self.read_line(until.saturating_duration_since(Instant::now())) {
-            let hit = pred(&m);
-            self.backlog.push_back(m);
-            if hit {
-                return true;
-            }
-        }
-        false
-    }
-
-    pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits for `text` on stderr: it is read on a thread of its own, so a line logged
-    /// just before an answer may arrive just after it.
-    pub fn assert_logged(&self, text: &str) {
-        let until = Instant::now() + WAIT;
-        while !self.stderr().contains(text) {
-            assert!(
-                Instant::now() < until,
-                "never logged {text:?}:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The first line logged that `matches`, waiting (bounded) for it: the log is read by a
-    /// thread of its own, so a line written just before an answer may not be in yet.
-    pub fn logged_line(&self, matches: impl Fn(&str) -> bool) -> String {
-        let until = Instant::now() + WAIT;
-        loop {
-            let stderr = self.stderr();
-            if let Some(line) = stderr.lines().find(|l| matches(l)) {
-                return line.to_owned();
-            }
-            assert!(
-                Instant::now() < until,
-                "never logged such a line:\n{stderr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Every item of a paginated list, following nextCursor.
-    pub fn list_all(&mut self, method: &str, key: &str) -> Vec<Value> {
-        let mut items = Vec::new();
-        let mut params = json!({});
-        for _ in 0..1000 {
-            let r = self.request(method, params.clone());
-            let result = r
-                .get("result")
-                .unwrap_or_else(|| panic!("{method} failed: {r}"));
-            items.extend(result[key].as_array().unwrap().iter().cloned());
-            match result.get("nextCursor").and_then(Value::as_str) {
-                Some(c) => params = json!({ "cursor": c }),
-                None => return items,
-            }
-        }
-        panic!("{method} never ended");
-    }
-
-    pub fn names(&mut self, method: &str, key: &str, field: &str) -> Vec<String> {
-        self.list_all(method, key)
-            .iter()
-            .map(|t| t[field].as_str().unwrap().to_owned())
-            .collect()
-    }
-
-    /// Calls a tool and returns the whole response.
-    pub fn call(&mut self, tool: &str, args: Value) -> Value {
-        self.request("tools/call", json!({"name": tool, "arguments": args}))
-    }
-
-    /// How many times the fixture behind `upstream` (its prefix) did `what`: `tool:NAME` (calls
-    /// of a tool) or `read:URI` (reads of a resource), in its own names. A cache hit never
-    /// reaches it.
-    pub fn call_count(&mut self, upstream: &str, what: &str) -> u64 {
-        let r = self.call(&format!("{upstream}__call_count"), json!({"what": what}));
-        text_of(&r)
-            .parse()
-            .unwrap_or_else(|e| panic!("call_count answered {r}: {e}"))
-    }
-
-    /// Closes stdin and waits (bounded) for Manifold to exit; returns its exit code.
-    pub fn close(&mut self) -> Option<i32> {
-        drop(self.stdin.take());
-        self.wait_exit()
-    }
-
-    pub fn wait_exit(&mut self) -> Option<i32> {
-        let until = Instant::now() + WAIT;
-        while Instant::now() < until {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // Everything it wrote to stderr has been read once the pipe ends; wait for that
-                // briefly, in case something else still holds the pipe.
-                let until = Instant::now() + Duration::from_secs(2);
-                while self
-                    .stderr_reader
-                    .as_ref()
-                    .is_some_and(|r| !r.is_finished())
-                    && Instant::now() < until
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!(
-            "manifold did not exit within {WAIT:?}; stderr:\n{}",
-            self.stderr()
-        );
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The port of the admin listener (`--admin 127.0.0.1:0`), as Manifold logged it.
-    pub fn admin_port(&self) -> u16 {
-        admin_port_in(|| self.stderr())
-    }
+    format!("{}{}", named_fixture("alpha"), named_fixture("beta"))
 }
 
 /// The port of the admin listener on 127.0.0.1, once the log `stderr` returns names it.
@@ -480,20 +153,6 @@ pub fn admin_port_in(stderr: impl Fn() -> String) -> u16 {
     port
 }
 
-impl Drop for Manifold {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        if self.child.try_wait().ok().flatten().is_none() {
-            let until = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < until && self.child.try_wait().ok().flatten().is_none() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// The text of the first content block of a tool result.
 pub fn text_of(response: &Value) -> String {
     response["result"]["content"][0]["text"]
@@ -506,6 +165,86 @@ pub fn error_code(response: &Value) -> i64 {
     response["error"]["code"]
         .as_i64()
         .unwrap_or_else(|| panic!("not an error: {response}"))
+}
+
+/// The JSON a tool answered as the text of its first content block (the fixture's
+/// `trace_context`, for one).
+pub fn text_json(response: &Value) -> Value {
+    serde_json::from_str(&text_of(response)).unwrap_or_else(|e| panic!("{e}: {response}"))
+}
+
+/// The error `response` carries, with `name` replaced by `with`: the error of a hidden name
+/// compared with that of an unknown one must not tell them apart.
+pub fn error_renamed(response: &Value, name: &str, with: &str) -> String {
+    response
+        .get("error")
+        .unwrap_or_else(|| panic!("not an error: {response}"))
+        .to_string()
+        .replace(name, with)
+}
+
+/// How many lines of `text` (a log, say) contain `needle`.
+pub fn lines_with(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// Starts `manifold serve` on `config` (written into `dir`), logging at `log` (a
+/// `MANIFOLD_LOG` directive) to `stderr`, with its stdin and stdout piped to the test, which
+/// speaks to it byte for byte (see [`Manifold`] for a host that speaks JSON).
+pub fn serve_piped(dir: &TempDir, config: &str, log: &str, stderr: Stdio) -> Child {
+    let path = dir.write("manifold.toml", config);
+    Command::new(manifold_bin())
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env("MANIFOLD_LOG", log)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("manifold starts")
+}
+
+/// Runs the `manifold` binary with `args` and `env` to its end: (exit code, or -1 when a
+/// signal ended it; stdout; stderr).
+pub fn run_manifold(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out: Output = Command::new(manifold_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("manifold runs");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// Sends `signal` (a name `kill` knows: `TERM`, `HUP`, `KILL`, `STOP`...) to process `pid`.
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("the kill command runs");
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+/// Waits (at most `within`) for `child` to exit; its status, or `None` if it is still running.
+pub fn exit_within(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A port free on 127.0.0.1 a moment ago, where nothing listens (bound, then released).
+pub fn free_port() -> u16 {
+    crate::redis_server::free_port().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Whether a process with `pid` exists and is not a zombie.
@@ -551,6 +290,26 @@ pub fn children(pid: u32) -> Vec<(u32, char)> {
         }
     }
     out
+}
+
+/// Waits (bounded) until none of the processes `pids` is left running.
+pub fn wait_gone(pids: &[u32]) {
+    for &pid in pids {
+        eventually(&format!("process {pid} exits"), || !process_alive(pid));
+    }
+}
+
+/// Polls `cond` every few milliseconds for at most `limit`; how long it took to hold, or
+/// `None` if it never did. For a wait that may end either way; [`eventually`] fails instead.
+pub fn poll_for(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
 }
 
 /// Polls `cond` until true or the deadline passes (a hang guard, not a timing assertion).

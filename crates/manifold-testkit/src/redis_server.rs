@@ -14,7 +14,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a server may take to accept connections after it is started.
 const READY_WITHIN: Duration = Duration::from_secs(10);
@@ -240,11 +240,21 @@ fn ping(port: u16) -> bool {
     ok
 }
 
-fn free_port() -> Result<u16, String> {
+/// A port free on 127.0.0.1 a moment ago.
+pub(crate) fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
+}
+
+/// A key prefix no other test (nor another run of this one) uses: `test`, this process's id
+/// and the clock's nanoseconds, so that tests sharing a server share no keys.
+pub fn unique_prefix(test: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{test}-{}-{nanos}", std::process::id())
 }
 
 /// The binary, and the library directory it needs when it is the unpacked one.

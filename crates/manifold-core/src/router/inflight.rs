@@ -50,6 +50,10 @@ pub(super) struct Inflight {
 }
 
 /// Where the host side of a forwarded request is.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "lives inside the boxed exchange, never moved on its own; boxing the context would cost an allocation per request"
+)]
 pub(super) enum HostSide {
     /// Waiting for the upstream's answer.
     Waiting(Context),

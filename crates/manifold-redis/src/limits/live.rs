@@ -10,6 +10,7 @@ use manifold_config::{QuotaConfig, RateConfig, RedisConfig};
 use manifold_policy::{LimitDef, Refusal, RefusalKind, StoreError};
 
 use super::Limiter as RedisLimiter;
+use manifold_testkit::process::free_port;
 use manifold_testkit::redis_server::RedisServer;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -418,11 +419,7 @@ async fn a_frozen_server_is_timed_out_and_used_again_when_it_thaws() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_fails_fast() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let limiter = limiter(
         &format!("redis://127.0.0.1:{port}/"),
         "t",
