@@ -18,7 +18,7 @@ use actix_web::{web, Error, FromRequest, HttpRequest, HttpResponse};
 use futures::future::{ready, Either, LocalBoxFuture, Map, Ready};
 use futures::FutureExt;
 
-use super::{caller_from, check_origin, check_version, cors_headers, Shared};
+use super::{caller_from, check_origin, check_version, cors_headers, AppState};
 use manifold_core::policy::Caller;
 
 /// The browser rules of an MCP route: a request from an origin that is not allowed is refused
@@ -135,7 +135,7 @@ impl<const VERSION: bool> FromRequest for Admitted<VERSION> {
     type Future = Either<Ready<Result<Self, Error>>, LocalBoxFuture<'static, Result<Self, Error>>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let Some(shared) = req.app_data::<web::Data<Shared>>() else {
+        let Some(shared) = req.app_data::<web::Data<AppState>>() else {
             // Every MCP route is registered with the shared state; this is never reached.
             return Either::Left(ready(Err(actix_web::error::ErrorInternalServerError(
                 "the server's state is missing",

@@ -13,14 +13,14 @@ use manifold_telemetry::{metrics, Direction, HostTransport};
 use super::admission::Unversioned;
 use super::streams::{EventBody, LegacyOutlet};
 use super::{
-    backlogged, hard_limit, new_token, read_body, refuse, sse_response, trace_context, Shared,
+    backlogged, hard_limit, new_token, read_body, refuse, sse_response, trace_context, AppState,
 };
 use manifold_core::context::Origin;
 use manifold_core::error::RouteError;
 use manifold_core::router::Handled;
 use manifold_core::session::{Session, Transport};
 
-pub(super) async fn open(admitted: Unversioned, shared: web::Data<Shared>) -> HttpResponse {
+pub(super) async fn open(admitted: Unversioned, shared: web::Data<AppState>) -> HttpResponse {
     let token = match new_token() {
         Ok(t) => t,
         Err(refusal) => return refusal,
@@ -57,7 +57,7 @@ pub(super) async fn post(
     req: HttpRequest,
     admitted: Unversioned,
     payload: web::Payload,
-    shared: web::Data<Shared>,
+    shared: web::Data<AppState>,
 ) -> HttpResponse {
     let token =
         web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())

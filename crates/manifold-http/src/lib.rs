@@ -49,7 +49,7 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// What every handler shares.
-struct Shared {
+struct AppState {
     router: Arc<Router>,
     settings: HttpSettings,
     /// How hosts authenticate now (a reload may change it).
@@ -128,7 +128,7 @@ pub fn serve(
                 .map_err(io::Error::other)?
         }
     };
-    let shared = web::Data::new(Shared {
+    let shared = web::Data::new(AppState {
         router: Arc::clone(&router),
         settings,
         auth,
@@ -218,7 +218,7 @@ fn trace_context(req: &HttpRequest) -> Option<Arc<manifold_telemetry::trace::Car
 /// find the authorization server).
 fn caller_from(
     req: &HttpRequest,
-    shared: &Shared,
+    shared: &AppState,
     verdict: Result<Principal, AuthError>,
 ) -> Result<Arc<Caller>, HttpResponse> {
     let Some(auth) = shared.auth.get() else {
@@ -251,7 +251,7 @@ fn base_url(req: &HttpRequest) -> String {
 }
 
 /// The OAuth 2.0 protected resource metadata (RFC 9728).
-async fn resource_metadata(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+async fn resource_metadata(req: HttpRequest, shared: web::Data<AppState>) -> HttpResponse {
     let Some(auth) = shared.auth.get() else {
         return refuse(&RouteError::NotFound(
             "no authentication is configured".into(),
@@ -424,7 +424,7 @@ fn refuse_request(
 
 /// What a session's streams may hold unread before the session is ended: twice
 /// `session_queue_bytes`, past which new requests are already refused (see [`backlogged`]).
-fn hard_limit(shared: &Shared) -> usize {
+fn hard_limit(shared: &AppState) -> usize {
     shared
         .router
         .settings()
@@ -435,7 +435,10 @@ fn hard_limit(shared: &Shared) -> usize {
 /// A host that has left more than `session_queue_bytes` of its session's output unread gets
 /// 429 for new requests until it reads: it slows down instead of losing its session. Only if
 /// what it already asked for, or notifications, pass twice that is the session ended.
-fn backlogged(shared: &Shared, outlet: &dyn manifold_core::outlet::Outlet) -> Option<HttpResponse> {
+fn backlogged(
+    shared: &AppState,
+    outlet: &dyn manifold_core::outlet::Outlet,
+) -> Option<HttpResponse> {
     let limit = shared.router.settings().session_queue_bytes;
     let waiting = outlet.backlog();
     if waiting <= limit {
@@ -451,7 +454,7 @@ fn backlogged(shared: &Shared, outlet: &dyn manifold_core::outlet::Outlet) -> Op
 /// Reads a request body of at most `shared`'s `max_message_bytes`, within
 /// `server.client_timeout`: a host that trickles its body gets 408 and its connection closed
 /// (actix-web bounds the head the same way).
-async fn read_body(payload: web::Payload, shared: &Shared) -> Result<Bytes, HttpResponse> {
+async fn read_body(payload: web::Payload, shared: &AppState) -> Result<Bytes, HttpResponse> {
     let max = shared.router.settings().max_message_bytes;
     let within = shared.settings.client_timeout;
     match tokio::time::timeout(within, read_body_of(payload, max)).await {

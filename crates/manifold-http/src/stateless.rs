@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::peer::Peer;
 use super::streams::{message, EventBody};
-use super::{refuse, sse_response, trace_context, Shared};
+use super::{refuse, sse_response, trace_context, AppState};
 use manifold_core::context::Origin;
 use manifold_core::error::RouteError;
 use manifold_core::outlet::Outlet;
@@ -39,7 +39,7 @@ const NAME_HEADER: &str = "mcp-name";
 /// Serves one stateless POST; `version` is its `MCP-Protocol-Version`.
 pub(super) async fn post(
     req: &HttpRequest,
-    shared: &Shared,
+    shared: &AppState,
     body: &Bytes,
     decoded: Result<Envelope<'_>, MessageError>,
     caller: Arc<Caller>,
@@ -127,7 +127,7 @@ pub(super) async fn post(
 }
 
 /// A body that is not a message: the router's error, as a 400.
-fn answer_alone(shared: &Shared, body: &Bytes, caller: Arc<Caller>) -> HttpResponse {
+fn answer_alone(shared: &AppState, body: &Bytes, caller: Arc<Caller>) -> HttpResponse {
     let (outlet, mut first) = StatelessOutlet::new();
     let origin = Origin {
         session: None,

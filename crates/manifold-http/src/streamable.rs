@@ -15,7 +15,7 @@ use manifold_telemetry::{metrics, Direction, HostTransport};
 
 use super::admission::{Unversioned, Versioned};
 use super::{
-    backlogged, hard_limit, new_token, read_body, refuse, sse_response, trace_context, Shared,
+    backlogged, hard_limit, new_token, read_body, refuse, sse_response, trace_context, AppState,
     SESSION_HEADER,
 };
 use manifold_core::context::Origin;
@@ -29,7 +29,7 @@ pub(super) async fn post(
     req: HttpRequest,
     admitted: Unversioned,
     payload: web::Payload,
-    shared: web::Data<Shared>,
+    shared: web::Data<AppState>,
 ) -> HttpResponse {
     match read_body(payload, &shared).await {
         Err(refusal) => refusal,
@@ -39,7 +39,7 @@ pub(super) async fn post(
 
 async fn handle_post(
     req: &HttpRequest,
-    shared: &Shared,
+    shared: &AppState,
     body: &Bytes,
     caller: Arc<Caller>,
 ) -> HttpResponse {
@@ -142,7 +142,7 @@ async fn handle_post(
 
 /// Records a new session in the store shared by replicas, if there is one, once its
 /// `initialize` was answered. Should Redis fail, the session stays this replica's alone.
-async fn share(shared: &Shared, session: &Arc<Session>) {
+async fn share(shared: &AppState, session: &Arc<Session>) {
     if !shared.store.is_shared() {
         return;
     }
@@ -158,7 +158,7 @@ async fn share(shared: &Shared, session: &Arc<Session>) {
 /// `initialize` without it. Returns whether the session is new.
 async fn session_for_post(
     req: &HttpRequest,
-    shared: &Shared,
+    shared: &AppState,
     message: Option<&Envelope<'_>>,
     caller: Arc<Caller>,
 ) -> Result<(Arc<Session>, bool), HttpResponse> {
@@ -209,7 +209,7 @@ async fn session_for_post(
 pub(super) async fn get(
     req: HttpRequest,
     admitted: Versioned,
-    shared: web::Data<Shared>,
+    shared: web::Data<AppState>,
 ) -> HttpResponse {
     let accepts = req
         .headers()
@@ -276,7 +276,7 @@ pub(super) async fn get(
 pub(super) async fn delete(
     req: HttpRequest,
     admitted: Unversioned,
-    shared: web::Data<Shared>,
+    shared: web::Data<AppState>,
 ) -> HttpResponse {
     match session_from_header(&req, &shared, &admitted.caller).await {
         Ok(session) => {
@@ -294,7 +294,7 @@ pub(super) async fn delete(
 
 async fn session_from_header(
     req: &HttpRequest,
-    shared: &Shared,
+    shared: &AppState,
     caller: &Caller,
 ) -> Result<Arc<Session>, HttpResponse> {
     let Some(token) = req.headers().get(SESSION_HEADER) else {
@@ -310,7 +310,7 @@ async fn session_from_header(
 /// A live Streamable HTTP session by token, if `caller` created it (presented by anyone else,
 /// it is as unknown as a token that never existed). With sessions shared by replicas, one
 /// this replica does not hold is looked up in the store.
-async fn find(shared: &Shared, token: &str, caller: &Caller) -> Option<Arc<Session>> {
+async fn find(shared: &AppState, token: &str, caller: &Caller) -> Option<Arc<Session>> {
     let sessions = shared.router.sessions();
     let found = match sessions.by_token(token) {
         Some(s) => Some(s),

@@ -30,7 +30,7 @@ use crate::error::UpstreamError;
 use crate::health::Breaker;
 use crate::outbound::{target_in, Outbound};
 use crate::pending::{
-    Answer, Delivery, Entry, Forward, Forwarded, Outcome, Peer, Pending, Reply, TableGuard,
+    Answer, Delivery, Entry, Finish, Forward, Forwarded, Peer, Pending, Reply, TableGuard,
 };
 use crate::pipe::WriteError;
 
@@ -195,11 +195,11 @@ impl Connection {
     pub fn forward(&self, msg: Outbound, fwd: Forward) {
         // An open breaker refuses at once; closed, this is one atomic load.
         if let Some(Err(refused)) = self.breaker.get().map(|b| b.admit()) {
-            return Delivery::finish_now(fwd.exchange, Outcome::Failed(refused));
+            return Delivery::finish_now(fwd.exchange, Finish::Failed(refused));
         }
         let Some(id) = msg.id else {
             let err = self.unavailable("Manifold forwarded a message without a request id (a bug)");
-            return Delivery::finish_now(fwd.exchange, Outcome::Failed(err));
+            return Delivery::finish_now(fwd.exchange, Finish::Failed(err));
         };
         let msg = self.completed(msg);
         let timeout = fwd.timeout;
@@ -210,7 +210,7 @@ impl Connection {
                 let err = self.unavailable(reason);
                 drop(st);
                 if let Reply::Forward(fwd) = entry.reply {
-                    Delivery::finish(fwd.delivery, Outcome::Failed(err));
+                    Delivery::finish(fwd.delivery, Finish::Failed(err));
                 }
                 return;
             }

@@ -37,7 +37,7 @@ pub use hub::{Hub, Listener};
 pub use manifold_telemetry::BreakerState;
 pub use outbound::Outbound;
 pub use pending::{
-    guards_held, Answer, Exchange, Forward, Outcome, Peer, RequestKey, ServerReply, ServerRequest,
+    guards_held, Answer, Exchange, Finish, Forward, Peer, RequestKey, ServerReply, ServerRequest,
     TableGuard as CountedGuard,
 };
 pub use pool::{Pool, SessionFor, TeamFor};

@@ -26,7 +26,7 @@ pub trait Exchange: Send + Sync {
     fn progress(&self, params: &str);
     /// The upstream's answer, or the failure that ended the request. Called once, from
     /// whichever thread learnt of it (for stdio upstreams: the reader thread).
-    fn finish(self: Box<Self>, outcome: Outcome<'_>);
+    fn finish(self: Box<Self>, outcome: Finish<'_>);
     /// The session the request came from (0: none, or no host stands for it at the moment),
     /// to cancel a session's requests when it ends.
     fn session(&self) -> u64;
@@ -138,7 +138,7 @@ impl ServerReply {
 
 /// How a forwarded request ended.
 #[derive(Debug)]
-pub enum Outcome<'a> {
+pub enum Finish<'a> {
     /// The `result` member of the upstream's answer, as JSON text.
     Result(&'a str),
     /// The `error` member of the upstream's answer, as JSON text.

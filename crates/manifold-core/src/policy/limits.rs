@@ -25,11 +25,11 @@ enum Store {
     /// Counted in this process.
     Memory,
     /// Counted in a store shared by every replica.
-    Redis(Arc<Shared>),
+    Redis(Arc<SharedStore>),
 }
 
 /// The shared store and what to do while it cannot be reached.
-struct Shared {
+struct SharedStore {
     counts: Arc<dyn SharedCounts>,
     fail_open: bool,
 }
@@ -69,7 +69,7 @@ impl LimitLayer {
             {
                 Store::Redis(Arc::clone(shared))
             }
-            (LimitBackend::Redis(redis), _) => Store::Redis(Arc::new(Shared {
+            (LimitBackend::Redis(redis), _) => Store::Redis(Arc::new(SharedStore {
                 counts: stores.limits(redis, config.fail_open)?,
                 fail_open: config.fail_open,
             })),

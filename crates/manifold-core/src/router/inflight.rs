@@ -10,7 +10,7 @@ use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::{write, RawObject};
 use manifold_telemetry::spans::{self, ClientDone, Subject};
 use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
-use manifold_upstream::{CountedGuard, Exchange, Hub, Outcome, Peer, RequestKey, ServerRequest};
+use manifold_upstream::{CountedGuard, Exchange, Finish, Hub, Peer, RequestKey, ServerRequest};
 use tokio::sync::oneshot;
 
 use super::gather;
@@ -159,7 +159,7 @@ impl Exchange for Inflight {
         }
     }
 
-    fn finish(mut self: Box<Self>, outcome: Outcome<'_>) {
+    fn finish(mut self: Box<Self>, outcome: Finish<'_>) {
         let (taken, parked) = self.host.get_mut().map_or((None, None), HostSide::take);
         let ctx = match (taken, &parked) {
             (Some(ctx), _) => ctx,
@@ -174,7 +174,7 @@ impl Exchange for Inflight {
             parking.close(park);
         }
         let _entered = self.hop.span.enter();
-        if let (Outcome::Result(result), Some(_)) = (&outcome, &self.retry) {
+        if let (Finish::Result(result), Some(_)) = (&outcome, &self.retry) {
             if stateless::is_input_required(result) {
                 // A session-era host is asked the questions, then the request goes again.
                 self.hop.ended(&ctx, self.method, Ended::Ok, None);
@@ -185,7 +185,7 @@ impl Exchange for Inflight {
             }
         }
         let (ended, code) = match outcome {
-            Outcome::Result(result) => {
+            Finish::Result(result) => {
                 let tasked = self
                     .tasks
                     .as_ref()
@@ -225,14 +225,14 @@ impl Exchange for Inflight {
                     (Ended::Ok, None)
                 }
             }
-            Outcome::Error(error) => {
+            Finish::Error(error) => {
                 let mapped = self.map(|prefix| {
                     rewrite::error_data(error, prefix, |original| self.exposed_name(original))
                 });
                 let code = ctx.fail_upstream(mapped.as_deref().unwrap_or(error));
                 (Ended::ProtocolError, code)
             }
-            Outcome::Failed(err) => {
+            Finish::Failed(err) => {
                 let err = RouteError::Upstream(err);
                 let classified = err.classify(ctx.era());
                 ctx.fail(&err);
@@ -394,20 +394,20 @@ impl Inflight {
 
     /// How the request ended, kept for the retry of a parked request (names and URIs mapped
     /// as the host knows them).
-    fn settled(&self, outcome: &Outcome<'_>) -> Settled {
+    fn settled(&self, outcome: &Finish<'_>) -> Settled {
         match outcome {
-            Outcome::Result(result) => {
+            Finish::Result(result) => {
                 let method = self.method;
                 let mapped = self.map(|p| rewrite::result_uris(method, result, p));
                 Settled::Result(mapped.unwrap_or_else(|| (*result).to_owned()))
             }
-            Outcome::Error(error) => {
+            Finish::Error(error) => {
                 let mapped = self.map(|prefix| {
                     rewrite::error_data(error, prefix, |original| self.exposed_name(original))
                 });
                 Settled::Error(mapped.unwrap_or_else(|| (*error).to_owned()))
             }
-            Outcome::Failed(err) => Settled::Failed(RouteError::Upstream(err.clone())),
+            Finish::Failed(err) => Settled::Failed(RouteError::Upstream(err.clone())),
         }
     }
 

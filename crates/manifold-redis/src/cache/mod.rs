@@ -104,7 +104,7 @@ return gen
 ";
 
 /// The shared store and what this replica knows of it.
-pub(crate) struct Shared {
+pub(crate) struct RedisTier {
     conn: Arc<Connection>,
     /// What an outage means for requests, as the URL's health logs it.
     _user: Arc<User>,
@@ -190,7 +190,7 @@ struct Place {
     gens: Box<str>,
 }
 
-impl Shared {
+impl RedisTier {
     /// The shared tier for the caches of `upstreams`. Does not connect yet.
     fn new(
         conn: Arc<Connection>,
@@ -406,7 +406,7 @@ impl Shared {
 }
 
 /// The tier as the cache holds it.
-pub(crate) struct Tier(Arc<Shared>);
+pub(crate) struct Tier(Arc<RedisTier>);
 
 impl Tier {
     /// The shared tier for the caches of `upstreams`, over `conn`. Does not connect yet.
@@ -415,7 +415,7 @@ impl Tier {
         config: &RedisConfig,
         upstreams: &[UpstreamConfig],
     ) -> Result<Self, String> {
-        Shared::new(conn, config, upstreams).map(|s| Self(Arc::new(s)))
+        RedisTier::new(conn, config, upstreams).map(|s| Self(Arc::new(s)))
     }
 }
 

@@ -11,9 +11,11 @@ use manifold_core::cache::Cache;
 use manifold_telemetry::StoreOp;
 use redis::{RedisResult, Value};
 
-use super::{lock, Shared, Upstream, PING_EVERY, POLL_EVERY, RESOURCE_GEN_MARGIN, RETRY, UNKNOWN};
+use super::{
+    lock, RedisTier, Upstream, PING_EVERY, POLL_EVERY, RESOURCE_GEN_MARGIN, RETRY, UNKNOWN,
+};
 
-impl Shared {
+impl RedisTier {
     /// Upstream `upstream` changed (`uri`: only that resource): Redis is told, and through it
     /// the other replicas. Until it is, this replica does not use the store for it.
     pub(super) fn changed(self: &Arc<Self>, upstream: usize, uri: Option<&str>) {

@@ -18,7 +18,7 @@ use manifold_catalog::{Catalog, Kind, UpstreamDef, UpstreamState};
 use manifold_protocol::version::Era;
 use serde_json::{json, Value};
 
-use crate::pending::{Exchange, Forward, Outcome, ServerRequest};
+use crate::pending::{Exchange, Finish, Forward, ServerRequest};
 use crate::{Answer, Hub, Listener, Outbound, Timing, UpstreamHandle};
 
 /// One request the fake server received.
@@ -337,11 +337,11 @@ struct Host(Mutex<Option<mpsc::Sender<String>>>);
 impl Exchange for Host {
     fn progress(&self, _params: &str) {}
 
-    fn finish(self: Box<Self>, outcome: Outcome<'_>) {
+    fn finish(self: Box<Self>, outcome: Finish<'_>) {
         let text = match outcome {
-            Outcome::Result(r) => r.to_owned(),
-            Outcome::Error(e) => format!("error {e}"),
-            Outcome::Failed(e) => format!("failed {e}"),
+            Finish::Result(r) => r.to_owned(),
+            Finish::Error(e) => format!("error {e}"),
+            Finish::Failed(e) => format!("failed {e}"),
         };
         if let Some(tx) = self.0.lock().unwrap().take() {
             let _ = tx.send(text);

@@ -9,7 +9,7 @@ use manifold_protocol::{Envelope, RawObject};
 
 use super::{preview, Connection};
 use crate::error::UpstreamError;
-use crate::pending::{Answer, Delivery, Entry, Outcome, Reply};
+use crate::pending::{Answer, Delivery, Entry, Finish, Reply};
 
 impl Connection {
     pub(super) fn response(&self, env: &Envelope<'_>, line: &[u8]) {
@@ -106,8 +106,8 @@ impl Connection {
                     breaker.succeeded();
                 }
                 let outcome = match (result, error) {
-                    (_, Some(e)) => Outcome::Error(e),
-                    (r, None) => Outcome::Result(r.unwrap_or("null")),
+                    (_, Some(e)) => Finish::Error(e),
+                    (r, None) => Finish::Result(r.unwrap_or("null")),
                 };
                 Delivery::finish(fwd.delivery, outcome);
             }
@@ -204,7 +204,7 @@ impl Connection {
             Reply::Channel(tx) => {
                 let _ = tx.send(Err(err));
             }
-            Reply::Forward(fwd) => Delivery::finish(fwd.delivery, Outcome::Failed(err)),
+            Reply::Forward(fwd) => Delivery::finish(fwd.delivery, Finish::Failed(err)),
         }
     }
 }

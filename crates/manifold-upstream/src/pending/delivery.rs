@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::guard::guards_held;
-use super::{Exchange, Outcome, ServerRequest};
+use super::{Exchange, Finish, ServerRequest};
 use crate::error::UpstreamError;
 
 /// One forwarded request's exchange, shared while something is delivered to its host.
@@ -20,7 +20,7 @@ pub(crate) struct Delivery {
     ended: OnceLock<Ended>,
 }
 
-/// An [`Outcome`] kept until it can be delivered.
+/// An [`Finish`] kept until it can be delivered.
 enum Ended {
     Result(Box<str>),
     Error(Box<str>),
@@ -28,19 +28,19 @@ enum Ended {
 }
 
 impl Ended {
-    fn of(outcome: Outcome<'_>) -> Self {
+    fn of(outcome: Finish<'_>) -> Self {
         match outcome {
-            Outcome::Result(r) => Ended::Result(r.into()),
-            Outcome::Error(e) => Ended::Error(e.into()),
-            Outcome::Failed(err) => Ended::Failed(err),
+            Finish::Result(r) => Ended::Result(r.into()),
+            Finish::Error(e) => Ended::Error(e.into()),
+            Finish::Failed(err) => Ended::Failed(err),
         }
     }
 
     fn finish(self, exchange: Box<dyn Exchange>) {
         match self {
-            Ended::Result(r) => exchange.finish(Outcome::Result(&r)),
-            Ended::Error(e) => exchange.finish(Outcome::Error(&e)),
-            Ended::Failed(err) => exchange.finish(Outcome::Failed(err)),
+            Ended::Result(r) => exchange.finish(Finish::Result(&r)),
+            Ended::Error(e) => exchange.finish(Finish::Error(&e)),
+            Ended::Failed(err) => exchange.finish(Finish::Failed(err)),
         }
     }
 }
@@ -63,14 +63,14 @@ impl Delivery {
     }
 
     /// Ends a request that never reached the table (refused up front).
-    pub(crate) fn finish_now(exchange: Box<dyn Exchange>, outcome: Outcome<'_>) {
+    pub(crate) fn finish_now(exchange: Box<dyn Exchange>, outcome: Finish<'_>) {
         unlocked("finish");
         exchange.finish(outcome);
     }
 
     /// Ends the request, once it is out of the table: at once, or, if another thread is
     /// delivering to its host, as soon as that is done.
-    pub(crate) fn finish(this: Arc<Self>, outcome: Outcome<'_>) {
+    pub(crate) fn finish(this: Arc<Self>, outcome: Finish<'_>) {
         unlocked("finish");
         match Arc::try_unwrap(this) {
             Ok(mut delivery) => {

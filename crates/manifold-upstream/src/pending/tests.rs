@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use super::guard::guards_held;
-use super::{Exchange, Forward, Outcome, RequestKey, ServerRequest};
+use super::{Exchange, Finish, Forward, RequestKey, ServerRequest};
 use crate::connection::{Connection, Events, Timing, Wire};
 use crate::pipe::WriteError;
 
@@ -107,12 +107,12 @@ impl Exchange for Host {
         self.heard.push(format!("{} progress {params}", self.id));
     }
 
-    fn finish(mut self: Box<Self>, outcome: Outcome<'_>) {
+    fn finish(mut self: Box<Self>, outcome: Finish<'_>) {
         self.finished = true;
         let text = match outcome {
-            Outcome::Result(r) => r.to_owned(),
-            Outcome::Error(e) => format!("error {e}"),
-            Outcome::Failed(e) => format!("failed {e}"),
+            Finish::Result(r) => r.to_owned(),
+            Finish::Error(e) => format!("error {e}"),
+            Finish::Failed(e) => format!("failed {e}"),
         };
         self.heard.push(format!("{} finish {text}", self.id));
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{start, Message, Script, Upstream, Upstreams};
-use crate::pending::{Exchange, Forward, Outcome, ServerRequest};
+use crate::pending::{Exchange, Finish, Forward, ServerRequest};
 
 /// A host request of session 7 with id `"h1"`: what it hears goes to a channel.
 struct Host(Mutex<mpsc::Sender<String>>);
@@ -20,11 +20,11 @@ impl Exchange for Host {
         let _ = self.0.lock().unwrap().send(format!("progress {params}"));
     }
 
-    fn finish(self: Box<Self>, outcome: Outcome<'_>) {
+    fn finish(self: Box<Self>, outcome: Finish<'_>) {
         let text = match outcome {
-            Outcome::Result(r) => r.to_owned(),
-            Outcome::Error(e) => format!("error {e}"),
-            Outcome::Failed(e) => format!("failed {e}"),
+            Finish::Result(r) => r.to_owned(),
+            Finish::Error(e) => format!("error {e}"),
+            Finish::Failed(e) => format!("failed {e}"),
         };
         let _ = self.0.lock().unwrap().send(text);
     }
