@@ -1,4 +1,7 @@
 //! Building a catalog from the upstreams' slices, and routing lookups in it.
+//!
+//! One file: the merge (naming, collisions, pages) and the lookups it serves share the
+//! catalog's layout, which changes in both places at once.
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -5,6 +5,9 @@
 //! Entry points: [`load`] (process environment), [`load_with_env`] and [`parse_str`] (an
 //! environment lookup function, for tests and tools), [`resolve_command`], and the name
 //! filtering helpers [`glob_match`] and [`NameFilter::admits`] used by the catalog.
+//!
+//! Long: the runtime types every other crate reads are defined together here, one place to
+//! look a setting up; parsing and validation live in the child modules.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;

@@ -5,6 +5,9 @@
 //!
 //! Everything transport-specific about a request stays here: headers, status codes, origins,
 //! session tokens, SSE. The router gets an [`Origin`] like any other transport's.
+//!
+//! Long: the routes, the shared checks every handler meets (caller, origin, version, body
+//! size) and the one refusal writer sit together; each transport's handler is its own file.
 
 // Checks return the refusal as the response itself: it is built once per refused request,
 // never on the forwarding path, so its size does not matter.

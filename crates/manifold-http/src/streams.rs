@@ -6,6 +6,9 @@
 //!
 //! Bytes handed to a connection and not yet written count against the session's queue limit;
 //! a host that lets them pile up past it has its session ended.
+//!
+//! One file: the event ids, the replay buffers and the bodies that drain them agree on one
+//! numbering and one queue bound, which read best side by side.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;

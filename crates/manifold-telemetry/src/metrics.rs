@@ -2,6 +2,9 @@
 //! per-upstream counters. Recording is a relaxed atomic add after, for durations, a read-locked
 //! map lookup; what can be read when scraped (sessions open, upstreams up, catalog sizes) is
 //! not recorded at all, but read then (see `manifold_core::scrape`).
+//!
+//! Long but flat: one recording function per metric, each beside the series it writes, so
+//! that a metric's name, labels and update are read together.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

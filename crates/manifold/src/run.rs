@@ -1,6 +1,9 @@
 //! `manifold serve`: load the config, start every upstream actor, serve hosts (one over stdio,
 //! or any number over HTTP), and stop every child process when the stdio host leaves or a
 //! signal arrives. Over HTTP a signal first drains the listener (see `drain_listener`).
+//!
+//! One file: the order of start-up and shutdown (actors, router, transports, drain, stopping
+//! every child) reads top to bottom here, and splitting it would scatter that order.
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -179,7 +179,7 @@ impl Router {
         });
         let peer = || -> Arc<dyn manifold_upstream::Peer> {
             let weak = ctx.session.as_ref().map(Arc::downgrade).unwrap_or_default();
-            Arc::new(inflight::SessionPeer(weak))
+            Arc::new(super::ask::SessionPeer(weak))
         };
         Ok(self.pool.own(upstream, team, session, peer)?)
     }

@@ -10,15 +10,15 @@ use manifold_protocol::envelope::canonical_id;
 use manifold_protocol::{write, RawObject};
 use manifold_telemetry::spans::{self, ClientDone, Subject};
 use manifold_telemetry::{metrics, OpLabels, Outcome as Ended};
-use manifold_upstream::{CountedGuard, Exchange, Finish, Hub, Peer, RequestKey, ServerRequest};
+use manifold_upstream::{CountedGuard, Exchange, Finish, Hub, RequestKey, ServerRequest};
 use tokio::sync::oneshot;
 
+use super::ask::{ask_host, over, refuse};
 use super::gather;
 use super::mrtr::{Park, Parked, Settled};
 use crate::context::Context;
 use crate::error::RouteError;
 use crate::outlet::Outlet;
-use crate::session::Session;
 use crate::stateless;
 use crate::tasks::{self, Tasks};
 
@@ -315,59 +315,6 @@ impl Exchange for Inflight {
     }
 }
 
-/// Sends an upstream's request to a host, on `outlet`, under an id of Manifold's; the host's
-/// answer goes back to the upstream (see `Router::host_answer`). A host that did not declare
-/// the capability the request needs gets nothing: the upstream is refused on its behalf.
-pub(super) fn ask_host(session: &Session, outlet: &dyn Outlet, request: ServerRequest) {
-    let method = request.method.as_str();
-    let capabilities = session.client().map_or("{}", |c| &*c.capabilities);
-    match stateless::may_ask(capabilities, method, request.params.as_deref()) {
-        Ok(()) => {}
-        Err("unknown") => {
-            let method = method.to_owned();
-            return refuse(request, RouteError::NotForwarded(method));
-        }
-        Err(needs) => {
-            let method = method.to_owned();
-            return refuse(
-                request,
-                RouteError::Undeclared {
-                    method,
-                    capability: needs,
-                },
-            );
-        }
-    }
-    tracing::debug!(method, "forwarding the upstream's request to the host");
-    let params = request.params;
-    let id = session.expect_answer(request.reply);
-    let mut line = Vec::with_capacity(params.as_ref().map_or(0, String::len) + 64);
-    write::request_with_id(&mut line, &id, method, params.as_deref());
-    crate::outlet::check_no_guard("an upstream's request");
-    outlet.notify(&[&line]);
-}
-
-/// The host behind a session's own connection to an upstream (`isolation = "session"`).
-pub(super) struct SessionPeer(pub std::sync::Weak<Session>);
-
-impl Peer for SessionPeer {
-    fn server_request(&self, request: ServerRequest) {
-        match self.0.upgrade() {
-            Some(session) => ask_host(&session, &**session.stream(), request),
-            None => refuse(
-                request,
-                RouteError::Abandoned("the host session ended".into()),
-            ),
-        }
-    }
-
-    fn related(&self, line: &[u8]) {
-        if let Some(session) = self.0.upgrade() {
-            session.stream().notify(&[line]);
-        }
-    }
-}
-
 /// Locks a request's host side with a counted guard: writing to the host while it is alive
 /// fails the debug builds' check (see `manifold_upstream::guards_held`).
 fn lock<T>(m: &Mutex<T>) -> CountedGuard<'_, T> {
@@ -488,16 +435,6 @@ fn read_hints(method: &str, ctx: &Context) -> &'static [(&'static str, &'static 
         "resources/read" => stateless::read_hints(ctx.caller.team.is_some()),
         _ => &[],
     }
-}
-
-/// Answers an upstream's request to its client with `err`, on its host's behalf.
-pub(super) fn refuse(request: ServerRequest, err: RouteError) {
-    request.reply.raw_error(&err.error_text());
-}
-
-/// The refusal of an upstream's request that came after the host request it belongs to.
-fn over() -> RouteError {
-    RouteError::Abandoned("the request it belongs to is over".into())
 }
 
 /// Whether a tool result says the tool failed (`"isError": true` among its members). Results

@@ -11,6 +11,7 @@
 //! (`reload.rs`): the layers, teams and caches (one [`Live`], read once per request), and
 //! the upstreams' definitions and connections, which only grow.
 
+mod ask;
 mod batch;
 mod cached;
 mod forward;

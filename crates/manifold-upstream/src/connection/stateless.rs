@@ -4,6 +4,9 @@
 //!
 //! A connection learns its era once, from the probe (see `handshake`); until then, and for
 //! ever on a session-era connection, nothing here changes what is sent.
+//!
+//! One file: the era's `_meta`, its dropped methods and its listen stream share the
+//! connection's stateless state, and each reads best beside the others.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, VecDeque};
