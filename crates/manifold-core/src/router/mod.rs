@@ -23,6 +23,8 @@ mod methods;
 mod mrtr;
 mod reload;
 mod resolve;
+#[cfg(test)]
+mod tests;
 
 use std::sync::{Arc, Weak};
 
