@@ -98,6 +98,7 @@ fn a_cancelled_call_is_cancelled_upstream_and_never_answered() {
             "the upstream's id: {}",
             cancelled.line()
         );
+        assert_eq!(cancelled.params()["reason"], "changed my mind");
 
         // The late answer was read before this call was sent: had it reached the host, it
         // would be there before this answer.
@@ -143,8 +144,9 @@ fn a_session_that_ends_cancels_its_calls_upstream() {
             .ups
             .wait_for(0, "notifications/cancelled", |_| true)
             .await
-            .unwrap();
+            .expect("the upstream was told");
         assert_eq!(cancelled.params()["requestId"].to_string(), gone);
+        assert_eq!(cancelled.params()["reason"], "the host left");
         // Only the session that ended lost its call.
         let cancellations = h.ups.received(0).into_iter();
         let told = cancellations.filter(|m| m.method() == Some("notifications/cancelled"));

@@ -221,14 +221,15 @@ pub(super) fn tool(name: &str) -> Value {
 }
 
 /// An upstream with tools `echo` (answers with its `text` argument at once) and `slow` (never
-/// answered).
+/// answered). A call of any other name is answered as `echo`'s, so that a name sent wrong
+/// shows in what the upstream received rather than as a timeout.
 pub(super) fn echo_script() -> Script {
     Script::new()
         .tool(tool("echo"))
         .tool(tool("slow"))
         .on("tools/call", |msg, up| {
             let params = msg.params();
-            if params["name"] == "echo" {
+            if params["name"] != "slow" {
                 let text = params["arguments"]["text"].clone();
                 let result = json!({"content": [{"type": "text", "text": text}]});
                 up.result(msg.id().unwrap(), result);
