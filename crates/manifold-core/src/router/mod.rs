@@ -24,6 +24,8 @@ mod methods;
 mod mrtr;
 mod reload;
 mod resolve;
+#[cfg(test)]
+mod tests;
 
 use std::sync::{Arc, Weak};
 
