@@ -385,7 +385,9 @@ impl Upstreams {
 /// Starts one upstream per script, named as given (names a configuration accepts as
 /// upstream keys), behind one hub, and waits (up to 10 s) for their first starts. Must be
 /// called within a running actix system.
-pub async fn start(scripts: Vec<(&str, Script)>) -> Result<Upstreams, String> {
+pub async fn start(mut scripts: Vec<(&str, Script)>) -> Result<Upstreams, String> {
+    // The configuration orders upstreams by key: the scripts are paired with them in that order.
+    scripts.sort_by(|a, b| a.0.cmp(b.0));
     let mut text = String::new();
     for (name, script) in &scripts {
         text.push_str(&format!(

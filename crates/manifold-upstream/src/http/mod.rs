@@ -26,7 +26,7 @@ use std::time::Duration;
 use manifold_config::{HttpConfig, HttpKind};
 use manifold_protocol::version::Era;
 use manifold_telemetry::trace::Carrier;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::Url;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -336,6 +336,21 @@ impl Client {
 /// The W3C trace context Manifold wrote into a message's `params._meta`, as the HTTP headers
 /// (`traceparent`, `tracestate`, `baggage`) where an HTTP server's own instrumentation looks
 /// for it; none without one.
+/// A POST carrying one message: the body and the headers every such POST has (what the
+/// answer may come as, the body's type, the trace context the message was sent under).
+trait Carrying {
+    fn carrying(self, msg: &Outbound) -> Self;
+}
+
+impl Carrying for reqwest::RequestBuilder {
+    fn carrying(self, msg: &Outbound) -> Self {
+        self.header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .headers(trace_headers(msg.trace.as_ref()))
+            .body(msg.body())
+    }
+}
+
 fn trace_headers(trace: Option<&Carrier>) -> HeaderMap {
     let mut headers = HeaderMap::new();
     for (key, value) in trace.into_iter().flat_map(Carrier::iter) {

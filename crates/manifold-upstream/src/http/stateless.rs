@@ -9,10 +9,10 @@
 use std::sync::Arc;
 
 use manifold_protocol::Envelope;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use reqwest::StatusCode;
 
-use super::{error_chain, preview, trace_headers, Client, VERSION_HEADER};
+use super::{error_chain, preview, Carrying, Client, VERSION_HEADER};
 use crate::error::UpstreamError;
 use crate::outbound::{target_member, Outbound};
 use crate::param_headers::ToolHeaders;
@@ -34,10 +34,7 @@ impl Client {
             .post(self.url.clone())
             .headers(self.headers.clone())
             .headers(metadata_headers(&msg, &self.tool_headers.load()))
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
-            .headers(trace_headers(msg.trace.as_ref()))
-            .body(msg.body())
+            .carrying(&msg)
             .send()
             .await;
         let response = match sent {

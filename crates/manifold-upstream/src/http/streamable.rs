@@ -13,7 +13,7 @@ use manifold_protocol::{Envelope, RawObject};
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::StatusCode;
 
-use super::{error_chain, preview, trace_headers, Client, Mode, SESSION_HEADER};
+use super::{error_chain, preview, Carrying, Client, Mode, SESSION_HEADER};
 use crate::error::UpstreamError;
 use crate::outbound::Outbound;
 
@@ -28,10 +28,7 @@ impl Client {
         let had_session = self.state().session.is_some();
         let sent = self
             .request(reqwest::Method::POST, self.url.clone())
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
-            .headers(trace_headers(msg.trace.as_ref()))
-            .body(msg.body())
+            .carrying(&msg)
             .send()
             .await;
         let response = match sent {
