@@ -455,12 +455,14 @@ fn merge_kind(
                     ));
                 }
                 Ok(Some((exposed, original, origin, text))) => {
+                    let task_required = kind == Kind::Tools && requires_task(&text);
                     let item = Item {
                         exposed,
                         original,
                         upstream,
                         origin,
                         raw: text,
+                        task_required,
                     };
                     if passes_pin(def, kind, &item, raw.get(), found) {
                         items.push(item);
@@ -591,6 +593,21 @@ fn withhold_collisions(
         .into_iter()
         .filter(|i| clashing.binary_search(&i.exposed).is_err())
         .collect()
+}
+
+/// Whether a tool's definition (JSON text) says it runs only as a task
+/// (`execution.taskSupport: "required"`).
+fn requires_task(tool: &str) -> bool {
+    if memchr::memmem::find(tool.as_bytes(), b"\"taskSupport\"").is_none() {
+        return false;
+    }
+    let Ok(tool) = manifold_protocol::RawObject::parse(tool) else {
+        return false;
+    };
+    tool.get("execution")
+        .and_then(|e| manifold_protocol::RawObject::parse(e).ok())
+        .and_then(|e| e.get_str("taskSupport").map(|s| s == "required"))
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

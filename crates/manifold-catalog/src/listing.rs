@@ -84,6 +84,9 @@ pub struct Item {
     pub origin: NameOrigin,
     /// The item as the host sees it: the upstream's JSON with only `exposed` substituted.
     pub raw: Box<str>,
+    /// A tool that runs only as a task (`execution.taskSupport: "required"`), read once here
+    /// rather than on every call.
+    pub task_required: bool,
 }
 
 /// Why a cursor was refused.
@@ -262,6 +265,7 @@ mod tests {
             upstream: 0,
             origin: NameOrigin::Prefixed,
             raw: format!("{{\"name\":\"{name}\"}}").into(),
+            task_required: false,
         }
     }
 

@@ -24,6 +24,6 @@ pub struct Target {
     /// upstream hop's span).
     pub original: Option<Arc<str>>,
     /// How many rounds of questions a stateless upstream asked a session-era host for this
-    /// request so far (0: none; see the router's `gather.rs`).
+    /// request so far (0: none; see the router's `input/gather.rs`).
     pub round: u32,
 }

@@ -14,9 +14,9 @@ use manifold_upstream::{
     Connection, Forward, Outbound, SessionFor, TeamFor, UpstreamError, UpstreamHandle,
 };
 
-use super::gather;
 use super::inflight::{self, Inflight};
-use super::mrtr::Park;
+use super::input::gather;
+use super::input::park::Park;
 use super::{resolve, Router};
 use crate::context::{Context, Route};
 use crate::error::RouteError;
@@ -320,13 +320,7 @@ fn task_for_stateless(
     else {
         return Ok(target);
     };
-    if memchr::memmem::find(item.raw.as_bytes(), b"\"taskSupport\"").is_none() {
-        return Ok(target);
-    }
-    let required = serde_json::from_str::<serde_json::Value>(&item.raw)
-        .ok()
-        .is_some_and(|t| t["execution"]["taskSupport"] == "required");
-    if !required {
+    if !item.task_required {
         return Ok(target);
     }
     if !ctx

@@ -14,8 +14,8 @@ use manifold_upstream::{CountedGuard, Exchange, Finish, Hub, RequestKey, ServerR
 use tokio::sync::oneshot;
 
 use super::ask::{ask_host, over, refuse};
-use super::gather;
-use super::mrtr::{Park, Parked, Settled};
+use super::input::gather;
+use super::input::park::{Park, Parked, Settled};
 use crate::context::Context;
 use crate::error::RouteError;
 use crate::outlet::Outlet;
@@ -28,7 +28,7 @@ pub(super) struct Inflight {
     /// written to.
     pub host: Mutex<HostSide>,
     /// For a stateless host's request: where it parks if a session-era upstream asks its
-    /// client something (see `mrtr.rs`).
+    /// client something (see `input/park.rs`).
     pub parking: Option<Arc<Parked>>,
     /// For a stateless request that asked for log messages: it hears them while in flight.
     #[allow(
@@ -37,7 +37,7 @@ pub(super) struct Inflight {
     )]
     pub logging: Option<crate::fanout::Logging>,
     /// For a session-era host's request to a stateless upstream: how to send it again if the
-    /// upstream answers `input_required` (see `gather.rs`).
+    /// upstream answers `input_required` (see `input/gather.rs`).
     pub retry: Option<gather::Retry>,
     pub hub: Arc<Hub>,
     pub upstream: usize,
@@ -57,7 +57,7 @@ pub(super) struct Inflight {
 pub(super) enum HostSide {
     /// Waiting for the upstream's answer.
     Waiting(Context),
-    /// A stateless host was asked for input (see `mrtr.rs`): the park holds the host request
+    /// A stateless host was asked for input (see `input/park.rs`): the park holds the host request
     /// that stands for this one now (the original, or the retry that took its place).
     Parked(Arc<Park>),
     /// Answered, or given up.
@@ -265,7 +265,7 @@ impl Exchange for Inflight {
     /// answer goes back to the upstream (see `Router::host_answer`).
     fn server_request(&self, request: ServerRequest) {
         if let Some(parking) = &self.parking {
-            // A stateless host: asked through input_required (see mrtr.rs).
+            // A stateless host: asked through input_required (see input/park.rs).
             if let Some(fill) = &self.fill {
                 fill.taint();
             }

@@ -15,13 +15,12 @@ mod ask;
 mod batch;
 mod cached;
 mod forward;
-mod gather;
 mod inflight;
+mod input;
 mod intake;
 mod interest;
 mod listener;
 mod methods;
-mod mrtr;
 mod reload;
 mod resolve;
 #[cfg(test)]
@@ -130,7 +129,7 @@ pub struct Router {
     /// Which session owns each task.
     tasks: Arc<Tasks>,
     /// Stateless hosts' requests parked while session-era upstreams wait for their input.
-    parked: Arc<mrtr::Parked>,
+    parked: Arc<input::park::Parked>,
     /// Itself, for work that continues on the runtime.
     this: Weak<Router>,
 }
@@ -158,7 +157,7 @@ impl Router {
         let tasks: Arc<Tasks> = Arc::default();
         // A parked request waits for its host's retry as long as any request waits for an
         // answer: past that, its upstream request has timed out anyway.
-        let parked = Arc::new(mrtr::Parked::new(
+        let parked = Arc::new(input::park::Parked::new(
             parts.settings.request_state_key.as_ref(),
             parts.settings.request_timeout,
             parts.runtime.clone(),

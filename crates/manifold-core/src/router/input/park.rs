@@ -164,7 +164,7 @@ impl Parked {
             let asked = std::mem::take(&mut lock(&park.state).asked);
             for a in asked {
                 let why = "the host did not answer in time (the stateless host never retried)";
-                super::ask::refuse(a.request, RouteError::Abandoned(why.into()));
+                crate::router::ask::refuse(a.request, RouteError::Abandoned(why.into()));
             }
         }
     }
@@ -176,7 +176,7 @@ impl Parked {
     pub fn ask(self: &Arc<Self>, park: &Arc<Park>, first: Option<Context>, request: ServerRequest) {
         if capability_for(&request.method).is_none() {
             let method = request.method.clone();
-            return super::ask::refuse(request, RouteError::NotForwarded(method));
+            return crate::router::ask::refuse(request, RouteError::NotForwarded(method));
         }
         let mut st = lock(&park.state);
         if let Some(ctx) = first {
@@ -195,7 +195,7 @@ impl Parked {
                 capability: needs,
                 what,
             };
-            return super::ask::refuse(request, missing);
+            return crate::router::ask::refuse(request, missing);
         }
         // The upstream's own id names the question: unique while it waits.
         let id = request.reply.id();
@@ -339,7 +339,7 @@ impl Parked {
 fn refuse_all(answers: Vec<(ServerRequest, String)>) {
     for (request, _) in answers {
         let over = RouteError::Abandoned("the request is over".into());
-        super::ask::refuse(request, over);
+        crate::router::ask::refuse(request, over);
     }
 }
 

@@ -11,18 +11,18 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use manifold_protocol::object::json_string;
 use manifold_protocol::{scan, write, RawObject};
 
-use super::Router;
 use crate::context::Context;
 use crate::error::RouteError;
+use crate::router::Router;
 use crate::session::{Awaited, Session};
 use crate::stateless;
 use crate::target::Target;
 
 /// The most rounds of questions one request may take before Manifold gives up on it.
-pub(super) const MAX_ROUNDS: u32 = 16;
+pub(in crate::router) const MAX_ROUNDS: u32 = 16;
 
 /// What an input-required answer needs to go on: where to send the request again.
-pub(super) struct Retry {
+pub(in crate::router) struct Retry {
     pub router: Weak<Router>,
     /// The request as it was sent (before its progress token, trace and `_meta` edits);
     /// its `round` counts the rounds asked so far.
@@ -45,7 +45,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Asks the session-era host behind `ctx` the questions of the upstream's `input_required`
 /// `result`, then sends the request again with the answers.
-pub(super) fn ask(ctx: Context, retry: Retry, result: &str) {
+pub(in crate::router) fn ask(ctx: Context, retry: Retry, result: &str) {
     let Some(session) = ctx.session.clone() else {
         return ctx.fail(&RouteError::Internal(
             "the upstream asked for input and the request has no session to ask".into(),
