@@ -32,6 +32,9 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::connection::{Connection, Events, Timing, Wire};
+
+/// How long an idle connection to an upstream is kept for reuse.
+const POOL_IDLE: Duration = Duration::from_secs(4);
 use crate::error::UpstreamError;
 use crate::outbound::Outbound;
 use crate::param_headers::ToolHeaders;
@@ -182,6 +185,10 @@ pub(crate) fn start(
     }
     let http = reqwest::Client::builder()
         .connect_timeout(cfg.connect_timeout)
+        // Idle connections are let go before the 5 s keep-alive many servers use (Node's
+        // default, actix-web's): reusing one the server is closing at that moment fails the
+        // request ("connection closed before message completed").
+        .pool_idle_timeout(POOL_IDLE)
         .read_timeout(settings.timing.request.max(Duration::from_secs(60)))
         .build()
         .map_err(|e| format!("cannot set up its HTTP client: {e}"))?;
