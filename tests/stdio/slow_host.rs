@@ -167,27 +167,41 @@ fn a_host_that_reads_nothing_for_the_stall_timeout_is_let_go_with_a_reason() {
     upstreams_gone(&dir);
 }
 
-#[test]
-fn a_host_that_closes_its_input_and_never_reads_does_not_hold_the_exit() {
-    let dir = TempDir::new("closed-unread");
-    // A queue that holds the answers to every request in flight (128 of 100 kB) with room to
-    // spare, so that the host is paced rather than let go.
-    let (mut child, log) = serve(
-        &dir,
-        "session_queue_bytes = 16777216\nshutdown_grace_ms = 500",
-    );
+/// A host that sends `initialize` and `calls` large calls, waits `pause`, closes its input
+/// and never reads its output: whether Manifold exited within the wait, and its log.
+fn close_without_reading(
+    dir: &TempDir,
+    server: &str,
+    calls: usize,
+    pause: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    let (mut child, log) = serve(dir, server);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    // Enough for Manifold to pace the host (about 170 answers); what it leaves unread fits in
-    // the input pipe, so the write returns and the host can close its input.
-    let input = initialize_then_big_calls(&mut stdin, &mut stdout, 400);
+    let input = initialize_then_big_calls(&mut stdin, &mut stdout, calls);
     stdin.write_all(input.as_bytes()).unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(pause);
     drop(stdin);
     // The output stays open and unread until Manifold is gone.
     let status = exit_within(&mut child, WAIT);
     let stderr = log.text(&mut child);
     drop(stdout);
+    (status, stderr)
+}
+
+#[test]
+fn a_host_that_closes_its_input_and_never_reads_does_not_hold_the_exit() {
+    let dir = TempDir::new("closed-unread");
+    // A queue that holds the answers to every request in flight (128 of 100 kB) with room to
+    // spare, so that the host is paced rather than let go. 400 calls are enough for Manifold
+    // to pace the host (about 170 answers); what it leaves unread fits in the input pipe, so
+    // the write returns and the host can close its input.
+    let (status, stderr) = close_without_reading(
+        &dir,
+        "session_queue_bytes = 16777216\nshutdown_grace_ms = 500",
+        400,
+        Duration::from_millis(1000),
+    );
     assert!(
         status.is_some(),
         "Manifold kept running behind a host that closed its input:\n{stderr}"
@@ -198,17 +212,8 @@ fn a_host_that_closes_its_input_and_never_reads_does_not_hold_the_exit() {
 #[test]
 fn shutdown_never_waits_on_a_host_that_does_not_read() {
     let dir = TempDir::new("unread");
-    let (mut child, log) = serve(&dir, "");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
     // About 3 MB of answers: far more than the pipe holds, less than the queue limit.
-    let input = initialize_then_big_calls(&mut stdin, &mut stdout, 30);
-    stdin.write_all(input.as_bytes()).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    drop(stdin);
-    let status = exit_within(&mut child, WAIT);
-    let stderr = log.text(&mut child);
-    drop(stdout);
+    let (status, stderr) = close_without_reading(&dir, "", 30, Duration::from_millis(500));
     assert!(
         status.is_some(),
         "Manifold kept running behind a host that does not read:\n{stderr}"

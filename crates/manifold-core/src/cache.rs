@@ -445,7 +445,7 @@ impl Cache {
         };
         // The name as the upstream knows it: the target's, when the params still carry the
         // host's (see `Target::names`).
-        let name = match (&target.original, target.names) {
+        let name = match (&target.original, target.names()) {
             (Some(original), Some(_)) => std::borrow::Cow::Borrowed(&**original),
             _ => match params.get_str(member) {
                 Some(name) => name,

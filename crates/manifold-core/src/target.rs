@@ -8,12 +8,10 @@ use std::sync::Arc;
 pub struct Target {
     pub upstream: usize,
     pub method: &'static str,
-    /// The params (JSON text), as the host sent them but for the edits `names` stands for:
-    /// the request's line is written once, with every edit, when it is sent.
+    /// The params (JSON text), as the host sent them but for the name [`Target::names`] says
+    /// goes upstream as `original`: the request's line is written once, with every edit, when
+    /// it is sent.
     pub params: String,
-    /// The member of `params` that names what the request is for (`name` or `uri`), which
-    /// goes upstream as `original`; `None`: `params` are sent as they are.
-    pub names: Option<&'static str>,
     /// A timeout of its own (a tool with one configured).
     pub timeout: Option<std::time::Duration>,
     /// Whether the answer may carry a task (a task-augmented call, or a `tasks/*` request).
@@ -26,4 +24,17 @@ pub struct Target {
     /// How many rounds of questions a stateless upstream asked a session-era host for this
     /// request so far (0: none; see the router's `input/gather.rs`).
     pub round: u32,
+}
+
+impl Target {
+    /// The member of `params` that names what the request is for (`name` or `uri`), sent
+    /// upstream as `original`; `None`: `params` go as they are.
+    pub fn names(&self) -> Option<&'static str> {
+        self.original.as_ref()?;
+        match self.method {
+            "tools/call" | "prompts/get" => Some("name"),
+            "resources/read" => Some("uri"),
+            _ => None,
+        }
+    }
 }

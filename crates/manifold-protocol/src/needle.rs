@@ -55,16 +55,9 @@ pub static INPUT_REQUIRED: LazyLock<Finder<'static>> =
 pub static REQUEST_STATE: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"requestState\""));
 
-/// The prefix of the `_meta` keys the protocol itself defines.
-pub static PROTOCOL_META_PREFIX: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new(b"io.modelcontextprotocol/"));
-
 /// `ui://`: an MCP Apps resource's URI scheme, which results may name outside a `uri` member
 /// (in `_meta`).
 pub static UI_SCHEME: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ui://"));
-
-/// `"error":`: an answer that is an error.
-pub static ERROR_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\":"));
 
 #[cfg(test)]
 mod tests {

@@ -189,7 +189,7 @@ impl Connection {
     /// be sent at all.
     ///
     /// On a stateless-era connection the request must carry the era's `_meta` (see
-    /// [`Connection::with_request_meta`]) and say so with its `version`
+    /// [`Connection::request_meta`]) and say so with its `version`
     /// ([`Connection::revision`]); one that does not gets it added here, at the cost of
     /// reading and rewriting the line.
     pub fn forward(&self, msg: Outbound, fwd: Forward) {

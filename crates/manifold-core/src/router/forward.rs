@@ -271,7 +271,7 @@ fn outbound_line(
     carrier: &Option<Carrier>,
 ) -> Option<(Vec<u8>, Option<Box<str>>)> {
     let mut edits = Edits::default();
-    if let (Some(member), Some(original)) = (target.names, &target.original) {
+    if let (Some(member), Some(original)) = (target.names(), &target.original) {
         edits.set_str(member, original);
     }
     edits.meta_replace_capture_id("progressToken", upstream_id);

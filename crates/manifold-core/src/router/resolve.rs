@@ -13,12 +13,6 @@ use crate::error::RouteError;
 use crate::policy::Team;
 use crate::target::Target;
 
-/// `name` as the upstream knows it, for the message that carries it (HTTP names it in a
-/// header) and for spans.
-fn known_as(name: &str) -> Option<Arc<str>> {
-    Some(Arc::from(name))
-}
-
 /// `tools/call` and `prompts/get`: routed by `name`.
 pub(super) fn named(
     catalog: &Catalog,
@@ -47,11 +41,10 @@ pub(super) fn named(
         upstream: item.upstream,
         method,
         params: env.params.unwrap_or_default().to_owned(),
-        names: Some("name"),
         timeout,
         task,
         exposed: Some(item.exposed.as_str().into()),
-        original: known_as(&item.original),
+        original: Some(Arc::from(item.original.as_str())),
         round: 0,
     })
 }
@@ -72,11 +65,10 @@ pub(super) fn read(
         upstream,
         method: "resources/read",
         params: env.params.unwrap_or_default().to_owned(),
-        names: Some("uri"),
         timeout: None,
         task: false,
         exposed: Some(exposed),
-        original: known_as(&original),
+        original: Some(Arc::from(original.as_str())),
         round: 0,
     })
 }
@@ -116,7 +108,6 @@ pub(super) fn complete(
         upstream,
         method: "completion/complete",
         params: raw.ok_or_else(|| bad("malformed params"))?,
-        names: None,
         timeout: None,
         task: false,
         exposed: None,

@@ -197,10 +197,9 @@ impl Connection {
     /// those keys and keeping every other member (a progress token, a trace context); on a
     /// session-era one, `params` unchanged and not copied.
     ///
-    /// The server calls this on the params of a request it forwards, before writing the
-    /// line: `write::request(&mut line, id, method, Some(&conn.with_request_meta(&params)))`.
-    /// [`Connection::forward`] adds the `_meta` to a line that lacks it, but rewriting the
-    /// whole line there costs more.
+    /// For the connection's own requests (pings, `tasks/*`, the listen stream). A forwarded
+    /// request gets the same members through [`Connection::request_meta`], in the one pass
+    /// that writes its line.
     pub fn with_request_meta<'a>(&self, params: &'a str) -> Cow<'a, str> {
         let Some(meta) = self.stateless.get() else {
             return Cow::Borrowed(params);

@@ -145,7 +145,6 @@ impl Router {
             upstream,
             method,
             params: obj.to_text(),
-            names: None,
             timeout: None,
             task: true,
             exposed: None,
