@@ -59,6 +59,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         sessions: Default::default(),
         discovery: Default::default(),
         pinning: None,
+        credentials: Default::default(),
         upstreams,
         skipped,
     })

@@ -17,6 +17,7 @@ use std::time::Duration;
 mod cache;
 mod claude_json;
 mod command;
+mod credentials;
 mod discovery;
 mod error;
 mod glob;
@@ -37,6 +38,11 @@ pub use cache::{
     parse_bytes, parse_duration, CacheBackend, CacheRule, CacheScope, CacheSettings, UpstreamCaches,
 };
 pub use command::resolve_command;
+pub use credentials::{
+    ClientCredentialsSettings, ClientSettings, CredentialsSettings, Identity,
+    IdentityAssertionSettings, OAuthSettings, SealKey, Secret, SigningKey, TokenExchangeSettings,
+    TokenStoreSettings, UpstreamAuth,
+};
 pub use discovery::{DiscoveryMode, DiscoverySettings, DEFAULT_MAX_TOOLS};
 pub use glob::glob_match;
 pub use pinning::{lock_path, OnChange, OnNew, PinningSettings, DEFAULT_LOCK_FILE};
@@ -71,6 +77,8 @@ pub struct Config {
     /// `[pinning]`: checking tool and prompt definitions against a lock file; none when the
     /// section is absent.
     pub pinning: Option<PinningSettings>,
+    /// `[credentials]`: where upstream tokens are kept and browsers reach Manifold.
+    pub credentials: CredentialsSettings,
     /// Enabled upstreams, sorted by key so that everything derived from them is deterministic.
     pub upstreams: Vec<UpstreamConfig>,
     /// Entries that were skipped with the reason (`enabled = false`, `"disabled": true`).
@@ -337,6 +345,8 @@ pub struct HttpConfig {
     /// redacts them, and they are never logged.
     pub headers: BTreeMap<String, String>,
     pub connect_timeout: Duration,
+    /// A token Manifold obtains itself (`[upstreams.NAME.auth]`); `None`: the headers only.
+    pub auth: Option<UpstreamAuth>,
 }
 
 /// Which HTTP transport an upstream speaks.

@@ -34,6 +34,7 @@ impl fmt::Debug for HttpConfig {
             .field("kind", &self.kind)
             .field("headers", &RedactedEnv(&self.headers))
             .field("connect_timeout", &self.connect_timeout)
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -47,6 +48,7 @@ mod tests {
             kind: crate::HttpKind::Auto,
             headers: [("Authorization".to_owned(), "Bearer sk-secret".to_owned())].into(),
             connect_timeout: std::time::Duration::from_secs(1),
+            auth: None,
         };
         let text = format!("{:?}", crate::Transport::Http(http));
         assert!(!text.contains("sk-secret"), "{text}");

@@ -91,6 +91,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         sessions,
         discovery,
         pinning,
+        credentials: Default::default(),
         upstreams,
         skipped,
     })

@@ -628,6 +628,7 @@ fn http(
         kind,
         headers,
         connect_timeout: Duration::from_millis(connect),
+        auth: None,
     })
 }
 

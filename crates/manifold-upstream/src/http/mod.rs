@@ -458,6 +458,7 @@ mod tests {
             kind: HttpKind::Auto,
             headers: Default::default(),
             connect_timeout: Duration::from_secs(1),
+            auth: None,
         };
         let settings = Settings {
             key: "up".into(),
