@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use crate::policy::RedisConfig;
 
+mod raw;
+
+pub(crate) use raw::{credentials, upstream_auth, RawAuth, RawCredentials};
+
 /// A secret from the config (`${ENV}` or a file): never printed, by Debug or otherwise.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);

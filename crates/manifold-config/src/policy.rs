@@ -62,6 +62,9 @@ pub struct TeamConfig {
     pub name: String,
     /// SHA-256 of each API key that selects this team (keys are never kept in clear).
     pub api_keys: Vec<KeyHash>,
+    /// The names of named keys (`{ name = "alice", key = "..." }`): a named key is a person's,
+    /// and its principal is `key:NAME` (an unnamed key's is `key:<hash label>`).
+    pub key_names: Vec<(KeyHash, String)>,
     /// Values of `auth.jwt.team_claim` that select this team (default: the team's name).
     pub claims: Vec<String>,
     /// Globs over upstream keys the team may use; empty: all.
@@ -244,11 +247,29 @@ struct RawJwt {
     jwks_min_refresh_ms: Option<u64>,
 }
 
+/// An API key: its text (or `sha256:<hex>`), or a table naming its holder.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a key (text) or a table { name = \"...\", key = \"...\" }"
+)]
+pub(crate) enum RawApiKey {
+    Plain(String),
+    Named(RawNamedKey),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNamedKey {
+    name: String,
+    key: String,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(crate) struct RawTeam {
     #[serde(default)]
-    api_keys: Vec<String>,
+    api_keys: Vec<RawApiKey>,
     claims: Option<Vec<String>>,
     #[serde(default)]
     upstreams: Vec<String>,
@@ -461,9 +482,18 @@ fn team(
         discovery,
     )?;
     let mut api_keys = Vec::new();
+    let mut key_names = Vec::new();
     for (i, key) in raw.api_keys.iter().enumerate() {
         let key_path = format!("{}[{i}]", child(path, "api_keys"));
-        api_keys.push(api_key(ctx, &key_path, key)?);
+        match key {
+            RawApiKey::Plain(text) => api_keys.push(api_key(ctx, &key_path, text)?),
+            RawApiKey::Named(named) => {
+                let hash = api_key(ctx, &child(&key_path, "key"), &named.key)?;
+                key_name(ctx, &child(&key_path, "name"), &named.name, &key_names)?;
+                api_keys.push(hash);
+                key_names.push((hash, named.name.clone()));
+            }
+        }
     }
     let mut headers = BTreeMap::new();
     for (upstream, values) in raw.headers {
@@ -506,6 +536,7 @@ fn team(
         claims: raw.claims.unwrap_or_else(|| vec![name.clone()]),
         name,
         api_keys,
+        key_names,
         upstreams: raw.upstreams,
         tools: visibility(raw.tools),
         prompts: visibility(raw.prompts),
@@ -531,6 +562,30 @@ pub(crate) fn secret_token(ctx: &Ctx<'_>, key: &str, text: &str) -> Result<KeyHa
 }
 
 /// `sha256:<64 hex digits>`, or the key itself (usually `${ENV}`), hashed here.
+/// A key's name: the principal `key:NAME`, so it must be printable and unique in its team.
+fn key_name(
+    ctx: &Ctx<'_>,
+    key: &str,
+    name: &str,
+    taken: &[(KeyHash, String)],
+) -> Result<(), ConfigError> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b));
+    if !valid {
+        return Err(ctx.err(
+            key,
+            "a key's name must be 1-64 letters, digits, '-', '_', '.' or '@'",
+        ));
+    }
+    if taken.iter().any(|(_, n)| n == name) {
+        return Err(ctx.err(key, format!("another key of the team is named {name:?}")));
+    }
+    Ok(())
+}
+
 fn api_key(ctx: &Ctx<'_>, key: &str, text: &str) -> Result<KeyHash, ConfigError> {
     if let Some(hex) = text.strip_prefix("sha256:") {
         let bytes: Option<Vec<u8>> = (0..hex.len())

@@ -81,6 +81,7 @@ pub(crate) struct RawUpstream {
     pub(crate) transport: Option<String>,
     #[serde(default)]
     pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) auth: Option<crate::credentials::RawAuth>,
     pub(crate) connect_timeout_ms: Option<u64>,
     pub(crate) required: Option<bool>,
     pub(crate) isolation: Option<String>,

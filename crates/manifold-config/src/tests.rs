@@ -47,6 +47,7 @@ impl Drop for TempDir {
     }
 }
 
+mod credentials;
 mod json;
 mod toml_errors;
 mod toml_values;

@@ -36,6 +36,8 @@ struct RawFile {
     cache: RawCacheSettings,
     #[serde(default)]
     sessions: RawSessions,
+    #[serde(default)]
+    credentials: crate::credentials::RawCredentials,
     pinning: Option<RawPinning>,
     discovery: Option<RawDiscovery>,
     /// Kept generic here; see the module comment.
@@ -91,7 +93,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
         sessions,
         discovery,
         pinning,
-        credentials: Default::default(),
+        credentials: crate::credentials::credentials(ctx, raw.credentials)?,
         upstreams,
         skipped,
     })

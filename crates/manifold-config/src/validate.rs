@@ -292,7 +292,11 @@ fn http_settings(ctx: &Ctx<'_>, raw: &RawServer) -> Result<HttpSettings, ConfigE
 }
 
 /// A duration written as text (`"500ms"`, `"30s"`, `"2m"`); 0 is allowed.
-fn duration(ctx: &Ctx<'_>, key: &str, text: Option<&str>) -> Result<Option<Duration>, ConfigError> {
+pub(crate) fn duration(
+    ctx: &Ctx<'_>,
+    key: &str,
+    text: Option<&str>,
+) -> Result<Option<Duration>, ConfigError> {
     let Some(text) = text else {
         return Ok(None);
     };
@@ -536,10 +540,11 @@ fn transport(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<Transport, 
             "required key is missing (or give `url` for an HTTP upstream)",
         )),
         (Some(command), None) => {
-            for key in ["transport", "headers", "connect_timeout_ms"] {
+            for key in ["transport", "headers", "connect_timeout_ms", "auth"] {
                 let set = match key {
                     "transport" => raw.transport.is_some(),
                     "headers" => !raw.headers.is_empty(),
+                    "auth" => raw.auth.is_some(),
                     _ => raw.connect_timeout_ms.is_some(),
                 };
                 if set {
@@ -623,12 +628,17 @@ fn http(
         .collect::<Result<_, _>>()?;
     let connect = raw.connect_timeout_ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
     check_min(ctx, &child(path, "connect_timeout_ms"), connect, 1)?;
+    let auth = raw
+        .auth
+        .as_ref()
+        .map(|auth| crate::credentials::upstream_auth(ctx, &child(path, "auth"), auth))
+        .transpose()?;
     Ok(HttpConfig {
         url,
         kind,
         headers,
         connect_timeout: Duration::from_millis(connect),
-        auth: None,
+        auth,
     })
 }
 
@@ -753,7 +763,7 @@ fn interpolate_env(
 /// A relative path (`cwd`, TLS files) means relative to the config file, not to wherever
 /// manifold was started, so that a config keeps working when the host launches manifold from
 /// another directory.
-fn resolve_path(file: &Path, path: &str) -> PathBuf {
+pub(crate) fn resolve_path(file: &Path, path: &str) -> PathBuf {
     let path = Path::new(path);
     match file.parent() {
         Some(dir) if path.is_relative() && !dir.as_os_str().is_empty() => dir.join(path),

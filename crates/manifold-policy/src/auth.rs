@@ -44,8 +44,8 @@ const MAX_JWKS_BYTES: usize = 1024 * 1024;
 pub struct Principal {
     /// The team the credential selected.
     pub team: Arc<str>,
-    /// Who, finer than the team: `key:<KeyHash::label()>` for API keys, `jwt:<iss>#<sub>` for
-    /// JWTs (sub missing: `jwt:<iss>#team:<team>`).
+    /// Who, finer than the team: `key:NAME` for a named API key, `key:<KeyHash::label()>` for
+    /// an unnamed one, `jwt:<iss>#<sub>` for JWTs (sub missing: `jwt:<iss>#team:<team>`).
     pub id: Arc<str>,
 }
 
@@ -90,9 +90,14 @@ impl Authenticator {
         for team in teams {
             let name: Arc<str> = Arc::from(team.name.as_str());
             for hash in &team.api_keys {
+                let named = team.key_names.iter().find(|(h, _)| h == hash);
+                let id = match named {
+                    Some((_, holder)) => format!("key:{holder}"),
+                    None => format!("key:{}", hash.label()),
+                };
                 keys.entry(*hash).or_insert_with(|| Principal {
                     team: name.clone(),
-                    id: Arc::from(format!("key:{}", hash.label())),
+                    id: Arc::from(id),
                 });
             }
             for claim in &team.claims {

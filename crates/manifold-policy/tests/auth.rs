@@ -406,6 +406,21 @@ async fn a_failing_jwks_endpoint_refuses_within_the_fetch_timeout() {
     assert_eq!(server.hits(), 2);
 }
 
+/// A named key is a person's: its principal is `key:NAME`, so that tokens Manifold keeps for
+/// upstreams are that person's.
+#[tokio::test]
+async fn a_named_key_is_its_holders_principal() {
+    let alice = "alice-key-0123456789abcdef";
+    let mut alpha = team("alpha", &[ALPHA_KEY, alice], &["alpha"]);
+    alpha.key_names = vec![(KeyHash::of(alice), "alice".to_owned())];
+    let auth = Authenticator::new(&AuthConfig::default(), &[alpha]);
+    let principal = auth.authenticate(Some(&bearer(alice)), None).await.unwrap();
+    assert_eq!((&*principal.team, &*principal.id), ("alpha", "key:alice"));
+    let unnamed = auth.authenticate(None, Some(ALPHA_KEY)).await.unwrap();
+    let label = KeyHash::of(ALPHA_KEY).label();
+    assert_eq!(&*unnamed.id, format!("key:{label}"));
+}
+
 #[tokio::test]
 async fn api_keys_select_their_team_by_either_header() {
     let auth = Authenticator::new(&AuthConfig::default(), &teams());
