@@ -168,6 +168,24 @@ pub enum RouteError {
     /// belonged to is over, the host went away, or it did not answer in time.
     #[error("{0}")]
     Abandoned(String),
+    /// The caller must authorize an upstream in a browser: the link (-32042 with the URL
+    /// elicitation for a host that declared URL elicitation, else -32018 with `data.url`).
+    #[error("{}", .0.message)]
+    Consent(Box<Consent>),
+}
+
+/// A consent a host is asked to have its user complete.
+#[derive(Debug, Clone)]
+pub struct Consent {
+    pub upstream: String,
+    /// The page on Manifold's listener that starts the authorization.
+    pub url: String,
+    /// The elicitation's id (reported complete once the callback arrived).
+    pub id: String,
+    /// What the user is told.
+    pub message: String,
+    /// Whether the host declared URL elicitation (it gets -32042).
+    pub elicit: bool,
 }
 
 /// One failure, classified: what every path that reports a failure asks of it.
@@ -210,7 +228,9 @@ impl RouteError {
     fn outcome(&self) -> Outcome {
         match self {
             RouteError::Upstream(e) => upstream_outcome(e),
-            RouteError::Hidden(_) | RouteError::Held { .. } => Outcome::Denied,
+            RouteError::Hidden(_) | RouteError::Held { .. } | RouteError::Consent(_) => {
+                Outcome::Denied
+            }
             RouteError::Limited { refusal, .. } => match refusal.kind {
                 RefusalKind::RateLimited => Outcome::RateLimited,
                 RefusalKind::QuotaExceeded => Outcome::QuotaExceeded,
@@ -292,6 +312,8 @@ impl RouteError {
                 RefusalKind::QuotaExceeded => codes::QUOTA_EXCEEDED,
             },
             RouteError::LimitStore => codes::LIMIT_STORE_UNAVAILABLE,
+            RouteError::Consent(c) if c.elicit => codes::URL_ELICITATION_REQUIRED,
+            RouteError::Consent(_) => codes::UPSTREAM_AUTHORIZATION,
         }
     }
 
@@ -334,6 +356,21 @@ impl RouteError {
             RouteError::UnknownResource(uri) => {
                 serde_json::json!({ "uri": uri, "retryable": retryable })
             }
+            RouteError::Consent(c) if c.elicit => serde_json::json!({
+                "elicitations": [{
+                    "mode": "url",
+                    "elicitationId": c.id,
+                    "url": c.url,
+                    "message": c.message,
+                }],
+                "upstream": c.upstream,
+                "retryable": retryable,
+            }),
+            RouteError::Consent(c) => serde_json::json!({
+                "upstream": c.upstream,
+                "url": c.url,
+                "retryable": retryable,
+            }),
             _ => serde_json::json!({ "retryable": retryable }),
         }
     }
@@ -389,6 +426,7 @@ impl RouteError {
             RouteError::Upstream(e) => e.retryable(),
             RouteError::Limited { .. }
             | RouteError::LimitStore
+            | RouteError::Consent(_)
             | RouteError::Busy(_)
             | RouteError::Full(_)
             | RouteError::ShuttingDown => true,
@@ -467,6 +505,7 @@ fn upstream_code(err: &UpstreamError) -> i64 {
         | UpstreamError::Cancelled { .. } => codes::UPSTREAM_UNAVAILABLE,
         UpstreamError::AnswerTooLarge { .. } => codes::UPSTREAM_ANSWER_TOO_LARGE,
         UpstreamError::CircuitOpen { .. } => codes::UPSTREAM_CIRCUIT_OPEN,
+        UpstreamError::Unauthorized { .. } => codes::UPSTREAM_AUTHORIZATION,
     }
 }
 
@@ -491,6 +530,7 @@ pub fn upstream_outcome(e: &UpstreamError) -> Outcome {
         | UpstreamError::Overloaded { .. }
         | UpstreamError::CircuitOpen { .. } => Outcome::Unavailable,
         UpstreamError::AnswerTooLarge { .. } => Outcome::ProtocolError,
+        UpstreamError::Unauthorized { .. } => Outcome::Denied,
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod context;
+pub mod credentials;
 pub mod discovery;
 pub mod error;
 mod fanout;

@@ -49,9 +49,15 @@ pub mod codes {
     /// Manifold: refused at once because the upstream's circuit breaker is open (it stopped
     /// answering); `data.retryAfterMs` says when it will be tried again.
     pub const UPSTREAM_CIRCUIT_OPEN: i64 = -32017;
+    /// Manifold: no token for the upstream could be had for the caller (its authorization
+    /// server failed or refused, or the caller must authorize: `data.url` is the link).
+    pub const UPSTREAM_AUTHORIZATION: i64 = -32018;
+    /// MCP 2025-11-25: URL elicitation required (`data.elicitations`); retired in 2026-07-28,
+    /// whose hosts get an `input_required` result instead.
+    pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
     /// Every code of Manifold's own (not JSON-RPC's or MCP's).
-    pub const MANIFOLD_OWN: [i64; 8] = [
+    pub const MANIFOLD_OWN: [i64; 9] = [
         UPSTREAM_UNAVAILABLE,
         UPSTREAM_TIMEOUT,
         UPSTREAM_ANSWER_TOO_LARGE,
@@ -60,6 +66,7 @@ pub mod codes {
         QUOTA_EXCEEDED,
         LIMIT_STORE_UNAVAILABLE,
         UPSTREAM_CIRCUIT_OPEN,
+        UPSTREAM_AUTHORIZATION,
     ];
 }
 

@@ -24,6 +24,7 @@ mod reconfigure;
 mod supervise;
 
 pub(crate) use reconfigure::Reconfigure;
+pub(crate) use supervise::StartNow;
 
 /// Whom an actor's connection serves.
 #[derive(Clone)]
@@ -104,6 +105,9 @@ pub struct UpstreamActor {
     retiring: Vec<reconfigure::Retiring>,
     /// How long a replaced connection may take to finish its calls in flight.
     drain: Duration,
+    /// The token source of a caller's own connection to an upstream with `auth` (the shared
+    /// connection's comes from the hub).
+    pub(crate) credential: Option<Arc<dyn crate::Credential>>,
     /// The script a scripted upstream's connections talk to (tests), in place of its
     /// transport.
     #[cfg(any(test, feature = "scripted"))]
@@ -153,6 +157,7 @@ impl UpstreamActor {
             health: health::Health::default(),
             retiring: Vec::new(),
             drain: reconfigure::DEFAULT_DRAIN,
+            credential: None,
             #[cfg(any(test, feature = "scripted"))]
             script: None,
         }

@@ -22,6 +22,14 @@ pub enum UpstreamError {
         len: usize,
         max: usize,
     },
+    /// No token could be sent (or every token sent was refused): `consent` when the caller
+    /// must authorize in a browser.
+    #[error("upstream {upstream:?} needs authorization: {reason}")]
+    Unauthorized {
+        upstream: String,
+        reason: String,
+        consent: bool,
+    },
     #[error("the request to upstream {upstream:?} was cancelled: {reason}")]
     Cancelled { upstream: String, reason: String },
     /// Refused without being sent: the upstream's circuit breaker is open.
@@ -61,6 +69,7 @@ impl UpstreamError {
             | Self::Overloaded { upstream, .. }
             | Self::AnswerTooLarge { upstream, .. }
             | Self::Cancelled { upstream, .. }
+            | Self::Unauthorized { upstream, .. }
             | Self::CircuitOpen { upstream, .. } => upstream,
         }
     }

@@ -119,6 +119,7 @@ impl UpstreamHandle {
         let shared = Variant {
             role: Role::Shared,
             headers: None,
+            credential: None,
             arbiter: None,
             #[cfg(any(test, feature = "scripted"))]
             script: None,
@@ -140,6 +141,7 @@ impl UpstreamHandle {
         let shared = Variant {
             role: Role::Shared,
             headers: None,
+            credential: None,
             arbiter: None,
             script: Some(script),
         };
@@ -227,6 +229,12 @@ impl UpstreamHandle {
         self.addr.do_send(Reconfigure { cfg, timing, drain });
     }
 
+    /// Starts a stopped connection now rather than after its backoff: what it lacked (a
+    /// token) may be there now. A running one is left alone.
+    pub fn restart_if_down(&self) {
+        self.addr.do_send(crate::actor::StartNow);
+    }
+
     /// Stops the upstream; returns once its processes are gone (or the grace ran out).
     pub async fn shutdown(&self) {
         let _ = self.addr.send(Shutdown).await;
@@ -268,6 +276,16 @@ impl Isolation {
         self.configs.store(Arc::new(configs));
     }
 
+    /// Whether upstream `index` has `auth` that gives each caller a token of their own.
+    pub fn per_caller(&self, index: usize) -> bool {
+        let configs = self.configs.load();
+        let Some(cfg) = configs.get(index) else {
+            return false;
+        };
+        matches!(&cfg.transport, manifold_config::Transport::Http(h)
+            if h.auth.as_ref().is_some_and(manifold_config::UpstreamAuth::per_caller))
+    }
+
     /// How many connections of its own upstream `index` may have, if it gives each session one.
     pub fn limit(&self, index: usize) -> Option<usize> {
         match self.configs.load().get(index)?.isolation {
@@ -286,11 +304,30 @@ impl Isolation {
         let team = Variant {
             role: Role::Team,
             headers: Some(headers),
+            credential: None,
             arbiter: Some(&self.arbiter),
             #[cfg(any(test, feature = "scripted"))]
             script: None,
         };
         self.spawn(index, team)
+    }
+
+    /// A connection to HTTP upstream `index` for one caller, sending the token `credential`
+    /// gives (an upstream whose `auth` is per caller): otherwise like a team's.
+    pub fn start_for_caller(
+        &self,
+        index: usize,
+        credential: Arc<dyn crate::Credential>,
+    ) -> Option<UpstreamHandle> {
+        let caller = Variant {
+            role: Role::Team,
+            headers: None,
+            credential: Some(credential),
+            arbiter: Some(&self.arbiter),
+            #[cfg(any(test, feature = "scripted"))]
+            script: None,
+        };
+        self.spawn(index, caller)
     }
 
     /// A connection to upstream `index` for session `session` alone: started with the host's
@@ -309,6 +346,7 @@ impl Isolation {
                 peer,
             },
             headers: None,
+            credential: None,
             arbiter: Some(&self.arbiter),
             #[cfg(any(test, feature = "scripted"))]
             script: None,
@@ -332,6 +370,8 @@ struct Variant<'a> {
     /// Headers sent in place of the upstream's own of the same names (case-insensitive): a
     /// team's, on an HTTP upstream. They mean nothing to a stdio upstream and are ignored.
     headers: Option<&'a BTreeMap<String, String>>,
+    /// The token source of a caller's own connection (an upstream with per-caller `auth`).
+    credential: Option<Arc<dyn crate::Credential>>,
     /// The arbiter the actor runs on. `None` starts it on the calling thread's arbiter, built
     /// before `spawn` returns; `Some` may be called from any thread, and the actor is built on
     /// that arbiter's thread.
@@ -370,11 +410,12 @@ fn spawn(
     let timing = timing(&cfg, defaults);
     let slot = Arc::clone(&published);
     let role = variant.role;
+    let credential = variant.credential;
     #[cfg(any(test, feature = "scripted"))]
     let script = variant.script;
     let build = move || {
-        #[cfg_attr(not(any(test, feature = "scripted")), allow(unused_mut))]
         let mut actor = UpstreamActor::new(index, cfg, timing, grace, hub, slot, role);
+        actor.credential = credential;
         #[cfg(any(test, feature = "scripted"))]
         {
             actor.script = script;

@@ -46,6 +46,8 @@ pub struct Hub {
     settled: watch::Sender<usize>,
     /// Set once, by the server; until then (start-up, before any host) nothing is heard.
     listener: OnceLock<Weak<dyn Listener>>,
+    /// Set once, by the server, when some upstream has `auth`.
+    credentials: OnceLock<Arc<dyn crate::Credentials>>,
 }
 
 struct Inputs {
@@ -71,12 +73,23 @@ impl Hub {
             }),
             settled: watch::channel(0).0,
             listener: OnceLock::new(),
+            credentials: OnceLock::new(),
         })
     }
 
     /// Who hears what hosts should be told (set once; later calls are ignored).
     pub fn set_listener(&self, listener: Weak<dyn Listener>) {
         let _ = self.listener.set(listener);
+    }
+
+    /// Where the shared connections of upstreams with `auth` get their tokens.
+    pub fn set_credentials(&self, credentials: Arc<dyn crate::Credentials>) {
+        let _ = self.credentials.set(credentials);
+    }
+
+    /// The shared connection's credential for `upstream`, if it sends one.
+    pub(crate) fn shared_credential(&self, upstream: &str) -> Option<Arc<dyn crate::Credential>> {
+        self.credentials.get()?.shared(upstream)
     }
 
     fn listener(&self) -> Option<Arc<dyn Listener>> {

@@ -13,6 +13,7 @@
 
 mod actor;
 mod connection;
+mod credential;
 mod error;
 mod handle;
 mod handshake;
@@ -30,6 +31,7 @@ pub mod scripted;
 mod stdio;
 
 pub use connection::{Connection, Timing};
+pub use credential::{Credential, Credentials, Unauthorized};
 pub use error::UpstreamError;
 pub use handle::{Isolation, UpstreamHandle};
 pub use health::BreakerView;
@@ -40,4 +42,4 @@ pub use pending::{
     guards_held, Answer, Exchange, Finish, Forward, Peer, RequestKey, ServerReply, ServerRequest,
     TableGuard as CountedGuard,
 };
-pub use pool::{Pool, SessionFor, TeamFor};
+pub use pool::{CallerFor, Pool, SessionFor, TeamFor};

@@ -1,6 +1,8 @@
 //! Which connection a request to an upstream goes on: the upstream's shared one, a host
-//! session's own (`isolation = "session"`), or a team's own (an HTTP upstream with headers of
-//! the team's). The connections of sessions and teams are started on first use and kept here.
+//! session's own (`isolation = "session"`), a team's own (an HTTP upstream with headers of
+//! the team's), or a caller's own (an HTTP upstream whose `auth` gives each caller a token of
+//! their own: one upstream session per caller, never one whose token changes per call). The
+//! connections of sessions, teams and callers are started on first use and kept here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,6 +24,18 @@ pub struct Pool {
     sessions: Mutex<HashMap<(usize, u64), UpstreamHandle>>,
     /// Teams' own connections, by (upstream, team); locked like `sessions`.
     teams: Mutex<HashMap<(usize, Arc<str>), UpstreamHandle>>,
+    /// Callers' own connections, by (upstream, owner), with when each was last used; locked
+    /// like `sessions`.
+    callers: Mutex<HashMap<(usize, Arc<str>), (UpstreamHandle, std::time::Instant)>>,
+}
+
+/// A caller whose requests need a connection of their own (an upstream with per-caller
+/// `auth`).
+pub struct CallerFor<'a> {
+    /// Who, as the credential store keys them (a hash: never a person's name).
+    pub owner: &'a Arc<str>,
+    /// Makes the connection's token source, when the connection is started now.
+    pub credential: &'a dyn Fn() -> Arc<dyn crate::Credential>,
 }
 
 /// A team whose requests may need a connection of their own.
@@ -49,6 +63,7 @@ impl Pool {
             isolation,
             sessions: Mutex::new(HashMap::new()),
             teams: Mutex::new(HashMap::new()),
+            callers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -81,6 +96,52 @@ impl Pool {
         });
         lock(&self.teams).retain(|(u, _), h| {
             let keep = *u != upstream;
+            if !keep {
+                taken.push(h.clone());
+            }
+            keep
+        });
+        lock(&self.callers).retain(|(u, _), (h, _)| {
+            let keep = *u != upstream;
+            if !keep {
+                taken.push(h.clone());
+            }
+            keep
+        });
+        taken
+    }
+
+    /// The connection of its own a caller's requests to `upstream` use, started now if this
+    /// is the caller's first request there (`None`: connections of their own are not
+    /// started in this process).
+    pub fn caller(&self, upstream: usize, caller: CallerFor<'_>) -> Option<UpstreamHandle> {
+        let isolation = self.isolation.as_ref()?;
+        let mut callers = lock(&self.callers);
+        let now = std::time::Instant::now();
+        if let Some((handle, used)) = callers.get_mut(&(upstream, Arc::clone(caller.owner))) {
+            *used = now;
+            return Some(handle.clone());
+        }
+        let handle = isolation.start_for_caller(upstream, (caller.credential)())?;
+        tracing::info!(
+            upstream = self.key(upstream),
+            "started a connection for a caller with a token of their own"
+        );
+        callers.insert((upstream, Arc::clone(caller.owner)), (handle.clone(), now));
+        Some(handle)
+    }
+
+    /// Takes the callers' own connections unused for `idle` or longer (the caller stops
+    /// them), and those of `owner` to `upstream` (a revoked connection) when given.
+    pub fn take_callers(
+        &self,
+        idle: std::time::Duration,
+        revoked: Option<(Option<usize>, &str)>,
+    ) -> Vec<UpstreamHandle> {
+        let mut taken = Vec::new();
+        lock(&self.callers).retain(|(u, owner), (h, used)| {
+            let gone = revoked.is_some_and(|(up, o)| &**owner == o && up.is_none_or(|up| up == *u));
+            let keep = !gone && used.elapsed() < idle;
             if !keep {
                 taken.push(h.clone());
             }
@@ -194,7 +255,13 @@ impl Pool {
             .filter_map(|(_, h)| h.connection())
             .map(|c| c.in_flight())
             .sum::<usize>();
-        shared + own
+        let callers = lock(&self.callers)
+            .iter()
+            .filter(|((u, _), _)| *u == upstream)
+            .filter_map(|(_, (h, _))| h.connection())
+            .map(|c| c.in_flight())
+            .sum::<usize>();
+        shared + own + callers
     }
 
     /// Every live connection a session's requests may be on: the shared ones, and the
@@ -220,6 +287,19 @@ impl Pool {
         let mut own = lock(&self.sessions);
         let keys: Vec<(usize, u64)> = own.keys().filter(|(_, s)| *s == session).copied().collect();
         keys.iter().filter_map(|k| own.remove(k)).collect()
+    }
+
+    /// The index of the upstream whose key is `key`.
+    pub fn index_of(&self, key: &str) -> Option<usize> {
+        self.shared.load().iter().position(|h| h.key() == key)
+    }
+
+    /// Whether requests to `upstream` need a connection per caller (an HTTP upstream whose
+    /// `auth` gives each caller a token of their own).
+    pub fn per_caller(&self, upstream: usize) -> bool {
+        self.isolation
+            .as_ref()
+            .is_some_and(|isolation| isolation.per_caller(upstream))
     }
 
     fn key(&self, upstream: usize) -> String {

@@ -15,6 +15,9 @@ pub struct Caller {
     /// Who exactly (an API key's label, a JWT's issuer and subject): a session answers only
     /// to the caller that created it.
     pub id: Arc<str>,
+    /// The JWT the caller authenticated with, for an upstream whose `auth` exchanges it for a
+    /// token of its own (never sent upstream as it is, never logged).
+    pub token: Option<Arc<str>>,
 }
 
 impl Caller {
@@ -25,6 +28,7 @@ impl Caller {
             Arc::new(Self {
                 team: None,
                 id: Arc::clone(anonymous_label()),
+                token: None,
             })
         }))
     }
@@ -33,6 +37,16 @@ impl Caller {
         Arc::new(Self {
             team: Some(team),
             id,
+            token: None,
+        })
+    }
+
+    /// A caller of `team` who authenticated with the JWT `token`.
+    pub fn with_token(team: Arc<Team>, id: Arc<str>, token: Arc<str>) -> Arc<Self> {
+        Arc::new(Self {
+            team: Some(team),
+            id,
+            token: Some(token),
         })
     }
 

@@ -113,6 +113,9 @@ impl Router {
         target: Target,
         fill: Option<inflight::Fill>,
     ) {
+        if self.pool.per_caller(target.upstream) {
+            return self.send_for_caller(ctx, target, fill);
+        }
         let handle = &self.pool.upstreams()[target.upstream];
         if let UpstreamState::Down { reason } = self.hub.catalog().state(target.upstream) {
             return ctx.fail(&unavailable(handle, reason));
@@ -185,7 +188,7 @@ impl Router {
     }
 
     /// Writes the request on `conn`; its answer returns to the host through an exchange.
-    fn send_on(
+    pub(super) fn send_on(
         &self,
         conn: &Connection,
         ctx: Context,
@@ -398,6 +401,20 @@ impl Router {
                         manifold_protocol::object::json_string(upstream_state),
                     );
                     target.params = obj.to_text();
+                    self.admit(ctx, target)
+                }
+                Err(e) => ctx.fail(&e),
+            };
+        }
+        if state.park.is_none() {
+            // A consent's state: the request starts over, now that the caller authorized.
+            return match target {
+                Ok(mut target) => {
+                    if let Ok(mut obj) = RawObject::parse(&target.params) {
+                        obj.remove("requestState");
+                        obj.remove("inputResponses");
+                        target.params = obj.to_text();
+                    }
                     self.admit(ctx, target)
                 }
                 Err(e) => ctx.fail(&e),

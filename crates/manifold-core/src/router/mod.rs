@@ -14,6 +14,7 @@
 mod ask;
 mod batch;
 mod cached;
+mod consent;
 mod forward;
 mod inflight;
 mod input;
@@ -130,6 +131,8 @@ pub struct Router {
     tasks: Arc<Tasks>,
     /// Stateless hosts' requests parked while session-era upstreams wait for their input.
     parked: Arc<input::park::Parked>,
+    /// The credential broker of upstreams with `auth`, once the server gave one.
+    broker: std::sync::OnceLock<Arc<manifold_auth::Broker>>,
     /// Itself, for work that continues on the runtime.
     this: Weak<Router>,
 }
@@ -180,6 +183,7 @@ impl Router {
             interest: interest::Interest::default(),
             tasks,
             parked,
+            broker: std::sync::OnceLock::new(),
             this: this.clone(),
         });
         // The router decides which sessions hear what upstreams say.

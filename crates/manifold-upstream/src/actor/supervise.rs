@@ -115,11 +115,17 @@ impl UpstreamActor {
                 })
             }
             Transport::Http(cfg) => {
+                let credential = match (&self.credential, &self.role, &cfg.auth) {
+                    (Some(own), _, _) => Some(Arc::clone(own)),
+                    (None, Role::Shared, Some(_)) => self.hub.shared_credential(&self.key),
+                    _ => None,
+                };
                 let settings = http::Settings {
                     key: Arc::clone(&self.key),
                     timing: self.timing,
                     max_message_bytes: self.cfg.max_message_bytes,
                     runtime: tokio::runtime::Handle::current(),
+                    credential,
                 };
                 http::start(cfg, settings, events, exited).map(|s| {
                     tracing::info!(upstream = %self.key, url = %cfg.url, "connecting");
@@ -260,6 +266,23 @@ impl UpstreamActor {
         let delay = self.backoff;
         self.backoff = (self.backoff * 2).min(self.cfg.restart.max_backoff);
         delay
+    }
+}
+
+/// Start a stopped connection now instead of after its backoff (its credential may have a
+/// token now).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StartNow;
+
+impl Handler<StartNow> for UpstreamActor {
+    type Result = ();
+
+    fn handle(&mut self, _: StartNow, ctx: &mut Context<Self>) {
+        if self.current.is_none() && !self.life.phase().is_stopping() {
+            self.backoff = self.cfg.restart.initial_backoff;
+            self.start(ctx);
+        }
     }
 }
 

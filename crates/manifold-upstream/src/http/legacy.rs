@@ -8,6 +8,7 @@ use manifold_protocol::sse::Parser;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::Url;
 
+use super::auth::Sent;
 use super::{error_chain, preview, trace_headers, Client, Mode};
 use crate::outbound::Outbound;
 
@@ -16,9 +17,10 @@ impl Client {
     /// messages are POSTed to; then the message that asked (`initialize`) goes there.
     pub(super) async fn fall_back(self: Arc<Self>, first: Outbound) {
         let response = match self
-            .request(reqwest::Method::GET, self.url.clone())
-            .header(ACCEPT, "text/event-stream")
-            .send()
+            .send(
+                self.request(reqwest::Method::GET, self.url.clone())
+                    .header(ACCEPT, "text/event-stream"),
+            )
             .await
         {
             Ok(r) if r.status().is_success() => r,
@@ -28,7 +30,10 @@ impl Client {
                     r.status()
                 ))
             }
-            Err(e) => return self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e))),
+            Err(Sent::Http(e)) => {
+                return self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
+            }
+            Err(Sent::Unauthorized(why)) => return self.unauthorized(first.id, why),
         };
         let client = Arc::clone(&self);
         let (endpoint_tx, endpoint_rx) = tokio::sync::oneshot::channel();
@@ -86,15 +91,14 @@ impl Client {
     }
 
     pub(super) async fn post_legacy(self: Arc<Self>, post: Url, msg: Outbound) {
-        let sent = self
+        let request = self
             .http
             .post(post)
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")
             .headers(trace_headers(msg.trace.as_ref()))
-            .body(msg.body())
-            .send()
-            .await;
+            .body(msg.body());
+        let sent = self.send(request).await;
         match sent {
             Ok(r) if r.status().is_success() => {}
             Ok(r) => {
@@ -102,10 +106,11 @@ impl Client {
                 let text = r.text().await.unwrap_or_default();
                 self.refuse(msg.id, &format!("HTTP {status}: {}", preview(&text)));
             }
-            Err(e) if e.is_connect() => {
+            Err(Sent::Http(e)) if e.is_connect() => {
                 self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
             }
-            Err(e) => self.refuse(msg.id, &format!("POST failed: {}", error_chain(&e))),
+            Err(Sent::Http(e)) => self.refuse(msg.id, &format!("POST failed: {}", error_chain(&e))),
+            Err(Sent::Unauthorized(why)) => self.unauthorized(msg.id, why),
         }
     }
 }

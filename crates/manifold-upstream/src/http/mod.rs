@@ -41,6 +41,7 @@ use crate::param_headers::ToolHeaders;
 use crate::pipe::WriteError;
 
 mod answers;
+mod auth;
 mod legacy;
 mod stateless;
 mod streamable;
@@ -59,6 +60,8 @@ pub(crate) struct Settings {
     pub timing: Timing,
     pub max_message_bytes: usize,
     pub runtime: tokio::runtime::Handle,
+    /// Where the token of an upstream with `auth` comes from.
+    pub credential: Option<Arc<dyn crate::Credential>>,
 }
 
 /// One connection's HTTP side. The actor holds it to open the session's stream once the
@@ -83,6 +86,8 @@ pub(crate) struct Client {
     requests: Mutex<HashMap<u64, AbortHandle>>,
     /// The tool parameters a stateless-era upstream wants mirrored into headers.
     tool_headers: ArcSwap<ToolHeaders>,
+    /// The token source of an upstream with `auth`.
+    credential: Option<Arc<dyn crate::Credential>>,
 }
 
 #[derive(Default)]
@@ -206,6 +211,7 @@ pub(crate) fn start(
         closed: watch::channel(false).0,
         requests: Mutex::new(HashMap::new()),
         tool_headers: ArcSwap::from_pointee(ToolHeaders::default()),
+        credential: settings.credential,
     });
     let conn = Arc::new(Connection::new(
         &settings.key,
@@ -268,9 +274,20 @@ impl Client {
                 .headers(self.headers.clone())
                 .header(SESSION_HEADER, session)
                 .timeout(Duration::from_secs(2));
-            self.runtime.spawn(async move {
-                let _ = request.send().await;
-            });
+            match self.credential.clone() {
+                Some(credential) => {
+                    self.runtime.spawn(async move {
+                        if let Ok(token) = credential.token().await {
+                            let _ = request.bearer_auth(token).send().await;
+                        }
+                    });
+                }
+                None => {
+                    self.runtime.spawn(async move {
+                        let _ = request.send().await;
+                    });
+                }
+            }
         }
         self.exit(reason);
     }
@@ -468,6 +485,7 @@ mod tests {
             },
             max_message_bytes: 1 << 20,
             runtime: runtime.handle().clone(),
+            credential: None,
         };
         let started = start(&cfg, settings, Box::new(Unheard), |_| {}).unwrap();
         let wire = HttpWire(Arc::clone(&started.client));

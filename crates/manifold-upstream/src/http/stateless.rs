@@ -12,6 +12,7 @@ use manifold_protocol::Envelope;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use reqwest::StatusCode;
 
+use super::auth::Sent;
 use super::{error_chain, preview, Carrying, Client, VERSION_HEADER};
 use crate::error::UpstreamError;
 use crate::outbound::{target_member, Outbound};
@@ -29,22 +30,21 @@ impl Client {
             tracing::debug!(upstream = %self.key, "notification not sent: the stateless era defines none from client to server over HTTP");
             return;
         };
-        let sent = self
+        let request = self
             .http
             .post(self.url.clone())
             .headers(self.headers.clone())
             .headers(metadata_headers(&msg, &self.tool_headers.load()))
-            .carrying(&msg)
-            .send()
-            .await;
-        let response = match sent {
+            .carrying(&msg);
+        let response = match self.send(request).await {
             Ok(r) => r,
-            Err(e) if e.is_connect() => {
+            Err(Sent::Http(e)) if e.is_connect() => {
                 return self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
             }
-            Err(e) => {
+            Err(Sent::Http(e)) => {
                 return self.lose(id, &format!("its POST failed: {}", error_chain(&e)));
             }
+            Err(Sent::Unauthorized(why)) => return self.unauthorized(Some(id), why),
         };
         let status = response.status();
         if !status.is_success() {

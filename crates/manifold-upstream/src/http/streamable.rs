@@ -13,6 +13,7 @@ use manifold_protocol::{Envelope, RawObject};
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::StatusCode;
 
+use super::auth::Sent;
 use super::{error_chain, preview, Carrying, Client, Mode, SESSION_HEADER};
 use crate::error::UpstreamError;
 use crate::outbound::Outbound;
@@ -27,16 +28,20 @@ impl Client {
         let initialize = msg.is("initialize");
         let had_session = self.state().session.is_some();
         let sent = self
-            .request(reqwest::Method::POST, self.url.clone())
-            .carrying(&msg)
-            .send()
+            .send(
+                self.request(reqwest::Method::POST, self.url.clone())
+                    .carrying(&msg),
+            )
             .await;
         let response = match sent {
             Ok(r) => r,
-            Err(e) if e.is_connect() || e.is_timeout() => {
+            Err(Sent::Http(e)) if e.is_connect() || e.is_timeout() => {
                 return self.fail(&format!("cannot reach {}: {}", self.url, error_chain(&e)))
             }
-            Err(e) => return self.refuse(msg.id, &format!("POST failed: {}", error_chain(&e))),
+            Err(Sent::Http(e)) => {
+                return self.refuse(msg.id, &format!("POST failed: {}", error_chain(&e)))
+            }
+            Err(Sent::Unauthorized(why)) => return self.unauthorized(msg.id, why),
         };
         let status = response.status();
         if initialize && matches!(status.as_u16(), 400 | 404 | 405) && self.kind == HttpKind::Auto {
@@ -95,10 +100,11 @@ impl Client {
                 .map_or(Duration::from_millis(100), Duration::from_millis);
             tokio::time::sleep(delay.min(Duration::from_secs(30))).await;
             let resumed = self
-                .request(reqwest::Method::GET, self.url.clone())
-                .header(ACCEPT, "text/event-stream")
-                .header(LAST_EVENT_HEADER, last.as_str())
-                .send()
+                .send(
+                    self.request(reqwest::Method::GET, self.url.clone())
+                        .header(ACCEPT, "text/event-stream")
+                        .header(LAST_EVENT_HEADER, last.as_str()),
+                )
                 .await;
             match resumed {
                 Ok(r) if r.status().is_success() => {
@@ -115,9 +121,10 @@ impl Client {
                     tracing::debug!(upstream = %self.key, status = %r.status(), "resuming a stream refused");
                     break;
                 }
-                Err(e) => {
+                Err(Sent::Http(e)) => {
                     tracing::debug!(upstream = %self.key, "resuming a stream failed: {}", error_chain(&e))
                 }
+                Err(Sent::Unauthorized(why)) => return self.unauthorized(Some(id), why),
             }
         }
         if let Some(conn) = self.conn() {
@@ -161,7 +168,7 @@ impl Client {
                 request = request.header(LAST_EVENT_HEADER, id.as_str());
             }
             let mut delay = Duration::from_secs(1) * 2u32.saturating_pow(failures.min(5));
-            match request.send().await {
+            match self.send(request).await {
                 Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return,
                 Ok(r) if r.status() == StatusCode::NOT_FOUND => return self.no_stream(),
                 Ok(r) if r.status().is_success() => {
@@ -178,7 +185,11 @@ impl Client {
                     tracing::debug!(upstream = %self.key, status = %r.status(), "GET stream refused");
                     failures += 1;
                 }
-                Err(e) => {
+                Err(Sent::Unauthorized(why)) => {
+                    tracing::debug!(upstream = %self.key, "GET stream not opened: {}", why.reason);
+                    failures += 1;
+                }
+                Err(Sent::Http(e)) => {
                     failures += 1;
                     if failures >= STREAM_ATTEMPTS {
                         return self.fail(&format!(
