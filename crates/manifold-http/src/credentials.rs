@@ -137,6 +137,27 @@ pub fn host_routes(cfg: &mut web::ServiceConfig) {
         .route("/oauth/client.json", web::get().to(client_metadata));
 }
 
+/// Serves the consent pages alone on `addr`, for a consent made outside a running Manifold
+/// (`manifold login` in its own process: the operator's browser comes back to this address).
+/// Nobody authenticates here: only a shared identity's consent is expected.
+pub fn serve_pages(
+    consents: Arc<dyn Consents>,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<(actix_web::dev::Server, std::net::SocketAddr)> {
+    let pages = CredentialPages::new(consents, AuthSlot::default(), None);
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new()
+            .app_data(pages.clone())
+            .configure(host_routes)
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .bind(addr)?;
+    let bound = server.addrs().first().copied().unwrap_or(addr);
+    Ok((server.run(), bound))
+}
+
 /// `GET /oauth/connect/{id}`: the link a host was given.
 async fn connect(
     req: HttpRequest,
