@@ -28,6 +28,8 @@ fn principal_of(key: &str) -> String {
 /// a callback that succeeds with `state=good`, and one kept connection.
 #[derive(Default)]
 struct Fake {
+    /// The issuer of `c-jwt`, a consent for the JWT caller `eng/jwt:{issuer}#alice`.
+    issuer: String,
     completed: Mutex<Vec<Completed>>,
     revoked: Mutex<Vec<(Option<String>, Owner)>>,
 }
@@ -45,6 +47,10 @@ impl Consents for Fake {
             let (owner, principal, shared) = match id {
                 "c-alice" => (alice(), format!("eng/{}", principal_of(ALICE_KEY)), false),
                 "c-shared" => (Owner::shared(), "shared".to_owned(), true),
+                "c-jwt" => {
+                    let id = format!("jwt:{}#alice", self.issuer);
+                    (Owner::caller("eng", &id), format!("eng/{id}"), false)
+                }
                 _ => {
                     return Err(CredentialError::Refused {
                         reason: "unknown consent".into(),
@@ -389,3 +395,5 @@ fn a_revocation_names_a_caller_or_the_shared_identity() {
         assert_eq!(fake.revoked.lock().unwrap()[0], (None, Owner::shared()));
     });
 }
+
+mod login;
