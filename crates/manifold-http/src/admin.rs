@@ -15,6 +15,7 @@ use manifold_upstream::{BreakerState, BreakerView};
 
 use super::drain::{Drain, Phase};
 use super::AuthSlot;
+use crate::credentials::{AdminConsents, Consents};
 use manifold_core::router::Router;
 
 /// What the admin handlers read.
@@ -93,14 +94,18 @@ pub(super) fn data(
 }
 
 /// Serves the admin endpoints alone on `addr` (one worker: scrapes and probes are rare);
-/// `/readyz` fails once `drain` has begun; `POST /reload` calls `reload`.
+/// `/readyz` fails once `drain` has begun; `POST /reload` calls `reload`. With `consents`,
+/// also the connections an operator manages (see [`crate::credentials`]).
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
     drain: &Arc<Drain>,
     reload: Option<ReloadHook>,
+    consents: Option<Arc<dyn Consents>>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let metrics = MetricsAccess::on_admin(router.settings());
+    let token = router.settings().metrics_token;
+    let connections = consents.map(|c| AdminConsents::new(c, token));
     let admin = web::Data::new(Admin {
         router,
         drain: Arc::clone(drain),
@@ -113,6 +118,12 @@ pub fn serve(
             .app_data(admin.clone())
             .configure(routes)
             .route("/reload", web::post().to(reload_config))
+            .configure(|cfg| {
+                if let Some(connections) = &connections {
+                    cfg.app_data(connections.clone());
+                    crate::credentials::admin_routes(cfg);
+                }
+            })
     })
     .workers(1)
     .keep_alive(Duration::from_secs(75))
@@ -227,7 +238,11 @@ async fn reload_config(req: HttpRequest, admin: web::Data<Admin>) -> HttpRespons
 }
 
 /// The 401 for a request without `server.metrics_token` as its bearer token.
-fn token_refusal(req: &HttpRequest, token: &KeyHash, path: &str) -> Option<HttpResponse> {
+pub(crate) fn token_refusal(
+    req: &HttpRequest,
+    token: &KeyHash,
+    path: &str,
+) -> Option<HttpResponse> {
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)

@@ -15,6 +15,7 @@
 
 mod admin;
 mod admission;
+pub mod credentials;
 pub mod drain;
 mod legacy;
 mod peer;
@@ -105,7 +106,9 @@ impl AuthSlot {
 /// system), and the address it bound (the port, when 0 was asked for). With `tls` (made by
 /// [`tls::server_config`]) it serves HTTPS, HTTP/2 or HTTP/1.1 as the host's ALPN offer
 /// says; without it, plain HTTP/1.1. `drain` says when readiness fails and new work is
-/// refused (see [`drain`]).
+/// refused (see [`drain`]). With `credentials`, it also serves the pages of upstream
+/// consents (see [`credentials`]).
+#[allow(clippy::too_many_arguments)]
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
@@ -114,8 +117,11 @@ pub fn serve(
     drain: &Arc<drain::Drain>,
     sessions: &StoreConfig,
     stores: &dyn Stores,
+    credentials: Option<Credentials>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let settings = router.settings().http.clone();
+    let pages =
+        credentials.map(|c| credentials::CredentialPages::new(c.consents, auth.clone(), c.login));
     let workers = settings.workers;
     let (keep_alive, client_timeout) = (settings.keep_alive, settings.client_timeout);
     let metrics = admin::MetricsAccess::on_listener(router.settings(), &auth);
@@ -180,6 +186,12 @@ pub fn serve(
                 web::get().to(resource_metadata),
             )
             .configure(admin::routes)
+            .configure(|cfg| {
+                if let Some(pages) = &pages {
+                    cfg.app_data(pages.clone());
+                    credentials::host_routes(cfg);
+                }
+            })
     })
     .workers(workers)
     .on_connect(peer::on_connect)
@@ -200,6 +212,14 @@ pub fn serve(
 }
 
 pub use admin::{serve as serve_admin, ReloadHook};
+
+/// What the pages of upstream consents are served with.
+pub struct Credentials {
+    /// The credential broker.
+    pub consents: Arc<dyn credentials::Consents>,
+    /// The OpenID Connect login of browser users, when `login_client_id` is configured.
+    pub login: Option<credentials::LoginSettings>,
+}
 
 /// The W3C trace context an HTTP request carries in its headers, when traces are exported.
 fn trace_context(req: &HttpRequest) -> Option<Arc<manifold_telemetry::trace::Carrier>> {

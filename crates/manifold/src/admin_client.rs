@@ -1,4 +1,5 @@
-//! A minimal HTTP/1.1 client for Manifold's own admin address (`manifold reload`): one
+//! A minimal HTTP/1.1 client for Manifold's own admin address (`manifold reload`,
+//! `manifold login`, `manifold connections`, `manifold revoke`): one
 //! request, `Connection: close`, the status and body read back. The admin address is plain
 //! HTTP on a trusted network (usually loopback), so nothing more is needed.
 
@@ -14,13 +15,30 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// POSTs an empty body to `path` at `addr`; returns the status code and the body.
 pub fn post(addr: SocketAddr, path: &str, token: Option<&str>) -> anyhow::Result<(u16, String)> {
+    request(addr, "POST", path, token, None)
+}
+
+/// Sends one request (`body`: JSON text) to `path` at `addr`; returns the status code and the
+/// body.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
         .with_context(|| format!("cannot reach the admin address {addr}"))?;
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
     let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    let (kind, body) = match body {
+        Some(body) => ("Content-Type: application/json\r\n", body),
+        None => ("", ""),
+    };
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{kind}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     );
     stream.write_all(request.as_bytes())?;
     let mut response = Vec::new();

@@ -379,7 +379,7 @@ fn serve_admin(
     asks: &tokio::sync::mpsc::UnboundedSender<reload::Ask>,
 ) -> anyhow::Result<actix_web::dev::ServerHandle> {
     let hook = reload::admin_hook(asks.clone());
-    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain, Some(hook))
+    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain, Some(hook), None)
         .with_context(|| format!("cannot listen on {addr} (admin)"))?;
     tracing::info!(
         "admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz, POST /reload"
@@ -415,6 +415,7 @@ async fn serve_http(
         drain,
         &config.sessions,
         stores(),
+        None,
     )
     .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(

@@ -1,0 +1,106 @@
+//! The HTML a browser sees during a consent: small pages with nothing but text and one form,
+//! every value escaped, and headers that keep them out of caches, frames and referrers.
+
+use actix_web::http::header;
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, HttpResponseBuilder};
+
+/// What every answer of the consent routes carries: no cache keeps a page (a consent id or a
+/// code may be in its URL), no script, style or frame runs on it, a form posts back only to
+/// Manifold, and no referrer leaks a URL to the authorization server.
+pub(super) fn secure(mut builder: HttpResponseBuilder) -> HttpResponseBuilder {
+    builder
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header((
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; form-action 'self'",
+        ))
+        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
+        .insert_header((header::REFERRER_POLICY, "no-referrer"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"));
+    builder
+}
+
+/// A redirect (302 after a GET, 303 after the key form's POST) to `location`.
+pub(super) fn redirect(status: StatusCode, location: &str) -> HttpResponse {
+    secure(HttpResponse::build(status))
+        .insert_header((header::LOCATION, location))
+        .finish()
+}
+
+/// A page of one heading and one paragraph (`body` is escaped here).
+pub(super) fn text(status: StatusCode, title: &str, body: &str) -> HttpResponse {
+    html(status, title, &format!("<p>{}</p>", escape(body)))
+}
+
+/// The consent's link is unknown, used or expired: nothing else is said about it.
+pub(super) fn unusable() -> HttpResponse {
+    text(
+        StatusCode::BAD_REQUEST,
+        "Link not usable",
+        "This link is unknown, was already used, or has expired. Ask your host for a new one.",
+    )
+}
+
+/// The browser user proved to be someone other than the caller the link was made for.
+pub(super) fn someone_else() -> HttpResponse {
+    text(
+        StatusCode::FORBIDDEN,
+        "Not your link",
+        "This link was made for someone else. Open the link your own host gave you.",
+    )
+}
+
+/// The form asking for the API key the caller's host uses; it posts back to the same URL.
+/// `note`, when given, says why it is shown again. The key is never written into a page.
+pub(super) fn key_form(status: StatusCode, upstream: &str, note: Option<&str>) -> HttpResponse {
+    let note = note.map_or_else(String::new, |n| {
+        format!("<p><strong>{}</strong></p>", escape(n))
+    });
+    let body = format!(
+        "{note}<p>To connect {upstream}, enter the API key your host uses with Manifold, so \
+         that the connection is made for you.</p>\n<form method=\"post\">\n\
+         <label>API key <input type=\"password\" name=\"key\" autocomplete=\"off\" \
+         required></label>\n<button type=\"submit\">Continue</button>\n</form>",
+        upstream = escape(upstream),
+    );
+    html(status, "Connect", &body)
+}
+
+fn html(status: StatusCode, title: &str, body: &str) -> HttpResponse {
+    let title = escape(title);
+    secure(HttpResponse::build(status))
+        .content_type("text/html; charset=utf-8")
+        .body(format!(
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <title>{title} - Manifold</title></head>\n<body>\n<h1>{title}</h1>\n{body}\n\
+             </body></html>\n"
+        ))
+}
+
+/// `text` as HTML text or attribute content.
+pub(super) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn markup_is_escaped() {
+        assert_eq!(
+            super::escape(r#"<a href="x">&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;"
+        );
+    }
+}
