@@ -152,11 +152,14 @@ class Browser:
         self.session = requests.Session()
         self.pages: list[str] = []
 
-    def visit(self, url: str, answer: str, *, stop_at: Callable[[str], bool] = lambda _u: False) -> Any:
-        """Opens `url` and follows redirects; a page with a form is submitted with `answer` in
-        its one text or password field (hidden fields as they are). Ends on the first page
-        without a form (its response is returned) or, without opening it, on a URL `stop_at`
-        accepts (then the URL is returned as a string)."""
+    def visit(
+        self, url: str, answers: dict[str, str], *, stop_at: Callable[[str], bool] = lambda _u: False
+    ) -> Any:
+        """Opens `url` and follows redirects; a page with a form is submitted with what the
+        person types there in its one text or password field (hidden fields as they are):
+        `answers` maps a URL prefix (a site) to that text. Ends on the first page without a
+        form, or with an error status (its response is returned) or, without opening it, on a
+        URL `stop_at` accepts (then the URL is returned as a string)."""
         method, data = "get", None
         for _ in range(MAX_HOPS):
             if stop_at(url):
@@ -173,11 +176,18 @@ class Browser:
             form.feed(r.text if "html" in r.headers.get("content-type", "") else "")
             if not form.found or r.status_code >= 400:
                 return r
+            typed = self._answer(url, answers)
             url = urljoin(url, form.action or url)
-            method, data = form.method, self._fill(form, answer)
+            method, data = form.method, self._fill(form, typed)
             if method == "get":
                 url, data = f"{url}?{'&'.join(f'{k}={v}' for k, v in data.items())}", None
         raise AssertionError(f"more than {MAX_HOPS} pages: {self.pages}")
+
+    @staticmethod
+    def _answer(page: str, answers: dict[str, str]) -> str:
+        sites = [site for site in answers if page.startswith(site)]
+        assert sites, f"a form at {page}, where nothing is to be typed ({sorted(answers)})"
+        return answers[max(sites, key=len)]
 
     @staticmethod
     def _fill(form: _Form, answer: str) -> dict[str, str]:

@@ -13,19 +13,26 @@ takes its tokens (oauth/protected_server.py); logins are done by a scripted brow
 
 from __future__ import annotations
 
+import base64
+import os
+import re
 import tempfile
+import time
 from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
-from mcp import ClientSession
+from mcp import ClientSession, MCPError
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
-from conftest import REQUEST_TIMEOUT_S, START_TIMEOUT_S
+from conftest import REQUEST_TIMEOUT_S, START_TIMEOUT_S, Inbox, _serving_http, _toml_str, manifold_bin
 from oauth_peers import AuthorizationServer, Browser, ProtectedServer, query_of
 from replicas import free_port
 
@@ -79,14 +86,14 @@ class MemoryTokens:
         self.client = client_info
 
 
-def sdk_oauth(server_url: str, user: str) -> tuple[OAuthClientProvider, MemoryTokens]:
+def sdk_oauth(server_url: str, issuer: str, user: str) -> tuple[OAuthClientProvider, MemoryTokens]:
     """The SDK's OAuth client for `user`: its browser step is a scripted browser that logs in
     as `user` and stops at the redirect URI (where nothing listens), reading the code there."""
     redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
     landed: dict[str, str] = {}
 
     def log_in(authorization_url: str) -> None:
-        url = Browser().visit(authorization_url, user, stop_at=lambda u: u.startswith(redirect_uri))
+        url = Browser().visit(authorization_url, {issuer: user}, stop_at=lambda u: u.startswith(redirect_uri))
         assert isinstance(url, str), f"the login did not come back to the client: {url.status_code} {url.text[:500]}"
         landed.update(query_of(url))
 
@@ -109,8 +116,8 @@ def sdk_oauth(server_url: str, user: str) -> tuple[OAuthClientProvider, MemoryTo
     return OAuthClientProvider(server_url, metadata, storage, redirect, callback), storage
 
 
-async def whoami_as(server_url: str, user: str) -> tuple[str, MemoryTokens]:
-    auth, storage = sdk_oauth(server_url, user)
+async def whoami_as(server_url: str, issuer: str, user: str) -> tuple[str, MemoryTokens]:
+    auth, storage = sdk_oauth(server_url, issuer, user)
     async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S)) as http:
         async with streamable_http_client(server_url, http_client=http) as streams:
             async with ClientSession(streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S) as s:
@@ -134,11 +141,338 @@ async def test_oauth_peers_direct(auth_server: AuthorizationServer, upstream: Pr
     assert prm["resource"] == upstream.url, prm
     assert prm["authorization_servers"] == [auth_server.issuer], prm
 
-    alice, alice_tokens = await whoami_as(upstream.url, "alice")
-    bob, bob_tokens = await whoami_as(upstream.url, "bob")
+    alice, alice_tokens = await whoami_as(upstream.url, auth_server.issuer, "alice")
+    bob, bob_tokens = await whoami_as(upstream.url, auth_server.issuer, "bob")
     assert (alice, bob) == ("alice", "bob")
     # Each login registered a client of its own and got a refresh token with its access token.
     assert alice_tokens.client and bob_tokens.client
     assert alice_tokens.client.client_id != bob_tokens.client.client_id
     assert alice_tokens.tokens and alice_tokens.tokens.refresh_token
     assert [g["account"] for g in auth_server.grants("authorization_code")][-2:] == ["alice", "bob"]
+
+
+# --- through Manifold (the broker) -----------------------------------------------------------
+
+ALICE_KEY = "oauth-interop-alice-key-0001"
+BOB_KEY = "oauth-interop-bob-key-0002"
+ADMIN_TOKEN = "oauth-interop-admin-token"
+#: base64 of 32 bytes: the key tokens are sealed with in Redis.
+SEAL_KEY = base64.b64encode(bytes(range(32))).decode()
+#: The exposed name of the protected upstream's tools (upstream key "forge").
+WHOAMI = "forge__whoami"
+#: A consent link in a message meant for a person.
+CONSENT_LINK = re.compile(r"https?://[^\s\"'<>()\[\]]+/oauth/connect/[^\s\"'<>()\[\]]+")
+#: Access token lifetime at the short-lived authorization server (refresh tests), seconds.
+SHORT_TTL_S = 5
+
+
+def manifold_config(upstream: ProtectedServer, *, identity: str = "per_user", credentials: str = "") -> str:
+    """Manifold in front of the protected upstream as `forge`, for team `eng` with two named
+    API keys (principals key:alice and key:bob), with an admin address."""
+    return (
+        "[server]\n"
+        'admin = "127.0.0.1:0"\n'
+        f'metrics_token = "{ADMIN_TOKEN}"\n\n'
+        "[credentials]\n"
+        'refresh_before = "1s"\n'
+        f"{credentials}\n"
+        "[teams.eng]\n"
+        f'api_keys = [{{ name = "alice", key = "{ALICE_KEY}" }}, {{ name = "bob", key = "{BOB_KEY}" }}]\n\n'
+        "[upstreams.forge]\n"
+        f"url = {_toml_str(upstream.url)}\n"
+        "[upstreams.forge.auth]\n"
+        'mode = "oauth"\n'
+        f'identity = "{identity}"\n'
+        "dynamic_registration = true\n"
+    )
+
+
+class Manifold:
+    """`manifold serve --listen 127.0.0.1:0` on a config: its MCP URL, base URL and admin URL."""
+
+    def __init__(self, port: str, log: Path):
+        self.base = f"http://127.0.0.1:{port}"
+        self.url = f"{self.base}/mcp"
+        self.log = log
+        m = re.search(r"admin listening on 127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+        assert m, f"Manifold logged no admin address:\n{log.read_text(errors='replace')[-4000:]}"
+        self.admin = f"http://127.0.0.1:{m.group(1)}"
+
+    async def admin_request(self, method: str, path: str, body: Any = None) -> httpx2.Response:
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(REQUEST_TIMEOUT_S)) as http:
+            return await http.request(
+                method, f"{self.admin}{path}", json=body, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            )
+
+
+@contextmanager
+def manifold_serving(tmp: Path, config: str) -> Iterator[Manifold]:
+    bin_ = manifold_bin()
+    if not os.access(bin_, os.X_OK):
+        pytest.fail(f"Manifold binary {bin_} not found (cargo build -p manifold --bins)", pytrace=False)
+    run = time.monotonic_ns()
+    path = tmp / f"manifold-{run}.toml"
+    path.write_text(config)
+    log = tmp / f"manifold-{run}.stderr"
+    with _serving_http(bin_, path, log) as port:
+        yield Manifold(port, log)
+
+
+async def call_whoami(url: str, key: str, *, url_elicitation: bool = False) -> Any:
+    """One session of the official client as the caller of `key`: calls whoami; the result,
+    or the MCPError it was refused with. With `url_elicitation`, the host declares elicitation
+    (form and URL modes)."""
+
+    async def decline(_ctx: Any, _params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async with AsyncExitStack() as stack:
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers={"x-api-key": key}, timeout=httpx2.Timeout(30, read=120))
+        )
+        streams = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        s = await stack.enter_async_context(
+            ClientSession(
+                streams[0],
+                streams[1],
+                read_timeout_seconds=REQUEST_TIMEOUT_S,
+                elicitation_callback=decline if url_elicitation else None,
+            )
+        )
+        with anyio.fail_after(START_TIMEOUT_S):
+            await s.initialize()
+        try:
+            return await s.call_tool(WHOAMI, {})
+        except MCPError as e:
+            return e
+
+
+def subject_of(result: Any) -> str:
+    assert not isinstance(result, MCPError), f"refused: {result.code} {result.message} {result.data}"
+    assert not result.is_error, f"tool error: {result.content}"
+    return result.content[0].text
+
+
+def link_in_tool_error(result: Any) -> str:
+    """The consent link of a host that declares no URL elicitation: a tool error's text."""
+    assert not isinstance(result, MCPError), f"expected a tool error, got {result.code} {result.message}"
+    assert result.is_error, f"expected a tool error holding the consent link, got {result.content}"
+    text = " ".join(c.text for c in result.content if getattr(c, "text", None))
+    m = CONSENT_LINK.search(text)
+    assert m, f"no consent link in the tool error: {text!r}"
+    return m.group(0).rstrip(".,;:")
+
+
+def elicitation_of(result: Any) -> dict[str, Any]:
+    """The URL elicitation of a host that declares it: error -32042's data."""
+    assert isinstance(result, MCPError), f"expected error -32042, got a result: {result}"
+    assert result.code == -32042, f"expected -32042, got {result.code} {result.message}"
+    elicitations = result.data["elicitations"]
+    assert len(elicitations) == 1 and elicitations[0]["mode"] == "url", elicitations
+    assert CONSENT_LINK.fullmatch(elicitations[0]["url"]), elicitations[0]
+    return elicitations[0]
+
+
+async def consent(link: str, manifold: Manifold, auth: AuthorizationServer, key: str, user: str) -> Any:
+    """A person opens the consent link in a fresh browser, proves who they are to Manifold with
+    `key` (the API key form) and logs in at the authorization server as `user`; the last page."""
+    answers = {manifold.base: key, auth.issuer: user}
+    with anyio.fail_after(REQUEST_TIMEOUT_S * 2):
+        return await anyio.to_thread.run_sync(lambda: Browser().visit(link, answers))
+
+
+def assert_connected(page: Any, manifold: Manifold) -> None:
+    assert page.status_code == 200, f"{page.status_code} at {page.url}: {page.text[:1000]}"
+    assert page.url.startswith(f"{manifold.base}/oauth/callback"), page.url
+
+
+@pytest.fixture(scope="module")
+def short_auth_server(tmp: Path) -> Iterator[AuthorizationServer]:
+    server = AuthorizationServer(tmp, access_token_ttl=SHORT_TTL_S)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def short_upstream(tmp: Path, short_auth_server: AuthorizationServer) -> Iterator[ProtectedServer]:
+    server = ProtectedServer(tmp, short_auth_server.issuer)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.needs_broker
+async def test_each_caller_connects_their_own_account_and_a_revoked_connection_asks_again(
+    tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
+) -> None:
+    with manifold_serving(tmp, manifold_config(upstream)) as manifold:
+        # Alice's host declares no URL elicitation: the link is in the tool error.
+        link = link_in_tool_error(await call_whoami(manifold.url, ALICE_KEY))
+        assert link.startswith(f"{manifold.base}/oauth/connect/"), link
+        assert_connected(await consent(link, manifold, auth_server, ALICE_KEY, "alice"), manifold)
+        assert subject_of(await call_whoami(manifold.url, ALICE_KEY)) == "alice"
+
+        # Bob's host declares it: error -32042.
+        elicitation = elicitation_of(await call_whoami(manifold.url, BOB_KEY, url_elicitation=True))
+        # Someone else's key does not complete Bob's consent.
+        refused = await consent(elicitation["url"], manifold, auth_server, ALICE_KEY, "alice")
+        assert refused.status_code == 403, f"{refused.status_code}: {refused.text[:500]}"
+        assert_connected(await consent(elicitation["url"], manifold, auth_server, BOB_KEY, "bob"), manifold)
+        assert subject_of(await call_whoami(manifold.url, BOB_KEY)) == "bob"
+        assert subject_of(await call_whoami(manifold.url, ALICE_KEY)) == "alice"
+
+        listed = await manifold.admin_request("GET", "/connections?team=eng")
+        assert listed.status_code == 200, listed.text
+        assert "key:alice" in listed.text and "key:bob" in listed.text, listed.text
+        assert "eyJ" not in listed.text, "a connection listing shows no token"
+
+        # A revoked connection asks again; the other caller's stays.
+        revoked = await manifold.admin_request(
+            "POST", "/connections/revoke", {"team": "eng", "principal": "key:alice", "upstream": "forge"}
+        )
+        assert revoked.status_code == 200, revoked.text
+        again = link_in_tool_error(await call_whoami(manifold.url, ALICE_KEY))
+        assert again != link, "a new consent, not the spent one"
+        assert subject_of(await call_whoami(manifold.url, BOB_KEY)) == "bob"
+        assert_connected(await consent(again, manifold, auth_server, ALICE_KEY, "alice"), manifold)
+        assert subject_of(await call_whoami(manifold.url, ALICE_KEY)) == "alice"
+    # No token request failed at the authorization server.
+    assert not auth_server.events("grant_error"), auth_server.logs_tail()
+
+
+@pytest.mark.needs_broker
+async def test_a_host_that_declares_url_elicitation_hears_the_consent_complete(
+    tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
+) -> None:
+    with manifold_serving(tmp, manifold_config(upstream)) as manifold:
+        async with AsyncExitStack() as stack:
+            inbox = Inbox()
+
+            async def decline(_ctx: Any, _params: Any) -> types.ElicitResult:
+                return types.ElicitResult(action="decline")
+
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(headers={"x-api-key": BOB_KEY}, timeout=httpx2.Timeout(30, read=120))
+            )
+            streams = await stack.enter_async_context(streamable_http_client(manifold.url, http_client=http))
+            s = await stack.enter_async_context(
+                ClientSession(
+                    streams[0],
+                    streams[1],
+                    read_timeout_seconds=REQUEST_TIMEOUT_S,
+                    elicitation_callback=decline,
+                    message_handler=inbox,
+                )
+            )
+            with anyio.fail_after(START_TIMEOUT_S):
+                await s.initialize()
+            try:
+                refused: Any = await s.call_tool(WHOAMI, {})
+            except MCPError as e:
+                refused = e
+            elicitation = elicitation_of(refused)
+            assert_connected(await consent(elicitation["url"], manifold, auth_server, BOB_KEY, "bob"), manifold)
+            # The same session is told the consent is complete, then the call goes through.
+            with anyio.fail_after(REQUEST_TIMEOUT_S):
+                while not [
+                    n
+                    for n in inbox.of(types.ElicitCompleteNotification)
+                    if n.params.elicitation_id == elicitation["elicitationId"]
+                ]:
+                    await anyio.sleep(0.05)
+            assert subject_of(await s.call_tool(WHOAMI, {})) == "bob"
+
+
+@pytest.mark.needs_broker
+async def test_an_expired_access_token_is_refreshed_without_the_host_seeing_it(
+    tmp: Path, short_auth_server: AuthorizationServer, short_upstream: ProtectedServer
+) -> None:
+    with manifold_serving(tmp, manifold_config(short_upstream)) as manifold:
+        link = link_in_tool_error(await call_whoami(manifold.url, ALICE_KEY))
+        assert_connected(await consent(link, manifold, short_auth_server, ALICE_KEY, "alice"), manifold)
+        assert subject_of(await call_whoami(manifold.url, ALICE_KEY)) == "alice"
+        refreshed = len(short_auth_server.grants("refresh_token"))
+        # Past the access token's lifetime (the upstream refuses it by now).
+        await anyio.sleep(SHORT_TTL_S + 1)
+        assert subject_of(await call_whoami(manifold.url, ALICE_KEY)) == "alice"
+        assert len(short_auth_server.grants("refresh_token")) == refreshed + 1, short_auth_server.logs_tail()
+    assert not short_auth_server.events("grant_error"), short_auth_server.logs_tail()
+
+
+@pytest.mark.needs_broker
+async def test_replicas_sharing_tokens_in_redis_refresh_once(
+    tmp: Path, short_auth_server: AuthorizationServer, short_upstream: ProtectedServer
+) -> None:
+    from replicas import Cluster, Redis
+
+    redis = Redis(tmp)
+    cluster: Cluster | None = None
+    try:
+        prefix = f"oauth-{time.monotonic_ns()}"
+        store = (
+            'store = "redis"\n'
+            f"redis_url = {_toml_str(redis.url)}\n"
+            f'key_prefix = "{prefix}-tokens"\n'
+            f'key = "{SEAL_KEY}"\n'
+        )
+        # Each replica has an admin address of its own: the shared [server] table is left out.
+        config = manifold_config(short_upstream, credentials=store).split("\n\n", 1)[1]
+        cluster = Cluster(tmp, config, store="redis", sticky=False, redis=redis)
+        # Connect through the load balancer; the link names the replica that made it.
+        result = await call_whoami(cluster.url, ALICE_KEY)
+        link = link_in_tool_error(result)
+        base = link.split("/oauth/connect/", 1)[0]
+        answers = {base: ALICE_KEY, short_auth_server.issuer: "alice"}
+        page = await anyio.to_thread.run_sync(lambda: Browser().visit(link, answers))
+        assert page.status_code == 200, f"{page.status_code}: {page.text[:1000]}"
+        assert subject_of(await call_whoami(cluster.url, ALICE_KEY)) == "alice"
+
+        await anyio.sleep(SHORT_TTL_S + 1)
+        refreshed = len(short_auth_server.grants("refresh_token"))
+        subjects: list[str] = []
+
+        async def caller() -> None:
+            subjects.append(subject_of(await call_whoami(cluster.url, ALICE_KEY)))
+
+        # Nine sessions at once, their requests spread over the three replicas.
+        with anyio.fail_after(START_TIMEOUT_S * 2):
+            async with anyio.create_task_group() as tg:
+                for _ in range(9):
+                    tg.start_soon(caller)
+        assert subjects == ["alice"] * 9
+        grants = short_auth_server.grants("refresh_token")[refreshed:]
+        print(f"refresh-token grants after expiry, 3 replicas, 9 concurrent callers: {len(grants)}")
+        assert len(grants) == 1, short_auth_server.logs_tail() + "\n" + cluster.logs_tail()
+        assert not short_auth_server.events("grant_error"), short_auth_server.logs_tail()
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        redis.stop()
+
+
+@pytest.mark.needs_broker
+async def test_a_shared_login_is_every_callers_identity(
+    tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
+) -> None:
+    with manifold_serving(tmp, manifold_config(upstream, identity="shared")) as manifold:
+        r = await manifold.admin_request("POST", "/login/forge")
+        assert r.status_code == 200, r.text
+        login = r.json()
+        assert CONSENT_LINK.fullmatch(login["url"]) and login["expires_at_ms"] > time.time() * 1000, login
+        # Shared identity: no API key form, straight to the authorization server's login.
+        page = await anyio.to_thread.run_sync(
+            lambda: Browser().visit(login["url"], {auth_server.issuer: "operator"})
+        )
+        assert_connected(page, manifold)
+        # The upstream joins once logged in (bounded wait), and is the operator's for everyone.
+        with anyio.fail_after(START_TIMEOUT_S):
+            while True:
+                result = await call_whoami(manifold.url, ALICE_KEY)
+                if not isinstance(result, MCPError) and not result.is_error:
+                    break
+                await anyio.sleep(0.2)
+        assert subject_of(result) == "operator"
+        assert subject_of(await call_whoami(manifold.url, BOB_KEY)) == "operator"
