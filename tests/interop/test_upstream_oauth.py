@@ -38,6 +38,9 @@ from replicas import free_port
 
 pytestmark = pytest.mark.anyio
 
+#: Access token lifetime at the short-lived authorization server (refresh tests), seconds.
+SHORT_TTL_S = 5
+
 
 @pytest.fixture(scope="module")
 def tmp() -> Iterator[Path]:
@@ -57,6 +60,24 @@ def auth_server(tmp: Path) -> Iterator[AuthorizationServer]:
 @pytest.fixture(scope="module")
 def upstream(tmp: Path, auth_server: AuthorizationServer) -> Iterator[ProtectedServer]:
     server = ProtectedServer(tmp, auth_server.issuer)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def short_auth_server(tmp: Path) -> Iterator[AuthorizationServer]:
+    server = AuthorizationServer(tmp, access_token_ttl=SHORT_TTL_S)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def short_upstream(tmp: Path, short_auth_server: AuthorizationServer) -> Iterator[ProtectedServer]:
+    server = ProtectedServer(tmp, short_auth_server.issuer)
     try:
         yield server
     finally:
@@ -116,8 +137,7 @@ def sdk_oauth(server_url: str, issuer: str, user: str) -> tuple[OAuthClientProvi
     return OAuthClientProvider(server_url, metadata, storage, redirect, callback), storage
 
 
-async def whoami_as(server_url: str, issuer: str, user: str) -> tuple[str, MemoryTokens]:
-    auth, storage = sdk_oauth(server_url, issuer, user)
+async def whoami_with(server_url: str, auth: OAuthClientProvider) -> str:
     async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S)) as http:
         async with streamable_http_client(server_url, http_client=http) as streams:
             async with ClientSession(streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S) as s:
@@ -125,7 +145,12 @@ async def whoami_as(server_url: str, issuer: str, user: str) -> tuple[str, Memor
                     await s.initialize()
                 result = await s.call_tool("whoami", {})
     assert not result.is_error, result
-    return result.content[0].text, storage
+    return result.content[0].text
+
+
+async def whoami_as(server_url: str, issuer: str, user: str) -> tuple[str, MemoryTokens]:
+    auth, storage = sdk_oauth(server_url, issuer, user)
+    return await whoami_with(server_url, auth), storage
 
 
 async def test_oauth_peers_direct(auth_server: AuthorizationServer, upstream: ProtectedServer) -> None:
@@ -151,6 +176,28 @@ async def test_oauth_peers_direct(auth_server: AuthorizationServer, upstream: Pr
     assert [g["account"] for g in auth_server.grants("authorization_code")][-2:] == ["alice", "bob"]
 
 
+async def test_oauth_peers_refresh_direct(
+    short_auth_server: AuthorizationServer, short_upstream: ProtectedServer
+) -> None:
+    auth, storage = sdk_oauth(short_upstream.url, short_auth_server.issuer, "carol")
+    assert await whoami_with(short_upstream.url, auth) == "carol"
+    assert storage.tokens and storage.tokens.refresh_token
+    expired = storage.tokens.access_token
+    await anyio.sleep(SHORT_TTL_S + 1)
+    # The upstream refuses the expired token; the client refreshes it and goes on.
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(REQUEST_TIMEOUT_S)) as http:
+        r = await http.post(
+            short_upstream.url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            headers={"Authorization": f"Bearer {expired}", "Accept": "application/json, text/event-stream"},
+        )
+    assert r.status_code == 401, r.text
+    refreshed = len(short_auth_server.grants("refresh_token"))
+    assert await whoami_with(short_upstream.url, auth) == "carol"
+    assert len(short_auth_server.grants("refresh_token")) == refreshed + 1, short_auth_server.logs_tail()
+    assert storage.tokens.access_token != expired
+
+
 # --- through Manifold (the broker) -----------------------------------------------------------
 
 ALICE_KEY = "oauth-interop-alice-key-0001"
@@ -162,8 +209,6 @@ SEAL_KEY = base64.b64encode(bytes(range(32))).decode()
 WHOAMI = "forge__whoami"
 #: A consent link in a message meant for a person.
 CONSENT_LINK = re.compile(r"https?://[^\s\"'<>()\[\]]+/oauth/connect/[^\s\"'<>()\[\]]+")
-#: Access token lifetime at the short-lived authorization server (refresh tests), seconds.
-SHORT_TTL_S = 5
 
 
 def manifold_config(upstream: ProtectedServer, *, identity: str = "per_user", credentials: str = "") -> str:
@@ -218,33 +263,46 @@ def manifold_serving(tmp: Path, config: str) -> Iterator[Manifold]:
         yield Manifold(port, log)
 
 
-async def call_whoami(url: str, key: str, *, url_elicitation: bool = False) -> Any:
-    """One session of the official client as the caller of `key`: calls whoami; the result,
-    or the MCPError it was refused with. With `url_elicitation`, the host declares elicitation
-    (form and URL modes)."""
+async def caller_session(
+    stack: AsyncExitStack, url: str, key: str, *, url_elicitation: bool = False, inbox: Inbox | None = None
+) -> ClientSession:
+    """An initialized session of the official client as the caller of `key`, open until
+    `stack` closes, handing `inbox` what is not an answer. With `url_elicitation`, the host
+    declares elicitation (form and URL modes)."""
 
     async def decline(_ctx: Any, _params: Any) -> types.ElicitResult:
         return types.ElicitResult(action="decline")
 
+    http = await stack.enter_async_context(
+        httpx2.AsyncClient(headers={"x-api-key": key}, timeout=httpx2.Timeout(30, read=120))
+    )
+    streams = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+    s = await stack.enter_async_context(
+        ClientSession(
+            streams[0],
+            streams[1],
+            read_timeout_seconds=REQUEST_TIMEOUT_S,
+            elicitation_callback=decline if url_elicitation else None,
+            message_handler=inbox,
+        )
+    )
+    with anyio.fail_after(START_TIMEOUT_S):
+        await s.initialize()
+    return s
+
+
+async def whoami_on(s: ClientSession) -> Any:
+    """whoami's result, or the MCPError it was refused with."""
+    try:
+        return await s.call_tool(WHOAMI, {})
+    except MCPError as e:
+        return e
+
+
+async def call_whoami(url: str, key: str, *, url_elicitation: bool = False) -> Any:
+    """whoami in a session of its own as the caller of `key`."""
     async with AsyncExitStack() as stack:
-        http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers={"x-api-key": key}, timeout=httpx2.Timeout(30, read=120))
-        )
-        streams = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-        s = await stack.enter_async_context(
-            ClientSession(
-                streams[0],
-                streams[1],
-                read_timeout_seconds=REQUEST_TIMEOUT_S,
-                elicitation_callback=decline if url_elicitation else None,
-            )
-        )
-        with anyio.fail_after(START_TIMEOUT_S):
-            await s.initialize()
-        try:
-            return await s.call_tool(WHOAMI, {})
-        except MCPError as e:
-            return e
+        return await whoami_on(await caller_session(stack, url, key, url_elicitation=url_elicitation))
 
 
 def subject_of(result: Any) -> str:
@@ -284,24 +342,6 @@ async def consent(link: str, manifold: Manifold, auth: AuthorizationServer, key:
 def assert_connected(page: Any, manifold: Manifold) -> None:
     assert page.status_code == 200, f"{page.status_code} at {page.url}: {page.text[:1000]}"
     assert page.url.startswith(f"{manifold.base}/oauth/callback"), page.url
-
-
-@pytest.fixture(scope="module")
-def short_auth_server(tmp: Path) -> Iterator[AuthorizationServer]:
-    server = AuthorizationServer(tmp, access_token_ttl=SHORT_TTL_S)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def short_upstream(tmp: Path, short_auth_server: AuthorizationServer) -> Iterator[ProtectedServer]:
-    server = ProtectedServer(tmp, short_auth_server.issuer)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.needs_broker
@@ -350,29 +390,8 @@ async def test_a_host_that_declares_url_elicitation_hears_the_consent_complete(
     with manifold_serving(tmp, manifold_config(upstream)) as manifold:
         async with AsyncExitStack() as stack:
             inbox = Inbox()
-
-            async def decline(_ctx: Any, _params: Any) -> types.ElicitResult:
-                return types.ElicitResult(action="decline")
-
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers={"x-api-key": BOB_KEY}, timeout=httpx2.Timeout(30, read=120))
-            )
-            streams = await stack.enter_async_context(streamable_http_client(manifold.url, http_client=http))
-            s = await stack.enter_async_context(
-                ClientSession(
-                    streams[0],
-                    streams[1],
-                    read_timeout_seconds=REQUEST_TIMEOUT_S,
-                    elicitation_callback=decline,
-                    message_handler=inbox,
-                )
-            )
-            with anyio.fail_after(START_TIMEOUT_S):
-                await s.initialize()
-            try:
-                refused: Any = await s.call_tool(WHOAMI, {})
-            except MCPError as e:
-                refused = e
+            s = await caller_session(stack, manifold.url, BOB_KEY, url_elicitation=True, inbox=inbox)
+            refused = await whoami_on(s)
             elicitation = elicitation_of(refused)
             assert_connected(await consent(elicitation["url"], manifold, auth_server, BOB_KEY, "bob"), manifold)
             # The same session is told the consent is complete, then the call goes through.
@@ -430,18 +449,21 @@ async def test_replicas_sharing_tokens_in_redis_refresh_once(
         assert page.status_code == 200, f"{page.status_code}: {page.text[:1000]}"
         assert subject_of(await call_whoami(cluster.url, ALICE_KEY)) == "alice"
 
-        await anyio.sleep(SHORT_TTL_S + 1)
-        refreshed = len(short_auth_server.grants("refresh_token"))
-        subjects: list[str] = []
+        # Nine sessions, opened first so that their calls come at once after the expiry,
+        # each request balanced to the next replica.
+        async with AsyncExitStack() as stack:
+            sessions = [await caller_session(stack, cluster.url, ALICE_KEY) for _ in range(9)]
+            await anyio.sleep(SHORT_TTL_S + 1)
+            refreshed = len(short_auth_server.grants("refresh_token"))
+            subjects: list[str] = []
 
-        async def caller() -> None:
-            subjects.append(subject_of(await call_whoami(cluster.url, ALICE_KEY)))
+            async def call(s: ClientSession) -> None:
+                subjects.append(subject_of(await whoami_on(s)))
 
-        # Nine sessions at once, their requests spread over the three replicas.
-        with anyio.fail_after(START_TIMEOUT_S * 2):
-            async with anyio.create_task_group() as tg:
-                for _ in range(9):
-                    tg.start_soon(caller)
+            with anyio.fail_after(REQUEST_TIMEOUT_S * 2):
+                async with anyio.create_task_group() as tg:
+                    for s in sessions:
+                        tg.start_soon(call, s)
         assert subjects == ["alice"] * 9
         grants = short_auth_server.grants("refresh_token")[refreshed:]
         print(f"refresh-token grants after expiry, 3 replicas, 9 concurrent callers: {len(grants)}")
