@@ -13,26 +13,39 @@ takes its tokens (oauth/protected_server.py); logins are done by a scripted brow
 
 from __future__ import annotations
 
-import base64
-import os
-import re
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
 import mcp_types as types
 import pytest
-from mcp import ClientSession, MCPError
+from mcp import ClientSession
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
-from conftest import REQUEST_TIMEOUT_S, START_TIMEOUT_S, Inbox, _serving_http, _toml_str, manifold_bin
+from conftest import REQUEST_TIMEOUT_S, START_TIMEOUT_S, Inbox, _toml_str
+from oauth_manifold import (
+    ALICE_KEY,
+    BOB_KEY,
+    CONSENT_LINK,
+    SEAL_KEY,
+    WHOAMI,
+    assert_connected,
+    call_whoami,
+    caller_session,
+    consent,
+    elicitation_of,
+    link_in_tool_error,
+    manifold_config,
+    manifold_serving,
+    subject_of,
+    whoami_on,
+)
 from oauth_peers import AuthorizationServer, Browser, ProtectedServer, query_of
 from replicas import free_port
 
@@ -199,150 +212,6 @@ async def test_oauth_peers_refresh_direct(
 
 
 # --- through Manifold (the broker) -----------------------------------------------------------
-
-ALICE_KEY = "oauth-interop-alice-key-0001"
-BOB_KEY = "oauth-interop-bob-key-0002"
-ADMIN_TOKEN = "oauth-interop-admin-token"
-#: base64 of 32 bytes: the key tokens are sealed with in Redis.
-SEAL_KEY = base64.b64encode(bytes(range(32))).decode()
-#: The exposed name of the protected upstream's tools (upstream key "forge").
-WHOAMI = "forge__whoami"
-#: A consent link in a message meant for a person.
-CONSENT_LINK = re.compile(r"https?://[^\s\"'<>()\[\]]+/oauth/connect/[^\s\"'<>()\[\]]+")
-
-
-def manifold_config(upstream: ProtectedServer, *, identity: str = "per_user", credentials: str = "") -> str:
-    """Manifold in front of the protected upstream as `forge`, for team `eng` with two named
-    API keys (principals key:alice and key:bob), with an admin address."""
-    return (
-        "[server]\n"
-        'admin = "127.0.0.1:0"\n'
-        f'metrics_token = "{ADMIN_TOKEN}"\n\n'
-        "[credentials]\n"
-        'refresh_before = "1s"\n'
-        f"{credentials}\n"
-        "[teams.eng]\n"
-        f'api_keys = [{{ name = "alice", key = "{ALICE_KEY}" }}, {{ name = "bob", key = "{BOB_KEY}" }}]\n\n'
-        "[upstreams.forge]\n"
-        f"url = {_toml_str(upstream.url)}\n"
-        "[upstreams.forge.auth]\n"
-        'mode = "oauth"\n'
-        f'identity = "{identity}"\n'
-        "dynamic_registration = true\n"
-    )
-
-
-class Manifold:
-    """`manifold serve --listen 127.0.0.1:0` on a config: its MCP URL, base URL and admin URL."""
-
-    def __init__(self, port: str, log: Path):
-        self.base = f"http://127.0.0.1:{port}"
-        self.url = f"{self.base}/mcp"
-        self.log = log
-        m = re.search(r"admin listening on 127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
-        assert m, f"Manifold logged no admin address:\n{log.read_text(errors='replace')[-4000:]}"
-        self.admin = f"http://127.0.0.1:{m.group(1)}"
-
-    async def admin_request(self, method: str, path: str, body: Any = None) -> httpx2.Response:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(REQUEST_TIMEOUT_S)) as http:
-            return await http.request(
-                method, f"{self.admin}{path}", json=body, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
-            )
-
-
-@contextmanager
-def manifold_serving(tmp: Path, config: str) -> Iterator[Manifold]:
-    bin_ = manifold_bin()
-    if not os.access(bin_, os.X_OK):
-        pytest.fail(f"Manifold binary {bin_} not found (cargo build -p manifold --bins)", pytrace=False)
-    run = time.monotonic_ns()
-    path = tmp / f"manifold-{run}.toml"
-    path.write_text(config)
-    log = tmp / f"manifold-{run}.stderr"
-    with _serving_http(bin_, path, log) as port:
-        yield Manifold(port, log)
-
-
-async def caller_session(
-    stack: AsyncExitStack, url: str, key: str, *, url_elicitation: bool = False, inbox: Inbox | None = None
-) -> ClientSession:
-    """An initialized session of the official client as the caller of `key`, open until
-    `stack` closes, handing `inbox` what is not an answer. With `url_elicitation`, the host
-    declares elicitation (form and URL modes)."""
-
-    async def decline(_ctx: Any, _params: Any) -> types.ElicitResult:
-        return types.ElicitResult(action="decline")
-
-    http = await stack.enter_async_context(
-        httpx2.AsyncClient(headers={"x-api-key": key}, timeout=httpx2.Timeout(30, read=120))
-    )
-    streams = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-    s = await stack.enter_async_context(
-        ClientSession(
-            streams[0],
-            streams[1],
-            read_timeout_seconds=REQUEST_TIMEOUT_S,
-            elicitation_callback=decline if url_elicitation else None,
-            message_handler=inbox,
-        )
-    )
-    with anyio.fail_after(START_TIMEOUT_S):
-        await s.initialize()
-    return s
-
-
-async def whoami_on(s: ClientSession) -> Any:
-    """whoami's result, or the MCPError it was refused with."""
-    try:
-        return await s.call_tool(WHOAMI, {})
-    except MCPError as e:
-        return e
-
-
-async def call_whoami(url: str, key: str, *, url_elicitation: bool = False) -> Any:
-    """whoami in a session of its own as the caller of `key`."""
-    async with AsyncExitStack() as stack:
-        return await whoami_on(await caller_session(stack, url, key, url_elicitation=url_elicitation))
-
-
-def subject_of(result: Any) -> str:
-    assert not isinstance(result, MCPError), f"refused: {result.code} {result.message} {result.data}"
-    assert not result.is_error, f"tool error: {result.content}"
-    return result.content[0].text
-
-
-def link_in_tool_error(result: Any) -> str:
-    """The consent link of a host that declares no URL elicitation: a tool error's text."""
-    assert not isinstance(result, MCPError), f"expected a tool error, got {result.code} {result.message}"
-    assert result.is_error, f"expected a tool error holding the consent link, got {result.content}"
-    text = " ".join(c.text for c in result.content if getattr(c, "text", None))
-    m = CONSENT_LINK.search(text)
-    assert m, f"no consent link in the tool error: {text!r}"
-    return m.group(0).rstrip(".,;:")
-
-
-def elicitation_of(result: Any) -> dict[str, Any]:
-    """The URL elicitation of a host that declares it: error -32042's data."""
-    assert isinstance(result, MCPError), f"expected error -32042, got a result: {result}"
-    assert result.code == -32042, f"expected -32042, got {result.code} {result.message}"
-    elicitations = result.data["elicitations"]
-    assert len(elicitations) == 1 and elicitations[0]["mode"] == "url", elicitations
-    assert CONSENT_LINK.fullmatch(elicitations[0]["url"]), elicitations[0]
-    return elicitations[0]
-
-
-async def consent(link: str, manifold: Manifold, auth: AuthorizationServer, key: str, user: str) -> Any:
-    """A person opens the consent link in a fresh browser, proves who they are to Manifold with
-    `key` (the API key form) and logs in at the authorization server as `user`; the last page."""
-    answers = {manifold.base: key, auth.issuer: user}
-    with anyio.fail_after(REQUEST_TIMEOUT_S * 2):
-        return await anyio.to_thread.run_sync(lambda: Browser().visit(link, answers))
-
-
-def assert_connected(page: Any, manifold: Manifold) -> None:
-    assert page.status_code == 200, f"{page.status_code} at {page.url}: {page.text[:1000]}"
-    assert page.url.startswith(f"{manifold.base}/oauth/callback"), page.url
-
 
 @pytest.mark.needs_broker
 async def test_each_caller_connects_their_own_account_and_a_revoked_connection_asks_again(
