@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs the third-party peers and clients of Manifold's interoperability tests:
 #   <repo>/.venv                   Python venv with the pinned packages of requirements.txt
-#                                  (official MCP Python SDK client, mcp-server-time, pytest)
+#                                  (official MCP Python SDK client, mcp-server-time, pytest,
+#                                  requests)
 #   tests/interop/node_modules     @modelcontextprotocol/server-everything, server-memory and
 #                                  server-filesystem (the last two for the tool search
-#                                  benchmark's real catalogs), from package-lock.json
+#                                  benchmark's real catalogs), and oidc-provider (the OAuth
+#                                  authorization server of the upstream credential tests),
+#                                  from package-lock.json
 #
 # Idempotent: each half is skipped when its stamp file matches the current pin file, so a
 # second run takes well under a second. Needs python3 >= 3.10 (with the venv module), Node.js
@@ -57,14 +60,16 @@ node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)
 lock="$here/package-lock.json"
 [ -f "$lock" ] || die "$lock is missing"
 entry="$here/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+oidc="$here/node_modules/oidc-provider/package.json"
 nstamp="$here/node_modules/.interop-package-lock.json"
-if [ -f "$entry" ] && [ -f "$nstamp" ] && cmp -s "$lock" "$nstamp"; then
+if [ -f "$entry" ] && [ -f "$oidc" ] && [ -f "$nstamp" ] && cmp -s "$lock" "$nstamp"; then
     echo "install.sh: $here/node_modules is up to date"
 else
     echo "install.sh: npm ci in $here"
     (cd "$here" && npm ci --no-audit --no-fund --loglevel=error) \
         || die "npm ci failed in $here (is the npm registry reachable?)"
     [ -f "$entry" ] || die "$entry missing after npm ci"
+    [ -f "$oidc" ] || die "$oidc missing after npm ci"
     cp "$lock" "$nstamp"
 fi
 

@@ -1,0 +1,207 @@
+"""The real OAuth peers of the upstream credential tests, and the scripted browser that logs in
+through them:
+
+- `AuthorizationServer`: oidc-provider (npm, pinned in package-lock.json) run by
+  oauth/authorization_server.mjs on a loopback port; it logs every token it issues, so that a
+  test counts refresh-token grants.
+- `ProtectedServer`: oauth/protected_server.py, an MCP server on the official Python SDK that
+  accepts only that authorization server's tokens for its own URL (`whoami`, `echo`).
+- `Browser`: a person's browser without JavaScript (requests, following redirects), which
+  submits the one form a page shows (the authorization server's login, Manifold's API key
+  form) and stops where a test says.
+
+Every process listens on 127.0.0.1 only and is stopped by its own process id.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, urljoin, urlsplit
+
+import requests
+
+from conftest import HERE, REPO, START_TIMEOUT_S, _stop
+
+OAUTH = HERE / "oauth"
+OIDC_PROVIDER = HERE / "node_modules" / "oidc-provider" / "package.json"
+#: Longest one page of the scripted browser may take.
+PAGE_TIMEOUT_S = 20
+#: Most redirects and forms one login may pass through.
+MAX_HOPS = 20
+
+
+def _first_line(proc: subprocess.Popen, out: Path, err: Path, what: str) -> str:
+    """The first line `proc` printed on stdout (bounded wait)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        text = out.read_text(errors="replace") if out.exists() else ""
+        if "\n" in text:
+            return text.split("\n", 1)[0].strip()
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"{what} did not start:\n{err.read_text(errors='replace')[-4000:]}")
+
+
+class AuthorizationServer:
+    """oidc-provider on a loopback port; `access_token_ttl` in seconds."""
+
+    def __init__(self, tmp: Path, *, access_token_ttl: int = 3600, clients: tuple[str, ...] = ()):
+        if not OIDC_PROVIDER.exists():
+            raise AssertionError("oidc-provider is not installed: run bash tests/interop/install.sh")
+        run = time.monotonic_ns()
+        self.out = tmp / f"authorization-server-{run}.stdout"
+        self.err = tmp / f"authorization-server-{run}.stderr"
+        args = ["node", str(OAUTH / "authorization_server.mjs"), "--access-token-ttl", str(access_token_ttl)]
+        for client in clients:
+            args += ["--client", client]
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=self.out.open("w"), stderr=self.err.open("w"), cwd=str(REPO)
+        )
+        try:
+            self.issuer = _first_line(self.proc, self.out, self.err, "the authorization server")
+        except BaseException:
+            self.stop()
+            raise
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        """The events of `kind` it logged so far ("grant", "grant_error", "registration", ...)."""
+        out = []
+        for line in self.out.read_text(errors="replace").splitlines()[1:]:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line still being written
+            if event.get("event") == kind:
+                out.append(event)
+        return out
+
+    def grants(self, grant_type: str) -> list[dict[str, Any]]:
+        """The tokens it issued with `grant_type` (e.g. "refresh_token")."""
+        return [e for e in self.events("grant") if e.get("grant_type") == grant_type]
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+    def logs_tail(self) -> str:
+        return (
+            f"--- authorization server stdout ---\n{self.out.read_text(errors='replace')[-3000:]}\n"
+            f"--- authorization server stderr ---\n{self.err.read_text(errors='replace')[-3000:]}"
+        )
+
+
+class ProtectedServer:
+    """The OAuth-protected MCP upstream, trusting `issuer`; `url` is its MCP endpoint."""
+
+    def __init__(self, tmp: Path, issuer: str):
+        run = time.monotonic_ns()
+        self.out = tmp / f"protected-server-{run}.stdout"
+        self.err = tmp / f"protected-server-{run}.stderr"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(OAUTH / "protected_server.py"), "--issuer", issuer],
+            stdin=subprocess.DEVNULL,
+            stdout=self.out.open("w"),
+            stderr=self.err.open("w"),
+            cwd=str(REPO),
+        )
+        try:
+            self.url = _first_line(self.proc, self.out, self.err, "the protected MCP server")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+class _Form(HTMLParser):
+    """The first form of a page: its action, method and fields."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action: str | None = None
+        self.method = "get"
+        self.fields: list[dict[str, str]] = []
+        self.found = False
+        self._inside = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form" and not self.found:
+            self.found = self._inside = True
+            self.action = a.get("action")
+            self.method = a.get("method", "get").lower()
+        elif tag == "input" and self._inside and a.get("name"):
+            self.fields.append(a)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self._inside = False
+
+
+class Browser:
+    """A person's browser without JavaScript: one cookie jar (a fresh one per person)."""
+
+    def __init__(self) -> None:
+        self.session = requests.Session()
+        self.pages: list[str] = []
+
+    def visit(
+        self, url: str, answers: dict[str, str], *, stop_at: Callable[[str], bool] = lambda _u: False
+    ) -> Any:
+        """Opens `url` and follows redirects; a page with a form is submitted with what the
+        person types there in its one text or password field (hidden fields as they are):
+        `answers` maps a URL prefix (a site) to that text. Ends on the first page without a
+        form, or with an error status (its response is returned) or, without opening it, on a
+        URL `stop_at` accepts (then the URL is returned as a string)."""
+        method, data = "get", None
+        for _ in range(MAX_HOPS):
+            if stop_at(url):
+                return url
+            self.pages.append(url)
+            if method == "post":
+                r = self.session.post(url, data=data, allow_redirects=False, timeout=PAGE_TIMEOUT_S)
+            else:
+                r = self.session.get(url, allow_redirects=False, timeout=PAGE_TIMEOUT_S)
+            if r.is_redirect:
+                url, method, data = urljoin(url, r.headers["location"]), "get", None
+                continue
+            form = _Form()
+            form.feed(r.text if "html" in r.headers.get("content-type", "") else "")
+            if not form.found or r.status_code >= 400:
+                return r
+            typed = self._answer(url, answers)
+            url = urljoin(url, form.action or url)
+            method, data = form.method, self._fill(form, typed)
+            if method == "get":
+                url, data = f"{url}?{'&'.join(f'{k}={v}' for k, v in data.items())}", None
+        raise AssertionError(f"more than {MAX_HOPS} pages: {self.pages}")
+
+    @staticmethod
+    def _answer(page: str, answers: dict[str, str]) -> str:
+        sites = [site for site in answers if page.startswith(site)]
+        assert sites, f"a form at {page}, where nothing is to be typed ({sorted(answers)})"
+        return answers[max(sites, key=len)]
+
+    @staticmethod
+    def _fill(form: _Form, answer: str) -> dict[str, str]:
+        data = {}
+        typed = [f for f in form.fields if f.get("type", "text").lower() in ("text", "password", "")]
+        assert len(typed) == 1, f"expected one field to type into, got {form.fields}"
+        for f in form.fields:
+            kind = f.get("type", "text").lower()
+            if kind in ("submit", "button", "checkbox", "radio"):
+                continue
+            data[f["name"]] = answer if f is typed[0] else f.get("value", "")
+        return data
+
+
+def query_of(url: str) -> dict[str, str]:
+    """The query parameters of `url`, one value each."""
+    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
