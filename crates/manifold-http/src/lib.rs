@@ -253,6 +253,12 @@ fn caller_from(
             .ok_or_else(|| AuthError::Invalid(format!("team {:?} is not configured", p.team)))
     });
     match principal {
+        // A JWT's caller keeps it, for an upstream whose `auth` exchanges it (it is never
+        // forwarded as it is).
+        Ok((team, id)) if id.starts_with("jwt:") => match bearer_of(req) {
+            Some(token) => Ok(Caller::with_token(team, id, token.into())),
+            None => Ok(Caller::of_team(team, id)),
+        },
         Ok((team, id)) => Ok(Caller::of_team(team, id)),
         Err(e) => {
             tracing::info!(path = req.path(), "authentication failed: {e}");
@@ -265,6 +271,16 @@ fn caller_from(
             Err(r)
         }
     }
+}
+
+/// The bearer token of a request's Authorization header.
+fn bearer_of(req: &HttpRequest) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// `scheme://host` of a request, as the host addressed it.

@@ -81,9 +81,11 @@ impl Store {
             if *Caller::anonymous().id == record.caller {
                 Caller::anonymous()
             } else {
+                // The token a caller authenticated with is not kept with its session.
                 Arc::new(Caller {
                     team: None,
                     id: record.caller.into(),
+                    token: None,
                 })
             }
         } else {
