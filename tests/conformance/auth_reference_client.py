@@ -36,10 +36,11 @@ from client_auth_common import (  # noqa: E402
     EXCHANGE_TIMEOUT,
     HTTP_TIMEOUT,
     WITHOUT_A_CLIENT,
+    act_as_host,
     Invocation,
     invocation,
-    list_and_call,
     needs,
+    reason,
     unsupported,
     redirect_target,
 )
@@ -212,14 +213,18 @@ async def main() -> int:
     run = invocation()
     if run.scenario in WITHOUT_A_CLIENT:
         return unsupported(run.scenario, "the SDK has no client for it")
-    if run.scenario in CLIENT_CREDENTIALS_SECRET + CLIENT_CREDENTIALS_KEY:
-        auth = client_credentials(run)
-    elif run.scenario in ENTERPRISE:
-        auth = await enterprise(run)
-    else:
-        auth = authorization_code(run)
-    with anyio.fail_after(EXCHANGE_TIMEOUT):
-        await list_and_call(run.url, run.modern, auth=auth)
+    try:
+        with anyio.fail_after(EXCHANGE_TIMEOUT):
+            if run.scenario in CLIENT_CREDENTIALS_SECRET + CLIENT_CREDENTIALS_KEY:
+                auth = client_credentials(run)
+            elif run.scenario in ENTERPRISE:
+                auth = await enterprise(run)
+            else:
+                auth = authorization_code(run)
+            await act_as_host(run.url, run.modern, auth=auth)
+    except Exception as error:
+        print(f"reference client: {reason(error)}", file=sys.stderr)
+        return 1
     return 0
 
 

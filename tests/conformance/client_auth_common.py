@@ -18,10 +18,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import anyio
 import httpx2
 
 from mcp import Client
@@ -96,6 +99,15 @@ def unsupported(scenario: str, why: str) -> int:
     return UNSUPPORTED
 
 
+def reason(error: BaseException) -> str:
+    """What went wrong, with the task groups of the SDK's transports unwrapped."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(reason(inner) for inner in error.exceptions)
+    return f"{type(error).__name__}: {error}"
+
+
 def fail_usage(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -121,21 +133,60 @@ def redirect_target(response: httpx2.Response) -> dict[str, str]:
     return {key: values[0] for key, values in query.items() if values}
 
 
-async def list_and_call(url: str, modern: bool, auth: httpx2.Auth | None = None, headers=None) -> None:
-    """Acts as a host: lists the tools at URL and calls the one the scenario expects (else the
-    first listed). Raises when either fails, so that the process exits non-zero."""
+async def act_as_host(
+    url: str,
+    modern: bool,
+    auth: httpx2.Auth | None = None,
+    headers: dict[str, str] | None = None,
+    patience: float = 0.0,
+    log_in_again: Callable[[str], Awaitable[None]] | None = None,
+) -> None:
+    """Acts as a host at URL: lists the tools, waiting up to PATIENCE seconds for the expected
+    one to be listed (an aggregator lists an upstream's tools once it has connected to it), and
+    calls it (else the first one listed). A call refused for want of an authorization is made
+    once more after LOG_IN_AGAIN, given what the refusal said. Raises when a step fails, so
+    that the process exits non-zero."""
     http = create_mcp_http_client(headers=headers, auth=auth, timeout=httpx2.Timeout(HTTP_TIMEOUT))
     transport = streamable_http_client(url, http_client=http)
     # A 2026-07-28 server is stateless: the version is adopted without the initialize handshake.
+    # No response cache: a list asked again must reach the server.
     mode = "2026-07-28" if modern else "legacy"
-    async with http, Client(transport, mode=mode, read_timeout_seconds=HTTP_TIMEOUT) as client:
-        listed = await client.list_tools()
-        names = [tool.name for tool in listed.tools]
-        print(f"tools: {names}")
-        if not names:
-            raise RuntimeError("the server listed no tools")
-        name = EXPECTED_TOOL if EXPECTED_TOOL in names else names[0]
+    async with http, Client(transport, mode=mode, read_timeout_seconds=HTTP_TIMEOUT, cache=None) as client:
+        name = await expected_tool(client, patience)
+        refusal = await call(client, name)
+        if refusal is not None and log_in_again is not None:
+            print(f"{name} refused ({refusal}); logging in again", file=sys.stderr)
+            await log_in_again(refusal)
+            refusal = await call(client, name)
+        if refusal is not None:
+            raise RuntimeError(f"{name} failed: {refusal}")
+
+
+async def expected_tool(client: Client, patience: float) -> str:
+    deadline = time.monotonic() + patience
+    seen = None
+    while True:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        if names != seen:
+            print(f"tools: {names}")
+            seen = names
+        if EXPECTED_TOOL in names:
+            return EXPECTED_TOOL
+        if time.monotonic() >= deadline:
+            if names:
+                return names[0]
+            raise RuntimeError("no tool was listed" + (f" within {patience:.0f} s" if patience else ""))
+        await anyio.sleep(0.5)
+
+
+async def call(client: Client, name: str) -> str | None:
+    """Calls NAME; None when it succeeded, else what the failure said."""
+    try:
         result = await client.call_tool(name, {})
-        if result.is_error:
-            raise RuntimeError(f"{name} answered with an error: {result.content}")
-        print(f"called {name}: {[getattr(block, 'text', block.type) for block in result.content]}")
+    except Exception as error:  # an MCP error answer, or the transport's
+        return reason(error)
+    texts = [getattr(block, "text", block.type) for block in result.content]
+    if result.is_error:
+        return f"error result: {texts}"
+    print(f"called {name}: {texts}")
+    return None
