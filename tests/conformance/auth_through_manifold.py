@@ -77,9 +77,9 @@ UPSTREAM = "x"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 # How long the host waits for the upstream's tool to be listed once Manifold may connect to it.
-TOOL_PATIENCE = 20.0
+TOOL_PATIENCE = 30.0
 # The whole drive, within the suite's own timeout for the client (the harness gives it 90 s).
-DRIVE_TIMEOUT = 75.0
+DRIVE_TIMEOUT = 80.0
 # Secrets reach Manifold through its environment (`${VAR}` in the file), never the file.
 SECRET_ENV = "MANIFOLD_CONFORMANCE_CLIENT_SECRET"
 ADMIN_TOKEN_ENV = "MANIFOLD_CONFORMANCE_ADMIN_TOKEN"
