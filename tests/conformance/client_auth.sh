@@ -156,15 +156,19 @@ verdict() {
         printf '%s\tn/a\t%s\n' "$scenario" "$(grep -m 1 '^conformance client: unsupported scenario:' "$run/stderr.txt" | cut -d: -f3- | sed 's/^ //')"
         return
     fi
+    # What the client itself said went wrong, when it said so (its last such line).
+    local said
+    said="$(grep -E '^(reference client|through Manifold): ' "$run/stderr.txt" 2>/dev/null | tail -n 1 | cut -c1-300 || true)"
     "$node22" -e '
-        const [file, scenario, status] = process.argv.slice(1);
+        const [file, scenario, status, said] = process.argv.slice(1);
         const checks = JSON.parse(require("fs").readFileSync(file, "utf8"));
         const failed = checks.filter((c) => c.status === "FAILURE");
         const warned = checks.filter((c) => c.status === "WARNING");
         const ok = failed.length === 0 && status === "0";
-        const why = [...failed, ...warned].map((c) => `${c.id}: ${c.errorMessage ?? c.description}`).join("; ");
+        const why = [...failed, ...warned].map((c) => `${c.id}: ${c.errorMessage ?? c.description}`)
+            .concat(said ? [said] : []).join("; ");
         console.log(`${scenario}\t${ok ? "pass" : "fail"}\t${ok ? "" : (why || `exit status ${status}`)}`);
-    ' "$run/checks.json" "$scenario" "$status"
+    ' "$run/checks.json" "$scenario" "$status" "$said"
 }
 
 # run_set CLIENT SET SCENARIO...: each scenario with CLIENT (reference or manifold), recorded
