@@ -275,7 +275,12 @@ fn caller_from(
 
 /// The bearer token of a request's Authorization header.
 fn bearer_of(req: &HttpRequest) -> Option<&str> {
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let value = req
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .trim();
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")

@@ -8,18 +8,26 @@ use manifold_auth::{
     Broker, Caller, Completed, ConnectionInfo, ConsentLink, CredentialError, Observe, Owner,
     PendingConsent, TokenStore,
 };
-use manifold_config::{CredentialsSettings, Identity, TokenStoreSettings, UpstreamAuth};
+use manifold_config::{Config, CredentialsSettings, Identity, TokenStoreSettings, UpstreamAuth};
 use manifold_http::credentials::Consents;
+use manifold_telemetry::{metrics, ConsentOutcome, RefreshOutcome};
 
 /// What the core does when a consent completes: tell the host that asked for it
-/// (`notifications/elicitation/complete`) and send `list_changed` to the caller's sessions.
+/// (`notifications/elicitation/complete`) and start the upstream's connection that waited for
+/// a token.
 pub type CompletionHook = Arc<dyn Fn(Completed) + Send + Sync>;
+
+/// What the core does when connections are revoked (an upstream, or all of an owner's):
+/// stop the callers' own connections that carried them.
+pub type RevocationHook = Arc<dyn Fn(Option<&str>, &Owner) + Send + Sync>;
 
 /// The broker, as the pages and the admin routes see it.
 pub struct BrokerConsents {
     broker: Arc<Broker>,
     /// Called once per completed consent, after the broker kept its grant.
     on_completed: CompletionHook,
+    /// Called after a revocation removed grants.
+    on_revoked: Option<RevocationHook>,
 }
 
 impl BrokerConsents {
@@ -27,6 +35,26 @@ impl BrokerConsents {
         Arc::new(Self {
             broker,
             on_completed,
+            on_revoked: None,
+        })
+    }
+
+    /// The consents of a serving Manifold, whose router hears of completions and
+    /// revocations.
+    pub fn of_router(broker: Arc<Broker>, router: &Arc<manifold_core::Router>) -> Arc<Self> {
+        let (done, gone) = (Arc::downgrade(router), Arc::downgrade(router));
+        Arc::new(Self {
+            broker,
+            on_completed: Arc::new(move |completed| {
+                if let Some(router) = done.upgrade() {
+                    router.consent_completed(&completed);
+                }
+            }),
+            on_revoked: Some(Arc::new(move |upstream, owner| {
+                if let Some(router) = gone.upgrade() {
+                    router.credentials_revoked(upstream, owner);
+                }
+            })),
         })
     }
 }
@@ -83,7 +111,13 @@ impl Consents for BrokerConsents {
         upstream: Option<&'a str>,
         owner: &'a Owner,
     ) -> BoxFuture<'a, Result<usize, CredentialError>> {
-        Box::pin(self.broker.revoke(upstream, owner))
+        Box::pin(async move {
+            let revoked = self.broker.revoke(upstream, owner).await?;
+            if let Some(hook) = &self.on_revoked {
+                hook(upstream, owner);
+            }
+            Ok(revoked)
+        })
     }
 
     fn consent<'a>(
@@ -122,18 +156,72 @@ impl Observe for Unobserved {
 /// (`manifold login`): the in-memory store is refused there, since nothing it holds would
 /// outlive the command.
 pub fn lasting_store(settings: &CredentialsSettings) -> anyhow::Result<Arc<dyn TokenStore>> {
-    match &settings.store {
-        TokenStoreSettings::Memory => anyhow::bail!(
+    if settings.store == TokenStoreSettings::Memory {
+        anyhow::bail!(
             "[credentials] store = \"memory\" keeps nothing once this command ends: log in \
              through a running Manifold's admin address (server.admin), or configure \
              store = \"file\" or \"redis\""
+        );
+    }
+    store(settings)
+}
+
+/// The token store `[credentials] store` names: in memory, a sealed file, or Redis (behind
+/// a fallback to this process's memory while Redis cannot be reached).
+pub fn store(settings: &CredentialsSettings) -> anyhow::Result<Arc<dyn TokenStore>> {
+    use manifold_core::replicas::Stores as _;
+    Ok(match &settings.store {
+        TokenStoreSettings::Memory => Arc::new(manifold_auth::store::MemoryStore::new()),
+        TokenStoreSettings::File(path) => Arc::new(
+            manifold_auth::store::FileStore::open(path, &settings.keys)
+                .map_err(|e| anyhow::anyhow!("credentials.file: {e}"))?,
         ),
-        TokenStoreSettings::File(path) => anyhow::bail!(
-            "the file token store ({}) cannot be opened by this build",
-            path.display()
-        ),
-        TokenStoreSettings::Redis(_) => {
-            anyhow::bail!("the Redis token store cannot be opened by this build")
-        }
+        TokenStoreSettings::Redis(redis) => crate::run::stores()
+            .tokens(redis, &settings.keys)
+            .map_err(anyhow::Error::msg)?,
+    })
+}
+
+/// Whether some upstream has `[upstreams.NAME.auth]`: only then is there a broker.
+pub fn wanted(config: &Config) -> bool {
+    config
+        .upstreams
+        .iter()
+        .any(|u| matches!(&u.transport, manifold_config::Transport::Http(h) if h.auth.is_some()))
+}
+
+/// The credential broker of a configuration with upstream `auth`; `None` without.
+pub fn broker(config: &Config) -> anyhow::Result<Option<Arc<Broker>>> {
+    if !wanted(config) {
+        return Ok(None);
+    }
+    let store = store(&config.credentials)?;
+    Ok(Some(Broker::new(
+        config.credentials.clone(),
+        &config.upstreams,
+        store,
+        Arc::new(Metrics),
+    )))
+}
+
+/// The broker's reports, as metrics.
+struct Metrics;
+
+impl Observe for Metrics {
+    fn consent_asked(&self, upstream: &str) {
+        metrics().credential_consent(upstream, ConsentOutcome::Asked);
+    }
+    fn consent_completed(&self, upstream: &str) {
+        metrics().credential_consent(upstream, ConsentOutcome::Completed);
+    }
+    fn consent_expired(&self, upstream: &str) {
+        metrics().credential_consent(upstream, ConsentOutcome::Expired);
+    }
+    fn refreshed(&self, upstream: &str, ok: bool) {
+        let outcome = match ok {
+            true => RefreshOutcome::Ok,
+            false => RefreshOutcome::Failed,
+        };
+        metrics().credential_refresh(upstream, outcome);
     }
 }

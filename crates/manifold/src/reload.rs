@@ -173,6 +173,17 @@ impl Reloader {
             timing,
             drain: self.state.config.server.http.drain_timeout,
         });
+        // The broker follows the upstreams: the tokens of one removed (or no longer with
+        // `auth`) are dropped. A broker is made at start only, when some upstream had `auth`.
+        if let Some(broker) = self.router.broker().cloned() {
+            let configs = slots.configs.clone();
+            actix::spawn(async move {
+                let dropped = broker.set_upstreams(&configs).await;
+                if !dropped.is_empty() {
+                    tracing::info!(upstreams = ?dropped, "dropped the tokens of upstreams the reload removed");
+                }
+            });
+        }
         if let Some(auth) = &self.auth {
             auth.set(HttpAuth {
                 authenticator: Arc::new(Authenticator::new(&config.auth, &config.teams)),

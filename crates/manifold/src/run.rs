@@ -73,16 +73,23 @@ fn warn_of_cleartext(config: &Config, tls: bool) {
     }
 }
 
-/// Starts the hub and one actor per upstream. Must run inside the actix system.
+/// Starts the hub and one actor per upstream. Must run inside the actix system. With a
+/// credential broker, the shared connections of upstreams with `auth` get their tokens from it.
 pub fn start_upstreams(
     config: &Config,
     defs: &Arc<[UpstreamDef]>,
+    broker: Option<&Arc<manifold_auth::Broker>>,
 ) -> (Arc<Hub>, Vec<UpstreamHandle>) {
     let hub = Hub::new(
         Arc::clone(defs),
         config.names.clone(),
         config.server.page_size,
     );
+    if let Some(broker) = broker {
+        hub.set_credentials(Arc::new(manifold_core::credentials::SharedCredentials(
+            Arc::clone(broker),
+        )));
+    }
     let handles = config
         .upstreams
         .iter()
@@ -129,9 +136,15 @@ pub fn with_started<T>(
     defs: &Arc<[UpstreamDef]>,
     f: impl FnOnce(&Catalog) -> T,
 ) -> T {
+    // Upstreams with `auth` are read with what the token store keeps (an operator's shared
+    // login, client credentials); without it they are reported as needing authorization.
+    let broker = crate::credentials::broker(config).unwrap_or_else(|e| {
+        tracing::warn!("upstream credentials unavailable: {e:#}");
+        None
+    });
     let system = actix::System::new();
     system.block_on(async move {
-        let (hub, handles) = start_upstreams(config, defs);
+        let (hub, handles) = start_upstreams(config, defs, broker.as_ref());
         hub.wait_settled(config.server.startup_timeout).await;
         let out = f(&hub.catalog());
         stop_upstreams(&handles).await;
@@ -227,7 +240,8 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
             1
         };
         let (sessions, ending) = Sessions::new(limit);
-        let (hub, handles) = start_upstreams(&config, &defs);
+        let broker = crate::credentials::broker(&config)?;
+        let (hub, handles) = start_upstreams(&config, &defs, broker.as_ref());
         let released = manifold_core::router::releases();
         let cache = Cache::new(&config.cache, &config.upstreams, &released.0, stores());
         let timing = Timing {
@@ -255,6 +269,11 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
             released,
             discovery: config.discovery.clone(),
         });
+        let consents = broker.map(|broker| {
+            router.set_broker(Arc::clone(&broker));
+            router.reap_caller_connections();
+            crate::credentials::BrokerConsents::of_router(broker, &router)
+        });
         let auth = http.map(|_| {
             AuthSlot::new(HttpAuth {
                 authenticator: Arc::new(Authenticator::new(&config.auth, &config.teams)),
@@ -279,12 +298,21 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
         // Begun only by a signal while serving HTTP; the admin address's /readyz reads it too.
         let drain = Drain::new();
         let admin = match config.server.admin {
-            Some(addr) => Some(serve_admin(&router, addr, &drain, &asks)?),
+            Some(addr) => Some(serve_admin(&router, addr, &drain, &asks, consents.clone())?),
             None => None,
         };
         let served = match (http, auth) {
-            (Some(addr), Some(auth)) => serve_http(&router, &config, addr, auth, tls, &drain).await,
-            _ => serve_stdio(&router).await,
+            (Some(addr), Some(auth)) => {
+                let pages = consents.map(|c| pages_of(c, &config));
+                serve_http(&router, &config, addr, auth, tls, &drain, pages).await
+            }
+            _ => {
+                let _callbacks = match consents {
+                    Some(consents) => Some(serve_callbacks(consents, &config, &router)?),
+                    None => None,
+                };
+                serve_stdio(&router).await
+            }
         };
         drop(asks);
         if let Some(admin) = admin {
@@ -377,9 +405,11 @@ fn serve_admin(
     addr: std::net::SocketAddr,
     drain: &Arc<Drain>,
     asks: &tokio::sync::mpsc::UnboundedSender<reload::Ask>,
+    consents: Option<Arc<crate::credentials::BrokerConsents>>,
 ) -> anyhow::Result<actix_web::dev::ServerHandle> {
     let hook = reload::admin_hook(asks.clone());
-    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain, Some(hook), None)
+    let consents = consents.map(|c| c as Arc<dyn http::credentials::Consents>);
+    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain, Some(hook), consents)
         .with_context(|| format!("cannot listen on {addr} (admin)"))?;
     tracing::info!(
         "admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz, POST /reload"
@@ -397,6 +427,56 @@ pub fn stores() -> &'static manifold_redis::Redis {
     &REDIS
 }
 
+/// What the consent pages are served with: the broker, and the OpenID Connect login of
+/// browser users when `[credentials] login_client_id` and `[auth.jwt]` are configured.
+fn pages_of(
+    consents: Arc<crate::credentials::BrokerConsents>,
+    config: &Config,
+) -> http::Credentials {
+    let settings = &config.credentials;
+    let login = match (&config.auth.jwt, &settings.login_client_id) {
+        (Some(jwt), Some(client_id)) => Some(http::credentials::LoginSettings {
+            jwt: jwt.clone(),
+            teams: config.teams.clone(),
+            client_id: client_id.clone(),
+            client_secret: settings.login_client_secret.clone(),
+            public_url: settings.public_url.clone(),
+            timeout: settings.timeout,
+            ttl: settings.consent_timeout,
+        }),
+        _ => None,
+    };
+    http::Credentials { consents, login }
+}
+
+/// A stdio Manifold's listener for the callbacks of consents (`[credentials]
+/// callback_listen`, default a free loopback port): the browser of the one local user comes
+/// back here.
+fn serve_callbacks(
+    consents: Arc<crate::credentials::BrokerConsents>,
+    config: &Config,
+    router: &Arc<Router>,
+) -> anyhow::Result<actix_web::dev::ServerHandle> {
+    let addr: std::net::SocketAddr = config
+        .credentials
+        .callback_listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:0")
+        .parse()
+        .context("credentials.callback_listen is not an address (e.g. \"127.0.0.1:8976\")")?;
+    let (server, bound) = http::credentials::serve_pages(consents, addr)
+        .with_context(|| format!("cannot listen on {addr} (consent callbacks)"))?;
+    if config.credentials.public_url.is_none() {
+        if let Some(broker) = router.broker() {
+            broker.set_base_url(&format!("http://{bound}"));
+        }
+    }
+    tracing::info!("consent callbacks on http://{bound}/oauth/callback");
+    let handle = server.handle();
+    tokio::spawn(server);
+    Ok(handle)
+}
+
 /// Serves hosts over HTTP until a signal arrives, drains, and stops the listener.
 async fn serve_http(
     router: &Arc<Router>,
@@ -405,6 +485,7 @@ async fn serve_http(
     auth: AuthSlot,
     tls: Option<http::tls::ServerConfig>,
     drain: &Arc<Drain>,
+    pages: Option<http::Credentials>,
 ) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let (server, bound) = http::serve(
@@ -415,9 +496,14 @@ async fn serve_http(
         drain,
         &config.sessions,
         stores(),
-        None,
+        pages,
     )
     .with_context(|| format!("cannot listen on {addr}"))?;
+    if config.credentials.public_url.is_none() {
+        if let Some(broker) = router.broker() {
+            broker.set_base_url(&format!("{scheme}://{bound}"));
+        }
+    }
     tracing::info!(
         "listening on {bound}: Streamable HTTP at {scheme}://{bound}/mcp, HTTP+SSE at {scheme}://{bound}/sse"
     );

@@ -240,3 +240,10 @@ impl Router {
         });
     }
 }
+
+impl Router {
+    /// The credential broker, if the server gave one.
+    pub fn broker(&self) -> Option<&Arc<Broker>> {
+        self.broker.get()
+    }
+}
