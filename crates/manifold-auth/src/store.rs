@@ -169,3 +169,13 @@ pub trait TokenStore: Send + Sync {
     /// it, every later one `None` (atomic across replicas).
     fn take_once<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
 }
+
+mod fallback;
+mod file;
+mod memory;
+pub mod seal;
+
+pub use fallback::Fallback;
+pub use file::FileStore;
+pub use memory::MemoryStore;
+pub use seal::Sealer;

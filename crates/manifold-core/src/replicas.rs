@@ -9,7 +9,8 @@ mod sessions;
 
 use std::sync::Arc;
 
-use manifold_config::{RedisConfig, UpstreamConfig};
+use manifold_auth::TokenStore;
+use manifold_config::{RedisConfig, SealKey, UpstreamConfig};
 use manifold_policy::SharedCounts;
 
 pub use crate::session::Relay;
@@ -42,6 +43,10 @@ pub trait Stores: Send + Sync {
         router: &Arc<Router>,
         locals: Arc<dyn Locals>,
     ) -> Result<Arc<dyn SessionStore>, String>;
+    /// The store of upstream tokens (`[credentials] store = "redis"`), sealed with `keys`
+    /// (the current key first).
+    fn tokens(&self, config: &RedisConfig, keys: &[SealKey])
+        -> Result<Arc<dyn TokenStore>, String>;
 }
 
 /// No store shared by replicas: a configuration that asks for one is refused with its key.
@@ -70,5 +75,9 @@ impl Stores for InMemory {
         _: Arc<dyn Locals>,
     ) -> Result<Arc<dyn SessionStore>, String> {
         Err(format!("sessions.redis_url: {NO_SHARED}"))
+    }
+
+    fn tokens(&self, _: &RedisConfig, _: &[SealKey]) -> Result<Arc<dyn TokenStore>, String> {
+        Err(format!("credentials.redis_url: {NO_SHARED}"))
     }
 }

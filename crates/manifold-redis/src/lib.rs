@@ -1,7 +1,8 @@
 //! The stores replicas share, in Redis, behind the traits the core defines: Streamable HTTP
 //! sessions ([`manifold_core::replicas::SessionStore`], `sessions`), the result cache's second
-//! tier ([`manifold_core::cache::tier::SharedTier`], `cache`) and limit counts
-//! ([`manifold_policy::SharedCounts`], `limits`).
+//! tier ([`manifold_core::cache::tier::SharedTier`], `cache`), limit counts
+//! ([`manifold_policy::SharedCounts`], `limits`) and the tokens of upstream credentials
+//! ([`manifold_auth::TokenStore`], `tokens`).
 //!
 //! Every store configured with the same URL uses one [`Connection`]: one client, one
 //! connection manager and one [`health::Health`], which logs that Redis is unreachable, and
@@ -13,17 +14,21 @@ pub mod connection;
 pub mod health;
 pub mod limits;
 mod sessions;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use manifold_config::{redact_url, RedisConfig, UpstreamConfig};
+use manifold_auth::store::Fallback;
+use manifold_auth::TokenStore;
+use manifold_config::{redact_url, RedisConfig, SealKey, UpstreamConfig};
 use manifold_core::cache::tier::SharedTier;
 use manifold_core::replicas::{Locals, SessionStore, Stores};
 use manifold_core::Router;
 use manifold_policy::SharedCounts;
 
 pub use connection::Connection;
+pub use tokens::RedisTokens;
 
 /// The Redis servers in use, one [`Connection`] per distinct URL, for the process's lifetime
 /// (reloads included: a store made again for the same URL shares what the old one used).
@@ -84,5 +89,18 @@ impl Stores for Redis {
     ) -> Result<Arc<dyn SessionStore>, String> {
         let conn = self.connect(config, "sessions.redis_url")?;
         Ok(sessions::Store::start(conn, config, router, locals))
+    }
+
+    /// Redis behind this replica's memory ([`Fallback`]): while Redis fails, the tokens this
+    /// replica holds stay usable.
+    fn tokens(
+        &self,
+        config: &RedisConfig,
+        keys: &[SealKey],
+    ) -> Result<Arc<dyn TokenStore>, String> {
+        let conn = self.connect(config, "credentials.redis_url")?;
+        let store =
+            RedisTokens::new(conn, config, keys).map_err(|e| format!("credentials: {e}"))?;
+        Ok(Arc::new(Fallback::new(Arc::new(store))))
     }
 }

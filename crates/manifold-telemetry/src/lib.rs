@@ -4,6 +4,7 @@
 //! logging and trace export with [`logs::init`].
 #![forbid(unsafe_code)]
 
+pub mod credentials;
 pub mod discovery;
 pub mod exposition;
 pub mod histogram;
@@ -13,6 +14,7 @@ pub mod names;
 pub mod spans;
 pub mod trace;
 
+pub use credentials::{ConsentOutcome, RefreshOutcome};
 pub use metrics::{
     metrics, BreakerState, CacheCounters, Direction, Eviction, HealthCheck, HostTransport,
     OpLabels, Outcome, StoreOp, Tier, UpstreamCounters,

@@ -127,6 +127,8 @@ pub struct UpstreamCounters {
     pub breaker_transitions: [AtomicU64; 3],
     /// Calls refused by an open breaker.
     pub breaker_rejections: AtomicU64,
+    /// Consents and refreshes of the upstream's credentials.
+    pub credentials: crate::credentials::CredentialCounters,
 }
 
 impl Default for UpstreamCounters {
@@ -139,6 +141,7 @@ impl Default for UpstreamCounters {
             ping: Histogram::new(OPERATION_BUCKETS),
             breaker_transitions: Default::default(),
             breaker_rejections: AtomicU64::new(0),
+            credentials: Default::default(),
         }
     }
 }
@@ -648,6 +651,7 @@ impl Metrics {
                 n,
             );
         }
+        crate::credentials::render(e, &upstreams);
     }
 }
 

@@ -256,6 +256,18 @@ pub const DISCOVERY_LIST_BYTES: Metric = Metric {
     kind: Kind::Counter,
 };
 
+pub const CREDENTIAL_CONSENTS: Metric = Metric {
+    name: "manifold_credential_consents_total",
+    help: "Consents to an upstream's authorization, by upstream and outcome (asked: a caller was given a consent link; completed: its callback brought a token; expired: consent_timeout ran out first).",
+    kind: Kind::Counter,
+};
+
+pub const CREDENTIAL_REFRESHES: Metric = Metric {
+    name: "manifold_credential_refreshes_total",
+    help: "Tokens for upstreams refreshed (or exchanged again) before they expired, by upstream and outcome (ok, failed).",
+    kind: Kind::Counter,
+};
+
 /// The `tracing` target of the spans that become OpenTelemetry spans (see `spans`); nothing
 /// else is exported, so the exporter's own work is never traced.
 pub const SPAN_TARGET: &str = "mcp";
