@@ -220,10 +220,22 @@ fn every_shipped_config_loads() {
             );
         } else {
             // Real peers are installed by the interop suite; here the file and names must hold.
-            // The secret config/remote.toml interpolates into a header.
+            // The secret config/remote.toml interpolates into a header; the keys and client
+            // secrets of config/credentials.toml.
             let (code, _, err) = run_manifold(
                 &["check", "--no-start", "--config", path.to_str().unwrap()],
-                &[("MANIFOLD_EXAMPLE_TOKEN", "example")],
+                &[
+                    ("MANIFOLD_EXAMPLE_TOKEN", "example"),
+                    (
+                        "MANIFOLD_TOKEN_KEY",
+                        "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+                    ),
+                    ("ALICE_KEY", "alice-example-key-0123456789"),
+                    ("BOB_KEY", "bob-example-key-0123456789"),
+                    ("CI_SECRET", "example"),
+                    ("EXCHANGE_SECRET", "example"),
+                    ("CRM_SECRET", "example"),
+                ],
             );
             assert_eq!(code, 0, "{}: {err}", path.display());
         }
