@@ -12,6 +12,7 @@
 //! MCP specification forbids); token exchange trades it for one meant for the upstream.
 
 pub mod broker;
+pub mod oauth;
 pub mod store;
 
 pub use broker::{
