@@ -48,7 +48,8 @@ struct ErrorAnswer {
 /// Where a grant is asked for, and by whom.
 pub struct Endpoint<'a> {
     pub url: &'a str,
-    pub client: &'a ClientIdentity,
+    /// `None`: the endpoint is not told who asks (a token exchange without a client).
+    pub client: Option<&'a ClientIdentity>,
     pub key: Option<&'a SigningKey>,
 }
 
@@ -62,13 +63,10 @@ pub async fn request(
     let builder = http
         .post(endpoint.url)
         .header(header::ACCEPT, "application/json");
-    let builder = authenticate(
-        builder,
-        &mut form,
-        endpoint.client,
-        endpoint.key,
-        endpoint.url,
-    )?;
+    let builder = match endpoint.client {
+        Some(client) => authenticate(builder, &mut form, client, endpoint.key, endpoint.url)?,
+        None => builder,
+    };
     let answer = send(builder.form(&form), endpoint.url).await?;
     if answer.status.is_success() {
         let token: TokenAnswer = parse_json(&answer, endpoint.url)?;
