@@ -168,22 +168,7 @@ impl Inner {
         let found = self
             .discovery(key, &upstream, settings.authorization_server.as_deref())
             .await?;
-        if found.from_metadata {
-            authorize::require_s256(&found.metadata).map_err(|e| failed(key, e))?;
-        }
-        let endpoint = found
-            .metadata
-            .authorization_endpoint
-            .clone()
-            .ok_or_else(|| {
-                failed(
-                    key,
-                    OAuthError::Invalid(format!(
-                        "{} names no authorization endpoint",
-                        found.issuer
-                    )),
-                )
-            })?;
+        let endpoints = Endpoints::of(&found).map_err(|e| failed(key, e))?;
         let redirect_uri = self.redirect_uri()?;
         let client = self
             .client(key, &settings.client, &found, &redirect_uri)
@@ -200,7 +185,7 @@ impl Inner {
         let pkce = Pkce::new().map_err(|e| failed(key, e))?;
         let state = random_token().map_err(|e| failed(key, e))?;
         let url = authorize::authorization_url(&AuthorizationRequest {
-            endpoint: &endpoint,
+            endpoint: &endpoints.authorization,
             client_id: &client.client_id,
             redirect_uri: &redirect_uri,
             code_challenge: &pkce.challenge,
@@ -209,10 +194,6 @@ impl Inner {
             scopes: &scopes,
         })
         .map_err(|e| failed(key, e))?;
-        let token_endpoint = found
-            .token_endpoint()
-            .map_err(|e| failed(key, e))?
-            .to_owned();
         let ttl = Duration::from_millis(record.expires_at_ms.saturating_sub(now_ms()));
         let pending = StateRecord {
             consent_id: id.to_owned(),
@@ -225,7 +206,7 @@ impl Inner {
             iss_advertised: found
                 .metadata
                 .authorization_response_iss_parameter_supported,
-            token_endpoint,
+            token_endpoint: endpoints.token,
             client,
             redirect_uri,
             resource: found.resource.clone(),
@@ -238,25 +219,7 @@ impl Inner {
 
     pub async fn callback(self: &Arc<Self>, query: &str) -> Result<Completed, CredentialError> {
         let answer = authorize::parse_callback(query);
-        let state = answer
-            .state
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| refused("the callback carries no state"))?;
-        let taken = self
-            .store
-            .take_once(&state_key(&state))
-            .await
-            .map_err(store_failed)?;
-        let record: StateRecord = taken
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .ok_or_else(|| refused("the callback's state is unknown, used already or expired"))?;
-        let key = record.upstream.as_str();
-        if record.expires_at_ms <= now_ms() {
-            self.observe.consent_expired(key);
-            return Err(refused(
-                "the callback's state is unknown, used already or expired",
-            ));
-        }
+        let record = self.take_state(answer.state.as_deref()).await?;
         if let Some(error) = answer.error {
             let error: String = error
                 .chars()
@@ -275,6 +238,7 @@ impl Inner {
             .ok_or_else(|| refused("the callback carries no code"))?;
         let owner =
             Owner::from_hex(&record.owner).ok_or_else(|| refused("a state record is damaged"))?;
+        let key = record.upstream.as_str();
         let redeemed = token::request(
             &self.http,
             &Endpoint {
@@ -305,17 +269,69 @@ impl Inner {
             .put(key, &owner, &grant)
             .await
             .map_err(store_failed)?;
-        // The consent is done: its link and any step-up waiting for it go.
-        let _ = self.store.take_once(&consent_key(&record.consent_id)).await;
-        let _ = self.store.take_once(&step_up_key(key, &owner)).await;
-        locked(&self.attempts).remove(&(key.to_owned(), owner));
-        self.observe.consent_completed(key);
+        self.finish(&record, owner).await;
         Ok(Completed {
             upstream: record.upstream,
             owner,
             principal: record.principal,
             id: record.consent_id,
             binding: record.binding,
+        })
+    }
+
+    /// Takes the authorization behind `state`: once, and only before it expires.
+    async fn take_state(&self, state: Option<&str>) -> Result<StateRecord, CredentialError> {
+        let state = state
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| refused("the callback carries no state"))?;
+        let unknown = || refused("the callback's state is unknown, used already or expired");
+        let taken = self
+            .store
+            .take_once(&state_key(state))
+            .await
+            .map_err(store_failed)?;
+        let record: StateRecord = taken
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .ok_or_else(unknown)?;
+        if record.expires_at_ms <= now_ms() {
+            self.observe.consent_expired(&record.upstream);
+            return Err(unknown());
+        }
+        Ok(record)
+    }
+
+    /// The consent is done: its link, any step-up waiting for it and the step-up count go.
+    async fn finish(&self, record: &StateRecord, owner: Owner) {
+        let key = record.upstream.as_str();
+        let _ = self.store.take_once(&consent_key(&record.consent_id)).await;
+        let _ = self.store.take_once(&step_up_key(key, &owner)).await;
+        locked(&self.attempts).remove(&(key.to_owned(), owner));
+        self.observe.consent_completed(key);
+    }
+}
+
+/// The endpoints an authorization uses; PKCE with S256 must be advertised where there is
+/// metadata to advertise it.
+struct Endpoints {
+    authorization: String,
+    token: String,
+}
+
+impl Endpoints {
+    fn of(found: &crate::oauth::Discovered) -> Result<Self, OAuthError> {
+        if found.from_metadata {
+            authorize::require_s256(&found.metadata)?;
+        }
+        let authorization = found
+            .metadata
+            .authorization_endpoint
+            .clone()
+            .ok_or_else(|| {
+                OAuthError::Invalid(format!("{} names no authorization endpoint", found.issuer))
+            })?;
+        Ok(Self {
+            authorization,
+            token: found.token_endpoint()?.to_owned(),
         })
     }
 }

@@ -245,6 +245,14 @@ impl Inner {
         Ok(grant)
     }
 
+    /// Drops the owner's grant: the caller must authorize anew, for `reason`.
+    pub async fn drop_grant(&self, key: &str, owner: Owner, reason: &str) -> CredentialError {
+        match self.store.remove(Some(key), &owner).await {
+            Ok(_) => consent_needed(key, reason),
+            Err(e) => store_failed(e),
+        }
+    }
+
     /// Spends the kept refresh token; a refusal (`invalid_grant`), or a grant from another
     /// authorization server than the upstream's now, drops the grant and asks for consent.
     async fn refresh(
@@ -253,14 +261,9 @@ impl Inner {
         upstream: &Upstream,
         owner: Owner,
     ) -> Result<Grant, CredentialError> {
-        let UpstreamAuth::OAuth(settings) = &upstream.auth else {
-            return Err(consent_needed(
-                key,
-                "this upstream has no refreshable grant",
-            ));
-        };
         let kept = self.store.get(key, &owner).await.map_err(store_failed)?;
-        let Some((grant, refresh)) = kept.and_then(|g| g.refresh_token.clone().map(|r| (g, r)))
+        let refreshable = kept.and_then(|g| g.refresh_token.clone().map(|r| (g, r)));
+        let (UpstreamAuth::OAuth(settings), Some((grant, refresh))) = (&upstream.auth, refreshable)
         else {
             return Err(consent_needed(
                 key,
@@ -275,14 +278,13 @@ impl Inner {
             client,
             grant.issuer.as_deref() == Some(found.issuer.as_str()),
         ) else {
-            self.store
-                .remove(Some(key), &owner)
-                .await
-                .map_err(store_failed)?;
-            return Err(consent_needed(
-                key,
-                "the grant's client or authorization server is not the upstream's now",
-            ));
+            return Err(self
+                .drop_grant(
+                    key,
+                    owner,
+                    "the grant's client or authorization server changed",
+                )
+                .await);
         };
         let endpoint = found.token_endpoint().map_err(|e| failed(key, e))?;
         let answer = token::request(
@@ -307,16 +309,13 @@ impl Inner {
                     previous_refresh: Some(&refresh),
                 },
             )),
-            Err(e) if e.is_invalid_grant() => {
-                self.store
-                    .remove(Some(key), &owner)
-                    .await
-                    .map_err(store_failed)?;
-                Err(consent_needed(
+            Err(e) if e.is_invalid_grant() => Err(self
+                .drop_grant(
                     key,
+                    owner,
                     "the authorization server refused to refresh the grant",
-                ))
-            }
+                )
+                .await),
             Err(e) => Err(failed(key, e)),
         }
     }

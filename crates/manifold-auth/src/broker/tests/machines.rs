@@ -37,11 +37,19 @@ fn client_credentials(secret: Option<&str>, key: Option<&str>) -> UpstreamAuth {
 #[tokio::test]
 async fn client_credentials_are_obtained_once_cached_and_stepped_up() {
     let mock = Mock::start().await;
-    let up = upstream("ci", &format!("{}/mcp", mock.base), client_credentials(Some("s3cret"), None));
+    let up = upstream(
+        "ci",
+        &format!("{}/mcp", mock.base),
+        client_credentials(Some("s3cret"), None),
+    );
     let s = setup(settings(), &[up], Arc::default());
     assert!(s.broker.ready("ci", &caller("a")).await);
     let first = s.broker.token("ci", &caller("a")).await.unwrap();
-    assert_eq!(s.broker.token("ci", &caller("b")).await.unwrap(), first, "one shared token");
+    assert_eq!(
+        s.broker.token("ci", &caller("b")).await.unwrap(),
+        first,
+        "one shared token"
+    );
     let requests = mock.grants("client_credentials");
     assert_eq!(requests.len(), 1);
     let basic = format!("Basic {}", STANDARD.encode("ci:s3cret"));
@@ -53,30 +61,65 @@ async fn client_credentials_are_obtained_once_cached_and_stepped_up() {
         status: 403,
         www_authenticate: Some(r#"Bearer error="insufficient_scope", scope="write""#.to_owned()),
     };
-    let stepped = s.broker.rejected("ci", &caller("a"), &first, &rejection).await.unwrap();
+    let stepped = s
+        .broker
+        .rejected("ci", &caller("a"), &first, &rejection)
+        .await
+        .unwrap();
     assert_ne!(stepped, first);
-    assert_eq!(mock.grants("client_credentials")[1].form()["scope"], "read write");
-    let again = s.broker.rejected("ci", &caller("a"), &stepped, &rejection).await;
-    assert!(matches!(again, Err(CredentialError::Failed { .. })), "{again:?}");
+    assert_eq!(
+        mock.grants("client_credentials")[1].form()["scope"],
+        "read write"
+    );
+    let again = s
+        .broker
+        .rejected("ci", &caller("a"), &stepped, &rejection)
+        .await;
+    assert!(
+        matches!(again, Err(CredentialError::Failed { .. })),
+        "{again:?}"
+    );
 
-    let unauthorized = Rejection { status: 401, www_authenticate: None };
-    let fresh = s.broker.rejected("ci", &caller("a"), &stepped, &unauthorized).await.unwrap();
-    let twice = s.broker.rejected("ci", &caller("a"), &fresh, &unauthorized).await;
-    assert!(matches!(twice, Err(CredentialError::Failed { .. })), "retry limit: {twice:?}");
+    let unauthorized = Rejection {
+        status: 401,
+        www_authenticate: None,
+    };
+    let fresh = s
+        .broker
+        .rejected("ci", &caller("a"), &stepped, &unauthorized)
+        .await
+        .unwrap();
+    let twice = s
+        .broker
+        .rejected("ci", &caller("a"), &fresh, &unauthorized)
+        .await;
+    assert!(
+        matches!(twice, Err(CredentialError::Failed { .. })),
+        "retry limit: {twice:?}"
+    );
 }
 
 #[tokio::test]
 async fn client_credentials_sign_a_private_key_jwt() {
     let mock = Mock::start().await;
-    let up = upstream("ci", &format!("{}/mcp", mock.base), client_credentials(None, Some(TEST_KEY)));
+    let up = upstream(
+        "ci",
+        &format!("{}/mcp", mock.base),
+        client_credentials(None, Some(TEST_KEY)),
+    );
     let s = setup(settings(), &[up], Arc::default());
     s.broker.token("ci", &caller("a")).await.unwrap();
     let form = mock.grants("client_credentials")[0].form();
-    assert_eq!(form["client_assertion_type"], "urn:ietf:params:oauth:client-assertion-type:jwt-bearer");
+    assert_eq!(
+        form["client_assertion_type"],
+        "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+    );
     let parts: Vec<&str> = form["client_assertion"].split('.').collect();
     assert_eq!(parts.len(), 3);
-    let header: serde_json::Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[0]).unwrap()).unwrap();
-    let claims: serde_json::Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    let header: serde_json::Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[0]).unwrap()).unwrap();
+    let claims: serde_json::Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
     assert_eq!(header["alg"], "ES256");
     assert_eq!(header["kid"], "k1");
     assert_eq!(claims["iss"], "ci");
@@ -99,12 +142,23 @@ async fn token_exchange_trades_the_callers_own_token() {
     let url = format!("{}/mcp", mock.base);
     let s = setup(settings(), &[upstream("wiki", &url, auth)], Arc::default());
     let without = s.broker.token("wiki", &caller("a")).await;
-    assert!(matches!(without, Err(CredentialError::Refused { .. })), "{without:?}");
+    assert!(
+        matches!(without, Err(CredentialError::Refused { .. })),
+        "{without:?}"
+    );
     assert!(!s.broker.ready("wiki", &caller("a")).await);
 
-    let alice = Caller::new(Arc::from("eng"), Arc::from("jwt:iss#alice"), Some(Arc::from("alice-jwt")));
+    let alice = Caller::new(
+        Arc::from("eng"),
+        Arc::from("jwt:iss#alice"),
+        Some(Arc::from("alice-jwt")),
+    );
     let token = s.broker.token("wiki", &alice).await.unwrap();
-    assert_eq!(s.broker.token("wiki", &alice).await.unwrap(), token, "cached per caller");
+    assert_eq!(
+        s.broker.token("wiki", &alice).await.unwrap(),
+        token,
+        "cached per caller"
+    );
     let form = mock.grants("urn:ietf:params:oauth:grant-type:token-exchange")[0].form();
     assert_eq!(form["subject_token"], "alice-jwt");
     assert_eq!(form["audience"], "wiki");
@@ -130,16 +184,26 @@ async fn identity_assertion_gets_an_id_jag_then_redeems_it() {
     });
     let url = format!("{}/mcp", upstream_mock.base);
     let s = setup(settings(), &[upstream("crm", &url, auth)], Arc::default());
-    let alice = Caller::new(Arc::from("eng"), Arc::from("jwt:iss#alice"), Some(Arc::from("alice-id-token")));
+    let alice = Caller::new(
+        Arc::from("eng"),
+        Arc::from("jwt:iss#alice"),
+        Some(Arc::from("alice-id-token")),
+    );
     let token = s.broker.token("crm", &alice).await.unwrap();
     assert!(token.starts_with("tok-"), "{token}");
 
     let asked = idp.grants("urn:ietf:params:oauth:grant-type:token-exchange")[0].form();
-    assert_eq!(asked["requested_token_type"], "urn:ietf:params:oauth:token-type:id-jag");
+    assert_eq!(
+        asked["requested_token_type"],
+        "urn:ietf:params:oauth:token-type:id-jag"
+    );
     assert_eq!(asked["subject_token"], "alice-id-token");
     assert_eq!(asked["audience"], upstream_mock.base);
     assert_eq!(asked["resource"], url);
     let redeemed = &upstream_mock.grants("urn:ietf:params:oauth:grant-type:jwt-bearer")[0];
     assert!(redeemed.form()["assertion"].starts_with("jag-"));
-    assert_eq!(redeemed.headers["authorization"], format!("Basic {}", STANDARD.encode("crm-client:crm-secret")));
+    assert_eq!(
+        redeemed.headers["authorization"],
+        format!("Basic {}", STANDARD.encode("crm-client:crm-secret"))
+    );
 }

@@ -147,7 +147,11 @@ impl Mock {
     /// The requests made to `path` so far.
     pub fn seen(&self, path: &str) -> Vec<Request> {
         let requests = self.requests.lock().unwrap();
-        requests.iter().filter(|r| r.path == path).cloned().collect()
+        requests
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
     }
 
     /// Token requests of `grant_type`.
@@ -176,7 +180,10 @@ async fn read_request(stream: &mut BufReader<tokio::net::TcpStream>) -> Option<R
         let (name, value) = line.split_once(':')?;
         headers.insert(name.to_ascii_lowercase(), value.trim().to_owned());
     }
-    let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let length: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut body = vec![0; length];
     stream.read_exact(&mut body).await.ok()?;
     let path = target.split('?').next().unwrap_or_default().to_owned();
@@ -192,13 +199,16 @@ fn route(base: &str, request: &Request, knobs: &mut Knobs) -> Answer {
     let not_found = || json(404, serde_json::json!({}));
     match (request.method.as_str(), request.path.as_str()) {
         ("POST", "/mcp") => {
-            let mut challenge =
-                format!(r#"Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/mcp""#);
+            let mut challenge = format!(
+                r#"Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/mcp""#
+            );
             if let Some(scope) = knobs.challenge_scope {
                 challenge.push_str(&format!(r#", scope="{scope}""#));
             }
             let mut answer = json(401, serde_json::json!({}));
-            answer.headers.push(("www-authenticate".to_owned(), challenge));
+            answer
+                .headers
+                .push(("www-authenticate".to_owned(), challenge));
             answer
         }
         ("GET", "/.well-known/oauth-protected-resource/mcp") if knobs.resource_metadata => json(
@@ -230,7 +240,10 @@ fn route(base: &str, request: &Request, knobs: &mut Knobs) -> Answer {
         }
         ("POST", "/register") => {
             knobs.issued += 1;
-            json(201, serde_json::json!({"client_id": format!("dyn-{}", knobs.issued), "token_endpoint_auth_method": "none"}))
+            json(
+                201,
+                serde_json::json!({"client_id": format!("dyn-{}", knobs.issued), "token_endpoint_auth_method": "none"}),
+            )
         }
         ("POST", "/token") => token(request, knobs),
         _ => not_found(),
@@ -260,7 +273,9 @@ fn token(request: &Request, knobs: &mut Knobs) -> Answer {
     if let Some(scope) = form.get("scope") {
         answer["scope"] = serde_json::json!(scope);
     }
-    if form.get("requested_token_type").map(String::as_str) == Some("urn:ietf:params:oauth:token-type:id-jag") {
+    if form.get("requested_token_type").map(String::as_str)
+        == Some("urn:ietf:params:oauth:token-type:id-jag")
+    {
         answer["access_token"] = serde_json::json!(format!("jag-{}", knobs.issued));
         answer["issued_token_type"] = serde_json::json!("urn:ietf:params:oauth:token-type:id-jag");
         answer["token_type"] = serde_json::json!("N_A");

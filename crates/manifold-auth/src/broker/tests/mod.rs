@@ -44,22 +44,46 @@ impl TokenStore for TestStore {
     fn is_shared(&self) -> bool {
         self.shared
     }
-    fn get<'a>(&'a self, upstream: &'a str, owner: &'a Owner) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
-        let grant = self.grants.lock().unwrap().get(&(upstream.to_owned(), *owner)).cloned();
+    fn get<'a>(
+        &'a self,
+        upstream: &'a str,
+        owner: &'a Owner,
+    ) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
+        let grant = self
+            .grants
+            .lock()
+            .unwrap()
+            .get(&(upstream.to_owned(), *owner))
+            .cloned();
         async move { Ok(grant) }.boxed()
     }
-    fn put<'a>(&'a self, upstream: &'a str, owner: &'a Owner, grant: &'a Grant) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.grants.lock().unwrap().insert((upstream.to_owned(), *owner), grant.clone());
+    fn put<'a>(
+        &'a self,
+        upstream: &'a str,
+        owner: &'a Owner,
+        grant: &'a Grant,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.grants
+            .lock()
+            .unwrap()
+            .insert((upstream.to_owned(), *owner), grant.clone());
         async { Ok(()) }.boxed()
     }
-    fn remove<'a>(&'a self, upstream: Option<&'a str>, owner: &'a Owner) -> BoxFuture<'a, Result<usize, StoreError>> {
+    fn remove<'a>(
+        &'a self,
+        upstream: Option<&'a str>,
+        owner: &'a Owner,
+    ) -> BoxFuture<'a, Result<usize, StoreError>> {
         let mut grants = self.grants.lock().unwrap();
         let before = grants.len();
         grants.retain(|(u, o), _| o != owner || upstream.is_some_and(|w| w != u));
         let n = before - grants.len();
         async move { Ok(n) }.boxed()
     }
-    fn remove_upstream<'a>(&'a self, upstream: &'a str) -> BoxFuture<'a, Result<usize, StoreError>> {
+    fn remove_upstream<'a>(
+        &'a self,
+        upstream: &'a str,
+    ) -> BoxFuture<'a, Result<usize, StoreError>> {
         let mut grants = self.grants.lock().unwrap();
         let before = grants.len();
         grants.retain(|(u, _), _| u != upstream);
@@ -67,10 +91,21 @@ impl TokenStore for TestStore {
         async move { Ok(n) }.boxed()
     }
     fn list(&self) -> BoxFuture<'_, Result<Vec<(String, Owner, Grant)>, StoreError>> {
-        let all = self.grants.lock().unwrap().iter().map(|((u, o), g)| (u.clone(), *o, g.clone())).collect();
+        let all = self
+            .grants
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|((u, o), g)| (u.clone(), *o, g.clone()))
+            .collect();
         async move { Ok(all) }.boxed()
     }
-    fn lock<'a>(&'a self, upstream: &'a str, owner: &'a Owner, ttl: Duration) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn lock<'a>(
+        &'a self,
+        upstream: &'a str,
+        owner: &'a Owner,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let mut locks = self.locks.lock().unwrap();
         let now = Instant::now();
         let key = (upstream.to_owned(), *owner);
@@ -80,20 +115,47 @@ impl TokenStore for TestStore {
         }
         async move { Ok(free) }.boxed()
     }
-    fn unlock<'a>(&'a self, upstream: &'a str, owner: &'a Owner) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.locks.lock().unwrap().remove(&(upstream.to_owned(), *owner));
+    fn unlock<'a>(
+        &'a self,
+        upstream: &'a str,
+        owner: &'a Owner,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.locks
+            .lock()
+            .unwrap()
+            .remove(&(upstream.to_owned(), *owner));
         async { Ok(()) }.boxed()
     }
-    fn put_once<'a>(&'a self, key: &'a str, value: &'a [u8], ttl: Duration) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.once.lock().unwrap().insert(key.to_owned(), (value.to_vec(), Instant::now() + ttl));
+    fn put_once<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.once
+            .lock()
+            .unwrap()
+            .insert(key.to_owned(), (value.to_vec(), Instant::now() + ttl));
         async { Ok(()) }.boxed()
     }
     fn peek_once<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        let value = self.once.lock().unwrap().get(key).filter(|(_, t)| *t > Instant::now()).map(|(v, _)| v.clone());
+        let value = self
+            .once
+            .lock()
+            .unwrap()
+            .get(key)
+            .filter(|(_, t)| *t > Instant::now())
+            .map(|(v, _)| v.clone());
         async move { Ok(value) }.boxed()
     }
     fn take_once<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        let value = self.once.lock().unwrap().remove(key).filter(|(_, t)| *t > Instant::now()).map(|(v, _)| v);
+        let value = self
+            .once
+            .lock()
+            .unwrap()
+            .remove(key)
+            .filter(|(_, t)| *t > Instant::now())
+            .map(|(v, _)| v);
         async move { Ok(value) }.boxed()
     }
 }
@@ -119,7 +181,10 @@ impl Observe for Recorder {
         self.0.lock().unwrap().push(format!("expired:{upstream}"));
     }
     fn refreshed(&self, upstream: &str, ok: bool) {
-        self.0.lock().unwrap().push(format!("refreshed:{upstream}:{ok}"));
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("refreshed:{upstream}:{ok}"));
     }
 }
 
@@ -133,7 +198,9 @@ pub fn settings() -> CredentialsSettings {
 /// An HTTP upstream `key` at `url` with `auth`.
 pub fn upstream(key: &str, url: &str, auth: UpstreamAuth) -> UpstreamConfig {
     let text = format!("[upstreams.{key}]\nurl = \"{url}\"\n");
-    let config = manifold_config::parse_str(Path::new("/etc/manifold/manifold.toml"), &text, &|_| None).unwrap();
+    let config =
+        manifold_config::parse_str(Path::new("/etc/manifold/manifold.toml"), &text, &|_| None)
+            .unwrap();
     let mut upstream = config.upstreams.into_iter().next().unwrap();
     match &mut upstream.transport {
         Transport::Http(http) => http.auth = Some(auth),
@@ -161,11 +228,19 @@ pub struct Setup {
     pub seen: Arc<Recorder>,
 }
 
-pub fn setup(settings: CredentialsSettings, upstreams: &[UpstreamConfig], store: Arc<TestStore>) -> Setup {
+pub fn setup(
+    settings: CredentialsSettings,
+    upstreams: &[UpstreamConfig],
+    store: Arc<TestStore>,
+) -> Setup {
     let seen = Arc::new(Recorder::default());
     let broker = Broker::new(settings, upstreams, store.clone(), seen.clone());
     broker.set_base_url("http://127.0.0.1:9");
-    Setup { broker, store, seen }
+    Setup {
+        broker,
+        store,
+        seen,
+    }
 }
 
 pub fn caller(name: &str) -> Caller {
@@ -174,19 +249,33 @@ pub fn caller(name: &str) -> Caller {
 
 /// The query of the URL the broker sent the browser to, as pairs.
 pub fn query_of(url: &str) -> HashMap<String, String> {
-    reqwest::Url::parse(url).unwrap().query_pairs().into_owned().collect()
+    reqwest::Url::parse(url)
+        .unwrap()
+        .query_pairs()
+        .into_owned()
+        .collect()
 }
 
 /// Runs a consent through: link, authorization URL, and the redirect back (with `iss` as
 /// `iss` says: the issuer, or what the test gives).
-pub async fn consent_through(broker: &Broker, key: &str, who: &Caller, iss: Option<&str>) -> Result<Completed, super::CredentialError> {
-    let link = broker.consent(key, who, Some("binding-1".to_owned())).await?;
+pub async fn consent_through(
+    broker: &Broker,
+    key: &str,
+    who: &Caller,
+    iss: Option<&str>,
+) -> Result<Completed, super::CredentialError> {
+    let link = broker
+        .consent(key, who, Some("binding-1".to_owned()))
+        .await?;
     let pending = broker.pending(&link.id).await?;
     let url = broker.authorize(&link.id, &pending.owner).await?;
     let query = query_of(&url);
     let mut back = format!("code=the-code&state={}", query["state"]);
     if let Some(iss) = iss {
-        back.push_str(&format!("&iss={}", iss.replace(':', "%3A").replace('/', "%2F")));
+        back.push_str(&format!(
+            "&iss={}",
+            iss.replace(':', "%3A").replace('/', "%2F")
+        ));
     }
     broker.callback(&back).await
 }

@@ -18,7 +18,11 @@ fn is_failed<T: std::fmt::Debug>(result: &Result<T, CredentialError>, text: &str
 }
 
 async fn forge(mock: &Mock, config: CredentialsSettings) -> Setup {
-    let up = upstream("forge", &format!("{}/mcp", mock.base), oauth(Identity::PerUser));
+    let up = upstream(
+        "forge",
+        &format!("{}/mcp", mock.base),
+        oauth(Identity::PerUser),
+    );
     setup(config, &[up], Arc::default())
 }
 
@@ -34,7 +38,10 @@ async fn a_wrong_reused_or_expired_state_is_refused() {
     let url = s.broker.authorize(&link.id, &alice.owner).await.unwrap();
     let back = format!("code=c&state={}&iss={}", query_of(&url)["state"], mock.base);
     assert!(s.broker.callback(&back).await.is_ok());
-    assert!(is_refused(&s.broker.callback(&back).await), "a state is used once");
+    assert!(
+        is_refused(&s.broker.callback(&back).await),
+        "a state is used once"
+    );
     assert_eq!(mock.grants("authorization_code").len(), 1);
 
     let mut short = settings();
@@ -44,15 +51,25 @@ async fn a_wrong_reused_or_expired_state_is_refused() {
     let url = s.broker.authorize(&link.id, &alice.owner).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let back = format!("code=c&state={}&iss={}", query_of(&url)["state"], mock.base);
-    assert!(is_refused(&s.broker.callback(&back).await), "an expired state");
-    assert!(is_refused(&s.broker.pending(&link.id).await), "an expired link");
+    assert!(
+        is_refused(&s.broker.callback(&back).await),
+        "an expired state"
+    );
+    assert!(
+        is_refused(&s.broker.pending(&link.id).await),
+        "an expired link"
+    );
 }
 
 #[tokio::test]
 async fn a_consent_is_authorized_only_for_its_owner() {
     let mock = Mock::start().await;
     let s = forge(&mock, settings()).await;
-    let link = s.broker.consent("forge", &caller("alice"), None).await.unwrap();
+    let link = s
+        .broker
+        .consent("forge", &caller("alice"), None)
+        .await
+        .unwrap();
     let other = s.broker.authorize(&link.id, &caller("mallory").owner).await;
     assert!(is_refused(&other), "{other:?}");
     assert!(is_refused(&s.broker.pending("no-such-consent").await));
@@ -64,14 +81,29 @@ async fn an_iss_that_is_not_the_issuer_exactly_is_refused() {
     let s = forge(&mock, settings()).await;
     let alice = caller("alice");
     let slash = format!("{}/", mock.base);
-    assert!(is_refused(&consent_through(&s.broker, "forge", &alice, Some(&slash)).await));
-    assert!(is_refused(&consent_through(&s.broker, "forge", &alice, Some("https://evil.example.com")).await));
-    assert!(is_refused(&consent_through(&s.broker, "forge", &alice, None).await), "advertised, missing");
-    assert!(mock.grants("authorization_code").is_empty(), "no code redeemed");
+    assert!(is_refused(
+        &consent_through(&s.broker, "forge", &alice, Some(&slash)).await
+    ));
+    assert!(is_refused(
+        &consent_through(&s.broker, "forge", &alice, Some("https://evil.example.com")).await
+    ));
+    assert!(
+        is_refused(&consent_through(&s.broker, "forge", &alice, None).await),
+        "advertised, missing"
+    );
+    assert!(
+        mock.grants("authorization_code").is_empty(),
+        "no code redeemed"
+    );
 
     mock.set(|k| k.iss_supported = false);
     let s = forge(&mock, settings()).await;
-    assert!(consent_through(&s.broker, "forge", &alice, None).await.is_ok(), "not advertised, absent");
+    assert!(
+        consent_through(&s.broker, "forge", &alice, None)
+            .await
+            .is_ok(),
+        "not advertised, absent"
+    );
     let wrong = consent_through(&s.broker, "forge", &alice, Some("https://evil.example.com")).await;
     assert!(is_refused(&wrong), "not advertised, present and wrong");
 }
@@ -116,14 +148,22 @@ async fn a_slow_or_absent_authorization_server_fails_within_the_timeout() {
     quick.timeout = Duration::from_millis(300);
     let s = forge(&mock, quick.clone()).await;
     let link = s.broker.consent("forge", &caller("a"), None).await.unwrap();
-    let bounded = tokio::time::timeout(Duration::from_secs(20), s.broker.authorize(&link.id, &caller("a").owner)).await;
+    let bounded = tokio::time::timeout(
+        Duration::from_secs(20),
+        s.broker.authorize(&link.id, &caller("a").owner),
+    )
+    .await;
     let result = bounded.expect("the broker gave up on its own");
     assert!(is_failed(&result, "did not answer in time"), "{result:?}");
 
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/mcp", closed.local_addr().unwrap());
     drop(closed);
-    let s = setup(quick, &[upstream("forge", &url, oauth(Identity::PerUser))], Arc::default());
+    let s = setup(
+        quick,
+        &[upstream("forge", &url, oauth(Identity::PerUser))],
+        Arc::default(),
+    );
     let link = s.broker.consent("forge", &caller("a"), None).await.unwrap();
     let result = s.broker.authorize(&link.id, &caller("a").owner).await;
     assert!(is_failed(&result, "could not be reached"), "{result:?}");
@@ -138,15 +178,23 @@ async fn a_refused_refresh_drops_the_grant_and_asks_for_consent() {
     });
     let s = forge(&mock, settings()).await;
     let alice = caller("alice");
-    consent_through(&s.broker, "forge", &alice, Some(&mock.base)).await.unwrap();
+    consent_through(&s.broker, "forge", &alice, Some(&mock.base))
+        .await
+        .unwrap();
     let result = s.broker.token("forge", &alice).await;
-    assert!(matches!(result, Err(CredentialError::ConsentNeeded { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(CredentialError::ConsentNeeded { .. })),
+        "{result:?}"
+    );
     assert!(s.store.get("forge", &alice.owner).await.unwrap().is_none());
     assert_eq!(s.seen.saw("refreshed:forge:false"), 1);
 }
 
 fn unauthorized() -> Rejection {
-    Rejection { status: 401, www_authenticate: Some(r#"Bearer error="invalid_token""#.to_owned()) }
+    Rejection {
+        status: 401,
+        www_authenticate: Some(r#"Bearer error="invalid_token""#.to_owned()),
+    }
 }
 
 #[tokio::test]
@@ -154,19 +202,37 @@ async fn a_401_is_answered_with_one_fresh_token_and_no_more() {
     let mock = Mock::start().await;
     let s = forge(&mock, settings()).await;
     let alice = caller("alice");
-    consent_through(&s.broker, "forge", &alice, Some(&mock.base)).await.unwrap();
+    consent_through(&s.broker, "forge", &alice, Some(&mock.base))
+        .await
+        .unwrap();
     let sent = s.broker.token("forge", &alice).await.unwrap();
-    let fresh = s.broker.rejected("forge", &alice, &sent, &unauthorized()).await.unwrap();
+    let fresh = s
+        .broker
+        .rejected("forge", &alice, &sent, &unauthorized())
+        .await
+        .unwrap();
     assert_ne!(fresh, sent);
-    let again = s.broker.rejected("forge", &alice, &fresh, &unauthorized()).await;
-    assert!(matches!(again, Err(CredentialError::ConsentNeeded { .. })), "{again:?}");
-    assert_eq!(mock.grants("refresh_token").len(), 1, "one refresh, not a loop");
+    let again = s
+        .broker
+        .rejected("forge", &alice, &fresh, &unauthorized())
+        .await;
+    assert!(
+        matches!(again, Err(CredentialError::ConsentNeeded { .. })),
+        "{again:?}"
+    );
+    assert_eq!(
+        mock.grants("refresh_token").len(),
+        1,
+        "one refresh, not a loop"
+    );
 }
 
 fn insufficient(scope: &str) -> Rejection {
     Rejection {
         status: 403,
-        www_authenticate: Some(format!(r#"Bearer error="insufficient_scope", scope="{scope}""#)),
+        www_authenticate: Some(format!(
+            r#"Bearer error="insufficient_scope", scope="{scope}""#
+        )),
     }
 }
 
@@ -175,9 +241,14 @@ async fn a_step_up_asks_for_the_union_of_scopes_and_is_not_repeated() {
     let mock = Mock::start().await;
     let s = forge(&mock, settings()).await;
     let alice = caller("alice");
-    consent_through(&s.broker, "forge", &alice, Some(&mock.base)).await.unwrap();
+    consent_through(&s.broker, "forge", &alice, Some(&mock.base))
+        .await
+        .unwrap();
     let sent = s.broker.token("forge", &alice).await.unwrap();
-    let result = s.broker.rejected("forge", &alice, &sent, &insufficient("write")).await;
+    let result = s
+        .broker
+        .rejected("forge", &alice, &sent, &insufficient("write"))
+        .await;
     let Err(CredentialError::ConsentNeeded { scopes, .. }) = result else {
         panic!("{result:?}");
     };
@@ -190,7 +261,10 @@ async fn a_step_up_asks_for_the_union_of_scopes_and_is_not_repeated() {
     s.broker.callback(&back).await.unwrap();
 
     let sent = s.broker.token("forge", &alice).await.unwrap();
-    let again = s.broker.rejected("forge", &alice, &sent, &insufficient("write")).await;
+    let again = s
+        .broker
+        .rejected("forge", &alice, &sent, &insufficient("write"))
+        .await;
     assert!(is_failed(&again, "granted already"), "{again:?}");
 }
 
@@ -199,14 +273,25 @@ async fn step_ups_stop_at_the_limit() {
     let mock = Mock::start().await;
     let s = forge(&mock, settings()).await;
     let alice = caller("alice");
-    consent_through(&s.broker, "forge", &alice, Some(&mock.base)).await.unwrap();
+    consent_through(&s.broker, "forge", &alice, Some(&mock.base))
+        .await
+        .unwrap();
     let sent = s.broker.token("forge", &alice).await.unwrap();
     for round in 0..3 {
         let scope = format!("s{round}");
-        let result = s.broker.rejected("forge", &alice, &sent, &insufficient(&scope)).await;
-        assert!(matches!(result, Err(CredentialError::ConsentNeeded { .. })), "{result:?}");
+        let result = s
+            .broker
+            .rejected("forge", &alice, &sent, &insufficient(&scope))
+            .await;
+        assert!(
+            matches!(result, Err(CredentialError::ConsentNeeded { .. })),
+            "{result:?}"
+        );
     }
-    let result = s.broker.rejected("forge", &alice, &sent, &insufficient("s9")).await;
+    let result = s
+        .broker
+        .rejected("forge", &alice, &sent, &insufficient("s9"))
+        .await;
     assert!(is_failed(&result, "not repeated"), "{result:?}");
 }
 
@@ -216,7 +301,9 @@ async fn a_moved_authorization_server_drops_the_grant_and_the_client() {
     let other = Mock::start().await;
     let s = forge(&upstream_mock, settings()).await;
     let alice = caller("alice");
-    consent_through(&s.broker, "forge", &alice, Some(&upstream_mock.base)).await.unwrap();
+    consent_through(&s.broker, "forge", &alice, Some(&upstream_mock.base))
+        .await
+        .unwrap();
     let sent = s.broker.token("forge", &alice).await.unwrap();
 
     upstream_mock.set(|k| k.names_issuer = Some(other.base.clone()));
@@ -224,13 +311,28 @@ async fn a_moved_authorization_server_drops_the_grant_and_the_client() {
         r#"Bearer resource_metadata="{}/.well-known/oauth-protected-resource/mcp""#,
         upstream_mock.base
     );
-    let rejection = Rejection { status: 401, www_authenticate: Some(challenge) };
+    let rejection = Rejection {
+        status: 401,
+        www_authenticate: Some(challenge),
+    };
     let result = s.broker.rejected("forge", &alice, &sent, &rejection).await;
-    assert!(matches!(result, Err(CredentialError::ConsentNeeded { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(CredentialError::ConsentNeeded { .. })),
+        "{result:?}"
+    );
     assert!(s.store.get("forge", &alice.owner).await.unwrap().is_none());
 
-    consent_through(&s.broker, "forge", &alice, Some(&other.base)).await.unwrap();
-    assert_eq!(other.seen("/register").len(), 1, "a new client at the new server");
-    assert_eq!(other.grants("authorization_code")[0].form()["client_id"], "dyn-1");
+    consent_through(&s.broker, "forge", &alice, Some(&other.base))
+        .await
+        .unwrap();
+    assert_eq!(
+        other.seen("/register").len(),
+        1,
+        "a new client at the new server"
+    );
+    assert_eq!(
+        other.grants("authorization_code")[0].form()["client_id"],
+        "dyn-1"
+    );
     assert_eq!(upstream_mock.grants("authorization_code").len(), 1);
 }
