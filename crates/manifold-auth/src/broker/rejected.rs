@@ -66,8 +66,8 @@ impl Inner {
         }
     }
 
-    /// Whether the resource metadata the challenge points to now names another
-    /// authorization server than the one the kept discovery found.
+    /// Whether the resource metadata (where the challenge points, else the well-known
+    /// locations) now names another authorization server than the one discovery found.
     async fn moved(&self, key: &str, upstream: &Upstream, challenge: &Challenge) -> bool {
         let configured = match &upstream.auth {
             UpstreamAuth::OAuth(o) => o.authorization_server.is_some(),
@@ -77,9 +77,6 @@ impl Inner {
         let Some(known) = self.cached_discovery(key).filter(|_| !configured) else {
             return false;
         };
-        if challenge.resource_metadata.is_none() {
-            return false;
-        }
         let Ok(url) = reqwest::Url::parse(&upstream.url) else {
             return false;
         };

@@ -153,14 +153,15 @@ pub async fn register(
         )));
     }
     let registered: Registered = parse_json(&answer, endpoint)?;
-    let method = match registered
-        .token_endpoint_auth_method
-        .as_deref()
-        .unwrap_or(method)
-    {
-        "client_secret_post" => AuthMethod::Post,
-        "client_secret_basic" => AuthMethod::Basic,
-        _ if registered.client_secret.is_some() => secret_method(metadata, true),
+    // The method the server registered, else the one asked for; one that needs a secret
+    // without a secret given is a public client's.
+    let registered_method = registered.token_endpoint_auth_method.as_deref();
+    let method = match (
+        registered_method.unwrap_or(method),
+        &registered.client_secret,
+    ) {
+        ("client_secret_post", Some(_)) => AuthMethod::Post,
+        ("client_secret_basic", Some(_)) => AuthMethod::Basic,
         _ => AuthMethod::None,
     };
     Ok(ClientIdentity {

@@ -240,10 +240,17 @@ fn route(base: &str, request: &Request, knobs: &mut Knobs) -> Answer {
         }
         ("POST", "/register") => {
             knobs.issued += 1;
-            json(
-                201,
-                serde_json::json!({"client_id": format!("dyn-{}", knobs.issued), "token_endpoint_auth_method": "none"}),
-            )
+            let client_id = format!("dyn-{}", knobs.issued);
+            match knobs.auth_methods.first() {
+                Some(method) if !knobs.auth_methods.contains(&"none") => json(
+                    201,
+                    serde_json::json!({"client_id": client_id, "client_secret": "dyn-secret", "token_endpoint_auth_method": method}),
+                ),
+                _ => json(
+                    201,
+                    serde_json::json!({"client_id": client_id, "token_endpoint_auth_method": "none"}),
+                ),
+            }
         }
         ("POST", "/token") => token(request, knobs),
         _ => not_found(),

@@ -191,6 +191,34 @@ async fn a_pre_registered_client_authenticates_as_the_metadata_prefers() {
 }
 
 #[tokio::test]
+async fn a_registered_client_authenticates_as_the_server_registered_it() {
+    for (method, basic) in [("client_secret_basic", true), ("client_secret_post", false)] {
+        let mock = Mock::start().await;
+        mock.set(|k| k.auth_methods = vec![method]);
+        let up = upstream(
+            "forge",
+            &format!("{}/mcp", mock.base),
+            oauth(Identity::PerUser),
+        );
+        let s = setup(settings(), &[up], Arc::default());
+        consent_through(&s.broker, "forge", &caller("a"), Some(&mock.base))
+            .await
+            .unwrap();
+        let request = &mock.grants("authorization_code")[0];
+        let sent_basic = request.headers.get("authorization").is_some();
+        assert_eq!(sent_basic, basic, "{method}");
+        assert_eq!(
+            request.form().get("client_secret").is_some(),
+            !basic,
+            "{method}"
+        );
+        let asked: serde_json::Value =
+            serde_json::from_str(&mock.seen("/register")[0].body).unwrap();
+        assert_eq!(asked["token_endpoint_auth_method"], method);
+    }
+}
+
+#[tokio::test]
 async fn a_server_without_metadata_gets_the_2025_03_26_endpoints() {
     let mock = Mock::start().await;
     mock.set(|k| {
