@@ -239,6 +239,10 @@ impl Inner {
         let owner =
             Owner::from_hex(&record.owner).ok_or_else(|| refused("a state record is damaged"))?;
         let key = record.upstream.as_str();
+        // An upstream removed (or changed to another mode) since keeps no new grant.
+        if !matches!(self.upstream(key)?.auth, UpstreamAuth::OAuth(_)) {
+            return Err(refused(format!("{key:?} is not authorized in a browser")));
+        }
         let redeemed = token::request(
             &self.http,
             &Endpoint {

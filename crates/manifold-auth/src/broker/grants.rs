@@ -231,9 +231,12 @@ impl Inner {
                 principal,
                 ..
             } => {
-                let mut grant = self
+                // Tokens obtained without a browser are counted as refreshes, renewed or not.
+                let obtained = self
                     .obtain(key, &upstream, subject.as_deref(), scopes.as_deref())
-                    .await?;
+                    .await;
+                self.observe.refreshed(key, obtained.is_ok());
+                let mut grant = obtained?;
                 grant.principal.clone_from(principal);
                 grant
             }

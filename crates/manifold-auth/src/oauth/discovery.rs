@@ -5,7 +5,7 @@
 use reqwest::{header, Url};
 use serde::Deserialize;
 
-use super::{get_json, send, Challenge, OAuthError};
+use super::{get_json, Challenge, OAuthError};
 
 /// RFC 9728 protected resource metadata (the fields a client uses).
 #[derive(Clone, Debug, Deserialize)]
@@ -85,11 +85,17 @@ pub async fn probe(
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .body(r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#);
-    let answer = send(request, upstream).await?;
-    Ok(answer
-        .www_authenticate
-        .as_deref()
-        .filter(|_| answer.status.as_u16() == 401 || answer.status.as_u16() == 403)
+    // Only the status and the header are read: an upstream that answers with a stream
+    // (no token needed after all) is not waited on.
+    let response = request.send().await.map_err(|_| {
+        OAuthError::Unreachable(format!("{upstream} could not be asked for its challenge"))
+    })?;
+    let refused = matches!(response.status().as_u16(), 401 | 403);
+    Ok(response
+        .headers()
+        .get(header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| refused)
         .and_then(Challenge::parse))
 }
 

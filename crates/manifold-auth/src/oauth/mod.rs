@@ -144,9 +144,13 @@ pub fn parse_json<T: DeserializeOwned>(answer: &Answer, what: &str) -> Result<T,
         } else if answer.content_type.is_empty() {
             "a body that is not JSON".to_owned()
         } else {
+            // serde's own text may quote a value from the body: only where it broke is told.
             format!(
-                "{} that is not the expected JSON ({e})",
-                answer.content_type
+                "{} that is not the expected JSON ({:?} error at line {}, column {})",
+                answer.content_type,
+                e.classify(),
+                e.line(),
+                e.column()
             )
         };
         OAuthError::Invalid(format!(
@@ -162,4 +166,39 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(content_type: &str, body: &str) -> Answer {
+        Answer {
+            status: StatusCode::OK,
+            content_type: content_type.to_owned(),
+            www_authenticate: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Token {
+        access_token: u64,
+    }
+
+    #[test]
+    fn a_body_of_the_wrong_shape_is_named_without_quoting_it() {
+        let wrong = answer("application/json", r#"{"access_token":"s3cret-value"}"#);
+        let error = parse_json::<Token>(&wrong, "https://as/token")
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains("https://as/token"), "{error}");
+        let html = answer("text/html; charset=utf-8", "<html>");
+        let error = parse_json::<Token>(&html, "https://as/token")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("an HTML page (status 200)"), "{error}");
+    }
 }

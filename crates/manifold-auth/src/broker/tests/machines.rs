@@ -52,6 +52,7 @@ async fn client_credentials_are_obtained_once_cached_and_stepped_up() {
     );
     let requests = mock.grants("client_credentials");
     assert_eq!(requests.len(), 1);
+    assert_eq!(s.seen.saw("refreshed:ci:true"), 1, "obtained, counted");
     let basic = format!("Basic {}", STANDARD.encode("ci:s3cret"));
     assert_eq!(requests[0].headers["authorization"], basic);
     assert_eq!(requests[0].form()["scope"], "read");

@@ -62,6 +62,20 @@ async fn a_wrong_reused_or_expired_state_is_refused() {
 }
 
 #[tokio::test]
+async fn a_callback_for_an_upstream_removed_meanwhile_keeps_nothing() {
+    let mock = Mock::start().await;
+    let s = forge(&mock, settings()).await;
+    let alice = caller("alice");
+    let link = s.broker.consent("forge", &alice, None).await.unwrap();
+    let url = s.broker.authorize(&link.id, &alice.owner).await.unwrap();
+    s.broker.set_upstreams(&[]).await;
+    let back = format!("code=c&state={}&iss={}", query_of(&url)["state"], mock.base);
+    assert!(is_refused(&s.broker.callback(&back).await));
+    assert!(s.store.list().await.unwrap().is_empty());
+    assert!(mock.grants("authorization_code").is_empty());
+}
+
+#[tokio::test]
 async fn a_consent_is_authorized_only_for_its_owner() {
     let mock = Mock::start().await;
     let s = forge(&mock, settings()).await;
