@@ -12,6 +12,7 @@
 //! MCP specification forbids); token exchange trades it for one meant for the upstream.
 
 pub mod broker;
+pub mod oauth;
 // The seam's listing returns (upstream, owner, grant) triples, spelled out on purpose.
 #[allow(clippy::type_complexity)]
 pub mod store;

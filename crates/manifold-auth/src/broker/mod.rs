@@ -1,8 +1,20 @@
 //! The credential broker: what a connection to an upstream sends, for whom, and how a caller
 //! who has nothing usable yet is sent to authorize.
 //!
-//! CONTRACT (to be implemented): the types and signatures below are what the rest of
-//! Manifold uses; bodies are filled in by the broker's implementation.
+//! Its rules: a token is refreshed `refresh_before` ahead of expiry, once per (upstream,
+//! owner) in this process and, with a shared store, once across replicas; a refresh the
+//! authorization server refuses drops the grant and asks for consent; a 401 is answered with
+//! one fresh token and no more; a step-up asks for the union of the granted and the
+//! challenged scopes, and is not repeated for scopes already granted; a client registered at
+//! one authorization server is never used at another.
+
+mod consent;
+mod grants;
+mod inner;
+mod machines;
+mod rejected;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,6 +22,7 @@ use std::sync::Arc;
 use manifold_config::{CredentialsSettings, UpstreamAuth, UpstreamConfig};
 
 use crate::store::{Owner, TokenStore};
+use inner::Inner;
 
 /// Who a request to an upstream is made for.
 #[derive(Clone)]
@@ -144,11 +157,9 @@ pub trait Observe: Send + Sync {
 
 /// Every upstream credential, shared behind an `Arc`.
 pub struct Broker {
-    _settings: CredentialsSettings,
-    _store: Arc<dyn TokenStore>,
+    inner: Arc<Inner>,
 }
 
-#[allow(clippy::todo, unused_variables)]
 impl Broker {
     pub fn new(
         settings: CredentialsSettings,
@@ -156,34 +167,36 @@ impl Broker {
         store: Arc<dyn TokenStore>,
         observe: Arc<dyn Observe>,
     ) -> Arc<Self> {
-        todo!()
+        Arc::new(Self {
+            inner: Arc::new(Inner::new(settings, upstreams, store, observe)),
+        })
     }
 
     /// A reload: the upstreams' auth from now on; the tokens of upstreams that are gone (or
     /// no longer have an `auth`) are dropped. Returns the keys whose tokens were dropped.
     pub async fn set_upstreams(&self, upstreams: &[UpstreamConfig]) -> Vec<String> {
-        todo!()
+        self.inner.set_upstreams(upstreams).await
     }
 
     /// Where browsers reach Manifold, when `public_url` is not configured: the listener's
     /// address once it is bound (`http://127.0.0.1:PORT`).
     pub fn set_base_url(&self, url: &str) {
-        todo!()
+        self.inner.set_base_url(url);
     }
 
     pub fn auth_of(&self, upstream: &str) -> Option<UpstreamAuth> {
-        todo!()
+        self.inner.upstream(upstream).ok().map(|u| u.auth)
     }
 
     /// The access token to send to `upstream` for `caller` (the shared one for a shared
     /// identity or client credentials): kept, refreshed or exchanged as needed.
     pub async fn token(&self, upstream: &str, caller: &Caller) -> Result<String, CredentialError> {
-        todo!()
+        self.inner.token(upstream, caller).await
     }
 
     /// Whether a usable token (or the means to get one without a browser) is there.
     pub async fn ready(&self, upstream: &str, caller: &Caller) -> bool {
-        todo!()
+        self.inner.ready(upstream, caller).await
     }
 
     /// The upstream refused `sent`: a fresh token to try once more, or why there is none.
@@ -194,7 +207,7 @@ impl Broker {
         sent: &str,
         rejection: &Rejection,
     ) -> Result<String, CredentialError> {
-        todo!()
+        self.inner.rejected(upstream, caller, sent, rejection).await
     }
 
     /// Starts a consent for `caller` at `upstream`; `binding` is returned with its
@@ -205,31 +218,31 @@ impl Broker {
         caller: &Caller,
         binding: Option<String>,
     ) -> Result<ConsentLink, CredentialError> {
-        todo!()
+        self.inner.consent(upstream, caller, binding).await
     }
 
     /// The consent behind a link the browser opened.
     pub async fn pending(&self, id: &str) -> Result<PendingConsent, CredentialError> {
-        todo!()
+        self.inner.pending(id).await
     }
 
     /// The browser user proved to be `owner`: where to send them (the authorization
     /// server's authorization endpoint, with PKCE, state, resource and scopes).
     pub async fn authorize(&self, id: &str, owner: &Owner) -> Result<String, CredentialError> {
-        todo!()
+        self.inner.authorize(id, owner).await
     }
 
     /// The authorization server's redirect (`query`: the callback's query string): checks
     /// state (single use, unexpired) and `iss`, redeems the code, keeps the grant.
     pub async fn callback(&self, query: &str) -> Result<Completed, CredentialError> {
-        todo!()
+        self.inner.callback(query).await
     }
 
     pub async fn connections(
         &self,
         owner: Option<&Owner>,
     ) -> Result<Vec<ConnectionInfo>, CredentialError> {
-        todo!()
+        self.inner.connections(owner).await
     }
 
     pub async fn revoke(
@@ -237,12 +250,12 @@ impl Broker {
         upstream: Option<&str>,
         owner: &Owner,
     ) -> Result<usize, CredentialError> {
-        todo!()
+        self.inner.revoke(upstream, owner).await
     }
 
     /// Manifold's own Client ID Metadata Document (JSON text), served at
     /// `{public_url}/oauth/client.json` when `public_url` is https.
     pub fn client_metadata(&self) -> Option<String> {
-        todo!()
+        self.inner.client_metadata()
     }
 }
