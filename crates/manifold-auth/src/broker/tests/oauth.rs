@@ -218,6 +218,65 @@ async fn a_registered_client_authenticates_as_the_server_registered_it() {
     }
 }
 
+/// The metadata locations the specification names, each tried in its order: the resource
+/// metadata named by the challenge or at the path-aware well-known location (the root one
+/// never asked when that answers), then at the root; the authorization server's metadata
+/// for an issuer with a path, at each of its three locations.
+#[tokio::test]
+async fn discovery_finds_metadata_at_each_location_in_order() {
+    let variants: [(&str, bool, &str, &str); 4] = [
+        (
+            "/.well-known/oauth-protected-resource/mcp",
+            true,
+            "/.well-known/oauth-authorization-server",
+            "",
+        ),
+        (
+            "/.well-known/oauth-protected-resource/mcp",
+            false,
+            "/.well-known/openid-configuration",
+            "",
+        ),
+        (
+            "/.well-known/oauth-protected-resource",
+            false,
+            "/.well-known/oauth-authorization-server/tenant1",
+            "/tenant1",
+        ),
+        (
+            "/custom/metadata/location.json",
+            true,
+            "/tenant1/.well-known/openid-configuration",
+            "/tenant1",
+        ),
+    ];
+    for (prm_path, prm_in_challenge, metadata_path, issuer_path) in variants {
+        let mock = Mock::start().await;
+        mock.set(|k| {
+            k.prm_path = prm_path;
+            k.prm_in_challenge = prm_in_challenge;
+            k.metadata_path = metadata_path;
+            k.issuer_path = issuer_path;
+        });
+        let up = upstream(
+            "forge",
+            &format!("{}/mcp", mock.base),
+            oauth(Identity::PerUser),
+        );
+        let s = setup(settings(), &[up], Arc::default());
+        let issuer = format!("{}{issuer_path}", mock.base);
+        let done = consent_through(&s.broker, "forge", &caller("a"), Some(&issuer)).await;
+        assert!(done.is_ok(), "{prm_path} {metadata_path}: {done:?}");
+        if prm_path.ends_with("/mcp") {
+            assert!(
+                mock.seen("/.well-known/oauth-protected-resource")
+                    .is_empty(),
+                "{prm_path}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_server_without_metadata_gets_the_2025_03_26_endpoints() {
     let mock = Mock::start().await;
