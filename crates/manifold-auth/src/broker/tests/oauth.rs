@@ -435,3 +435,40 @@ async fn connections_are_listed_revoked_and_dropped_with_their_upstream() {
     assert!(s.broker.auth_of("forge").is_none());
     assert!(s.broker.connections(None).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_dynamic_registration_is_kept_for_other_replicas_and_restarts() {
+    let mock = Mock::start().await;
+    let store = TestStore::shared();
+    let up = upstream(
+        "forge",
+        &format!("{}/mcp", mock.base),
+        oauth(Identity::PerUser),
+    );
+    let one = setup(settings(), std::slice::from_ref(&up), Arc::clone(&store));
+    let alice = caller("alice");
+    consent_through(&one.broker, "forge", &alice, Some(&mock.base))
+        .await
+        .unwrap();
+    let mut grant = store.get("forge", &alice.owner).await.unwrap().unwrap();
+    grant.expires_at_ms = Some(now_ms() + 10_000);
+    store.put("forge", &alice.owner, &grant).await.unwrap();
+
+    let two = setup(settings(), &[up], Arc::clone(&store));
+    let refreshed = two.broker.token("forge", &alice).await.unwrap();
+    assert_ne!(refreshed, grant.access_token);
+    assert_eq!(mock.seen("/register").len(), 1, "registered once");
+    assert_eq!(mock.grants("refresh_token")[0].form()["client_id"], "dyn-1");
+    let link = two
+        .broker
+        .consent("forge", &caller("bob"), None)
+        .await
+        .unwrap();
+    let url = two
+        .broker
+        .authorize(&link.id, &caller("bob").owner)
+        .await
+        .unwrap();
+    assert_eq!(query_of(&url)["client_id"], "dyn-1");
+    assert_eq!(mock.seen("/register").len(), 1);
+}
