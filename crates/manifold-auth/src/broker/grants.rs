@@ -276,7 +276,7 @@ impl Inner {
         let found = self
             .discovery(key, upstream, settings.authorization_server.as_deref())
             .await?;
-        let client = self.client_of(key, &settings.client, &found, &grant);
+        let client = self.client_of(key, &settings.client, &found, &grant).await;
         let (Some(client), true) = (
             client,
             grant.issuer.as_deref() == Some(found.issuer.as_str()),

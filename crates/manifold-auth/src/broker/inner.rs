@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::future::{BoxFuture, Shared};
-use manifold_config::{CredentialsSettings, Identity, Transport, UpstreamAuth, UpstreamConfig};
+use manifold_config::{
+    ClientSettings, CredentialsSettings, Identity, Transport, UpstreamAuth, UpstreamConfig,
+};
 
 use super::{Caller, ConnectionInfo, CredentialError, Observe};
 use crate::oauth::client::{self, ClientIdentity};
@@ -69,6 +71,14 @@ fn auth_upstreams(upstreams: &[UpstreamConfig]) -> HashMap<String, Upstream> {
             Transport::Stdio(_) => None,
         })
         .collect()
+}
+
+/// How long a dynamic registration is kept in the store.
+const REGISTRATION_KEPT: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Where a dynamic registration is kept: per upstream and authorization server.
+fn client_key(upstream: &str, issuer: &str) -> String {
+    format!("client:{upstream}:{issuer}")
 }
 
 pub(super) fn store_failed(error: StoreError) -> CredentialError {
@@ -271,69 +281,104 @@ impl Inner {
         Ok(found)
     }
 
-    /// Manifold's client at the server `found` names, registered once per server.
+    /// Manifold's client at the server `found` names: configured, else registered once per
+    /// (upstream, server) and kept in the store, where other replicas and a restart find it.
     pub async fn client(
         &self,
         key: &str,
-        settings: &manifold_config::ClientSettings,
+        settings: &ClientSettings,
         found: &Discovered,
         redirect_uri: &str,
     ) -> Result<ClientIdentity, CredentialError> {
-        let slot = (key.to_owned(), found.issuer.clone());
-        if let Some(client) = locked(&self.clients).get(&slot).cloned() {
+        let own = self.own_document();
+        if let Some(client) = client::configured(settings, own.as_deref(), &found.metadata) {
             return Ok(client);
         }
-        let own = self.own_document();
-        let client = client::select(
-            &self.http,
-            settings,
-            own.as_deref(),
-            &found.metadata,
-            redirect_uri,
-        )
-        .await
-        .map_err(|e| failed(key, e))?;
-        locked(&self.clients).insert(slot, client.clone());
+        if let Some(client) = self.registered(key, &found.issuer).await {
+            return Ok(client);
+        }
+        let endpoint = match (
+            &found.metadata.registration_endpoint,
+            settings.dynamic_registration,
+        ) {
+            (Some(endpoint), true) => endpoint,
+            _ => {
+                return Err(failed(
+                    key,
+                    OAuthError::Invalid(format!(
+                        "no client for {}: it supports neither a client metadata document \
+                         Manifold has nor dynamic registration, and no client_id is configured",
+                        found.issuer
+                    )),
+                ))
+            }
+        };
+        let client = client::register(&self.http, endpoint, &found.metadata, redirect_uri)
+            .await
+            .map_err(|e| failed(key, e))?;
+        self.keep_registration(key, &found.issuer, &client).await;
         Ok(client)
     }
 
-    /// The client a kept grant was issued to, for its refresh: the cached one when it is that
-    /// client, else what the configuration says of it.
-    pub fn client_of(
+    async fn keep_registration(&self, key: &str, issuer: &str, client: &ClientIdentity) {
+        let slot = (key.to_owned(), issuer.to_owned());
+        locked(&self.clients).insert(slot, client.clone());
+        let Ok(bytes) = serde_json::to_vec(client) else {
+            return;
+        };
+        let place = client_key(key, issuer);
+        if let Err(e) = self.store.put_once(&place, &bytes, REGISTRATION_KEPT).await {
+            tracing::warn!(upstream = %key, error = %e, "a client registration could not be kept");
+        }
+    }
+
+    /// The client registered for (upstream, issuer): this process's, else the store's.
+    async fn registered(&self, key: &str, issuer: &str) -> Option<ClientIdentity> {
+        let slot = (key.to_owned(), issuer.to_owned());
+        if let Some(client) = locked(&self.clients).get(&slot).cloned() {
+            return Some(client);
+        }
+        let bytes = self
+            .store
+            .peek_once(&client_key(key, issuer))
+            .await
+            .ok()??;
+        let client: ClientIdentity = serde_json::from_slice(&bytes).ok()?;
+        locked(&self.clients).insert(slot, client.clone());
+        Some(client)
+    }
+
+    /// The client a kept grant was issued to, for its refresh: the configured one, or the one
+    /// registered at that server, when it is that client.
+    pub async fn client_of(
         &self,
         key: &str,
-        settings: &manifold_config::ClientSettings,
+        settings: &ClientSettings,
         found: &Discovered,
         grant: &Grant,
     ) -> Option<ClientIdentity> {
         let granted_to = grant.client_id.as_deref()?;
-        let slot = (key.to_owned(), found.issuer.clone());
-        if let Some(client) = locked(&self.clients)
-            .get(&slot)
-            .filter(|c| c.client_id == granted_to)
-        {
-            return Some(client.clone());
-        }
         if settings.client_id.as_deref() == Some(granted_to) {
-            let secret = settings
-                .client_secret
-                .as_ref()
-                .map(|s| s.expose().to_owned());
-            return Some(ClientIdentity {
-                client_id: granted_to.to_owned(),
-                method: client::secret_method(&found.metadata, secret.is_some()),
-                client_secret: secret,
-            });
+            return Some(client::pre_registered(
+                granted_to,
+                settings,
+                &found.metadata,
+            ));
         }
         let document = settings
             .metadata_url
             .clone()
             .or_else(|| self.own_document());
-        (document.as_deref() == Some(granted_to)).then(|| ClientIdentity {
-            client_id: granted_to.to_owned(),
-            client_secret: None,
-            method: client::AuthMethod::None,
-        })
+        if document.as_deref() == Some(granted_to) {
+            return Some(ClientIdentity {
+                client_id: granted_to.to_owned(),
+                client_secret: None,
+                method: client::AuthMethod::None,
+            });
+        }
+        self.registered(key, &found.issuer)
+            .await
+            .filter(|c| c.client_id == granted_to)
     }
 
     pub async fn connections(

@@ -58,10 +58,12 @@ impl Inner {
                 self.step_up(key, &upstream, caller, owner, sent, &challenge)
                     .await
             }
-            401 | 403 => self.unauthorized(key, &upstream, caller, owner, sent).await,
+            401 => self.unauthorized(key, &upstream, caller, owner, sent).await,
+            // A 403 that asks for no scope forbids what was asked: another token would not
+            // change that.
             status => Err(CredentialError::Failed {
                 upstream: key.to_owned(),
-                reason: format!("the upstream answered status {status}"),
+                reason: format!("the upstream refused the request with status {status}"),
             }),
         }
     }

@@ -57,16 +57,14 @@ pub fn secret_method(metadata: &AuthServerMetadata, has_secret: bool) -> AuthMet
     }
 }
 
-/// Manifold's client at an authorization server, in this order: an operator-hosted Client
-/// ID Metadata Document, the pre-registered client, Manifold's own document, dynamic
-/// registration.
-pub async fn select(
-    http: &reqwest::Client,
+/// Manifold's client at an authorization server when it needs no registration, in this
+/// order: an operator-hosted Client ID Metadata Document, the pre-registered client,
+/// Manifold's own document. `None`: dynamic registration is what is left.
+pub fn configured(
     settings: &ClientSettings,
     own_document: Option<&str>,
     metadata: &AuthServerMetadata,
-    redirect_uri: &str,
-) -> Result<ClientIdentity, OAuthError> {
+) -> Option<ClientIdentity> {
     let document = |url: &str| ClientIdentity {
         client_id: url.to_owned(),
         client_secret: None,
@@ -74,32 +72,28 @@ pub async fn select(
     };
     let cimd = metadata.client_id_metadata_document_supported;
     if let (true, Some(url)) = (cimd, settings.metadata_url.as_deref()) {
-        return Ok(document(url));
+        return Some(document(url));
     }
     if let Some(client_id) = &settings.client_id {
-        let secret = settings
-            .client_secret
-            .as_ref()
-            .map(|s| s.expose().to_owned());
-        return Ok(ClientIdentity {
-            client_id: client_id.clone(),
-            method: secret_method(metadata, secret.is_some()),
-            client_secret: secret,
-        });
+        return Some(pre_registered(client_id, settings, metadata));
     }
-    if let (true, Some(url)) = (cimd, own_document) {
-        return Ok(document(url));
-    }
-    match (
-        &metadata.registration_endpoint,
-        settings.dynamic_registration,
-    ) {
-        (Some(endpoint), true) => register(http, endpoint, metadata, redirect_uri).await,
-        _ => Err(OAuthError::Invalid(format!(
-            "no client for {}: it supports neither a client metadata document Manifold has \
-             nor dynamic registration, and no client_id is configured",
-            metadata.issuer
-        ))),
+    own_document.filter(|_| cimd).map(document)
+}
+
+/// The pre-registered client, authenticating as the server's metadata prefers.
+pub fn pre_registered(
+    client_id: &str,
+    settings: &ClientSettings,
+    metadata: &AuthServerMetadata,
+) -> ClientIdentity {
+    let secret = settings
+        .client_secret
+        .as_ref()
+        .map(|s| s.expose().to_owned());
+    ClientIdentity {
+        client_id: client_id.to_owned(),
+        method: secret_method(metadata, secret.is_some()),
+        client_secret: secret,
     }
 }
 

@@ -208,3 +208,33 @@ async fn identity_assertion_gets_an_id_jag_then_redeems_it() {
         format!("Basic {}", STANDARD.encode("crm-client:crm-secret"))
     );
 }
+
+#[tokio::test]
+async fn a_failure_names_no_secret() {
+    let mock = Mock::start().await;
+    mock.set(|k| k.html_tokens = true);
+    let up = upstream(
+        "ci",
+        &format!("{}/mcp", mock.base),
+        client_credentials(Some("s3cret"), None),
+    );
+    let s = setup(settings(), &[up], Arc::default());
+    let exchange = Caller::new(
+        Arc::from("eng"),
+        Arc::from("jwt:i#a"),
+        Some(Arc::from("caller-jwt")),
+    );
+    let error = s.broker.token("ci", &exchange).await.unwrap_err();
+    for shown in [
+        error.to_string(),
+        format!("{error:?}"),
+        format!("{exchange:?}"),
+    ] {
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("caller-jwt"),
+            "{shown}"
+        );
+    }
+    assert!(error.to_string().contains("an HTML page"), "{error}");
+    assert_eq!(s.seen.saw("refreshed:ci:false"), 1);
+}

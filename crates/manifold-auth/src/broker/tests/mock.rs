@@ -34,7 +34,13 @@ pub struct Knobs {
     /// `resource` in the resource metadata (default: `{base}/mcp`).
     pub resource: Option<String>,
     pub resource_metadata: bool,
+    /// Where the resource metadata is, and whether the challenge names it.
+    pub prm_path: &'static str,
+    pub prm_in_challenge: bool,
     pub as_metadata: bool,
+    /// Where the authorization server's metadata is, and the path of its issuer.
+    pub metadata_path: &'static str,
+    pub issuer_path: &'static str,
     pub metadata_issuer: Option<String>,
     pub pkce: bool,
     pub iss_supported: bool,
@@ -55,7 +61,11 @@ impl Default for Knobs {
             names_issuer: None,
             resource: None,
             resource_metadata: true,
+            prm_path: "/.well-known/oauth-protected-resource/mcp",
+            prm_in_challenge: true,
             as_metadata: true,
+            metadata_path: "/.well-known/oauth-authorization-server",
+            issuer_path: "",
             metadata_issuer: None,
             pkce: true,
             iss_supported: true,
@@ -197,11 +207,17 @@ async fn read_request(stream: &mut BufReader<tokio::net::TcpStream>) -> Option<R
 
 fn route(base: &str, request: &Request, knobs: &mut Knobs) -> Answer {
     let not_found = || json(404, serde_json::json!({}));
+    let issuer = format!("{base}{}", knobs.issuer_path);
+    let path = request.path.as_str();
     match (request.method.as_str(), request.path.as_str()) {
         ("POST", "/mcp") => {
-            let mut challenge = format!(
-                r#"Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/mcp""#
-            );
+            let mut challenge = "Bearer error=\"invalid_token\"".to_owned();
+            if knobs.prm_in_challenge {
+                challenge.push_str(&format!(
+                    r#", resource_metadata="{base}{}""#,
+                    knobs.prm_path
+                ));
+            }
             if let Some(scope) = knobs.challenge_scope {
                 challenge.push_str(&format!(r#", scope="{scope}""#));
             }
@@ -211,17 +227,17 @@ fn route(base: &str, request: &Request, knobs: &mut Knobs) -> Answer {
                 .push(("www-authenticate".to_owned(), challenge));
             answer
         }
-        ("GET", "/.well-known/oauth-protected-resource/mcp") if knobs.resource_metadata => json(
+        ("GET", _) if knobs.resource_metadata && path == knobs.prm_path => json(
             200,
             serde_json::json!({
                 "resource": knobs.resource.clone().unwrap_or_else(|| format!("{base}/mcp")),
-                "authorization_servers": [knobs.names_issuer.clone().unwrap_or_else(|| base.to_owned())],
+                "authorization_servers": [knobs.names_issuer.clone().unwrap_or_else(|| issuer.clone())],
                 "scopes_supported": ["read", "write"],
             }),
         ),
-        ("GET", "/.well-known/oauth-authorization-server") if knobs.as_metadata => {
+        ("GET", _) if knobs.as_metadata && path == knobs.metadata_path => {
             let mut metadata = serde_json::json!({
-                "issuer": knobs.metadata_issuer.clone().unwrap_or_else(|| base.to_owned()),
+                "issuer": knobs.metadata_issuer.clone().unwrap_or_else(|| issuer.clone()),
                 "authorization_endpoint": format!("{base}/authorize"),
                 "token_endpoint": format!("{base}/token"),
                 "registration_endpoint": format!("{base}/register"),

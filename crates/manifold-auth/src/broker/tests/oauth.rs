@@ -218,6 +218,65 @@ async fn a_registered_client_authenticates_as_the_server_registered_it() {
     }
 }
 
+/// The metadata locations the specification names, each tried in its order: the resource
+/// metadata named by the challenge or at the path-aware well-known location (the root one
+/// never asked when that answers), then at the root; the authorization server's metadata
+/// for an issuer with a path, at each of its three locations.
+#[tokio::test]
+async fn discovery_finds_metadata_at_each_location_in_order() {
+    let variants: [(&str, bool, &str, &str); 4] = [
+        (
+            "/.well-known/oauth-protected-resource/mcp",
+            true,
+            "/.well-known/oauth-authorization-server",
+            "",
+        ),
+        (
+            "/.well-known/oauth-protected-resource/mcp",
+            false,
+            "/.well-known/openid-configuration",
+            "",
+        ),
+        (
+            "/.well-known/oauth-protected-resource",
+            false,
+            "/.well-known/oauth-authorization-server/tenant1",
+            "/tenant1",
+        ),
+        (
+            "/custom/metadata/location.json",
+            true,
+            "/tenant1/.well-known/openid-configuration",
+            "/tenant1",
+        ),
+    ];
+    for (prm_path, prm_in_challenge, metadata_path, issuer_path) in variants {
+        let mock = Mock::start().await;
+        mock.set(|k| {
+            k.prm_path = prm_path;
+            k.prm_in_challenge = prm_in_challenge;
+            k.metadata_path = metadata_path;
+            k.issuer_path = issuer_path;
+        });
+        let up = upstream(
+            "forge",
+            &format!("{}/mcp", mock.base),
+            oauth(Identity::PerUser),
+        );
+        let s = setup(settings(), &[up], Arc::default());
+        let issuer = format!("{}{issuer_path}", mock.base);
+        let done = consent_through(&s.broker, "forge", &caller("a"), Some(&issuer)).await;
+        assert!(done.is_ok(), "{prm_path} {metadata_path}: {done:?}");
+        if prm_path.ends_with("/mcp") {
+            assert!(
+                mock.seen("/.well-known/oauth-protected-resource")
+                    .is_empty(),
+                "{prm_path}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_server_without_metadata_gets_the_2025_03_26_endpoints() {
     let mock = Mock::start().await;
@@ -375,4 +434,41 @@ async fn connections_are_listed_revoked_and_dropped_with_their_upstream() {
     assert_eq!(s.broker.set_upstreams(&[]).await, ["forge"]);
     assert!(s.broker.auth_of("forge").is_none());
     assert!(s.broker.connections(None).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_dynamic_registration_is_kept_for_other_replicas_and_restarts() {
+    let mock = Mock::start().await;
+    let store = TestStore::shared();
+    let up = upstream(
+        "forge",
+        &format!("{}/mcp", mock.base),
+        oauth(Identity::PerUser),
+    );
+    let one = setup(settings(), std::slice::from_ref(&up), Arc::clone(&store));
+    let alice = caller("alice");
+    consent_through(&one.broker, "forge", &alice, Some(&mock.base))
+        .await
+        .unwrap();
+    let mut grant = store.get("forge", &alice.owner).await.unwrap().unwrap();
+    grant.expires_at_ms = Some(now_ms() + 10_000);
+    store.put("forge", &alice.owner, &grant).await.unwrap();
+
+    let two = setup(settings(), &[up], Arc::clone(&store));
+    let refreshed = two.broker.token("forge", &alice).await.unwrap();
+    assert_ne!(refreshed, grant.access_token);
+    assert_eq!(mock.seen("/register").len(), 1, "registered once");
+    assert_eq!(mock.grants("refresh_token")[0].form()["client_id"], "dyn-1");
+    let link = two
+        .broker
+        .consent("forge", &caller("bob"), None)
+        .await
+        .unwrap();
+    let url = two
+        .broker
+        .authorize(&link.id, &caller("bob").owner)
+        .await
+        .unwrap();
+    assert_eq!(query_of(&url)["client_id"], "dyn-1");
+    assert_eq!(mock.seen("/register").len(), 1);
 }

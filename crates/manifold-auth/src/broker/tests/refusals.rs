@@ -241,6 +241,29 @@ async fn a_401_is_answered_with_one_fresh_token_and_no_more() {
     );
 }
 
+#[tokio::test]
+async fn a_403_without_a_scope_to_ask_for_gets_no_new_token() {
+    let mock = Mock::start().await;
+    let s = forge(&mock, settings()).await;
+    let alice = caller("alice");
+    consent_through(&s.broker, "forge", &alice, Some(&mock.base))
+        .await
+        .unwrap();
+    let sent = s.broker.token("forge", &alice).await.unwrap();
+    let forbidden = Rejection {
+        status: 403,
+        www_authenticate: None,
+    };
+    let result = s.broker.rejected("forge", &alice, &sent, &forbidden).await;
+    assert!(is_failed(&result, "status 403"), "{result:?}");
+    assert!(mock.grants("refresh_token").is_empty());
+    assert_eq!(
+        s.broker.token("forge", &alice).await.unwrap(),
+        sent,
+        "the grant is kept"
+    );
+}
+
 fn insufficient(scope: &str) -> Rejection {
     Rejection {
         status: 403,
