@@ -23,6 +23,7 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
+from mcp import MCPError
 from mcp import ClientSession
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
@@ -320,19 +321,36 @@ async def test_replicas_sharing_tokens_in_redis_refresh_once(
 
         # Nine sessions, opened first so that their calls come at once after the expiry,
         # each request balanced to the next replica.
-        async with AsyncExitStack() as stack:
-            sessions = [await caller_session(stack, cluster.url, ALICE_KEY) for _ in range(9)]
-            await anyio.sleep(SHORT_TTL_S + 1)
-            refreshed = len(short_auth_server.grants("refresh_token"))
-            subjects: list[str] = []
+        try:
+            async with AsyncExitStack() as stack:
+                sessions = [await caller_session(stack, cluster.url, ALICE_KEY) for _ in range(9)]
+                await anyio.sleep(SHORT_TTL_S + 1)
+                refreshed = len(short_auth_server.grants("refresh_token"))
+                subjects: list[str] = []
 
-            async def call(s: ClientSession) -> None:
-                subjects.append(subject_of(await whoami_on(s)))
+                failures: list[str] = []
 
-            with anyio.fail_after(REQUEST_TIMEOUT_S * 2):
-                async with anyio.create_task_group() as tg:
-                    for s in sessions:
-                        tg.start_soon(call, s)
+                async def call(s: ClientSession) -> None:
+                    try:
+                        subjects.append(subject_of(await whoami_on(s)))
+                    except Exception as e:  # noqa: BLE001 - reported with the replicas' logs below
+                        failures.append(repr(e))
+
+                with anyio.fail_after(REQUEST_TIMEOUT_S * 2):
+                    async with anyio.create_task_group() as tg:
+                        for s in sessions:
+                            tg.start_soon(call, s)
+                assert not failures, "\n".join(failures) + "\n" + cluster.logs_tail()
+        except BaseExceptionGroup as group:
+            leaves = []
+            pending = [group]
+            while pending:
+                e = pending.pop()
+                if isinstance(e, BaseExceptionGroup):
+                    pending.extend(e.exceptions)
+                else:
+                    leaves.append(repr(e))
+            raise AssertionError("\n".join(leaves) + "\n" + cluster.logs_tail()) from None
         assert subjects == ["alice"] * 9
         grants = short_auth_server.grants("refresh_token")[refreshed:]
         print(f"refresh-token grants after expiry, 3 replicas, 9 concurrent callers: {len(grants)}")

@@ -82,6 +82,11 @@ impl Hub {
         let _ = self.listener.set(listener);
     }
 
+    /// How exposed names are made (prefix separator, length).
+    pub fn names(&self) -> &NameSettings {
+        &self.names
+    }
+
     /// Where the shared connections of upstreams with `auth` get their tokens.
     pub fn set_credentials(&self, credentials: Arc<dyn crate::Credentials>) {
         let _ = self.credentials.set(credentials);

@@ -81,6 +81,10 @@ fn client_key(upstream: &str, issuer: &str) -> String {
     format!("client:{upstream}:{issuer}")
 }
 
+fn client_id_key(upstream: &str, issuer: &str, client_id: &str) -> String {
+    format!("client-id:{upstream}:{issuer}:{client_id}")
+}
+
 pub(super) fn store_failed(error: StoreError) -> CredentialError {
     CredentialError::Failed {
         upstream: "the token store".to_owned(),
@@ -326,10 +330,35 @@ impl Inner {
         let Ok(bytes) = serde_json::to_vec(client) else {
             return;
         };
-        let place = client_key(key, issuer);
-        if let Err(e) = self.store.put_once(&place, &bytes, REGISTRATION_KEPT).await {
-            tracing::warn!(upstream = %key, error = %e, "a client registration could not be kept");
+        // Under the server (the one new consents use) and under its id (the one a grant
+        // names): another replica may register a client of its own meanwhile, and a grant is
+        // refreshed by the client it was issued to.
+        let by_id = client_id_key(key, issuer, &client.client_id);
+        for place in [client_key(key, issuer), by_id] {
+            if let Err(e) = self.store.put_once(&place, &bytes, REGISTRATION_KEPT).await {
+                tracing::warn!(upstream = %key, error = %e, "a client registration could not be kept");
+            }
         }
+    }
+
+    /// The registered client whose id is `client_id`: this process's, else the store's.
+    async fn registered_as(
+        &self,
+        key: &str,
+        issuer: &str,
+        client_id: &str,
+    ) -> Option<ClientIdentity> {
+        if let Some(client) = self.registered(key, issuer).await {
+            if client.client_id == client_id {
+                return Some(client);
+            }
+        }
+        let bytes = self
+            .store
+            .peek_once(&client_id_key(key, issuer, client_id))
+            .await
+            .ok()??;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// The client registered for (upstream, issuer): this process's, else the store's.
@@ -376,9 +405,7 @@ impl Inner {
                 method: client::AuthMethod::None,
             });
         }
-        self.registered(key, &found.issuer)
-            .await
-            .filter(|c| c.client_id == granted_to)
+        self.registered_as(key, &found.issuer, granted_to).await
     }
 
     pub async fn connections(

@@ -45,6 +45,15 @@ impl Router {
             "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
             _ => resolve::read(&catalog, env, sight),
         };
+        let target = match target {
+            Err(RouteError::UnknownTool(name)) => self
+                .unlisted_per_caller(&catalog, env, "tools/call", &name, sight)
+                .ok_or(RouteError::UnknownTool(name)),
+            Err(RouteError::UnknownPrompt(name)) => self
+                .unlisted_per_caller(&catalog, env, "prompts/get", &name, sight)
+                .ok_or(RouteError::UnknownPrompt(name)),
+            other => other,
+        };
         match target {
             Ok(target) => {
                 if let (true, Some(session), Some(name)) =
@@ -425,6 +434,44 @@ impl Router {
         }
         let responses = params.as_ref().and_then(|p| p.get("inputResponses"));
         self.parked.resume(ctx, &state, responses);
+    }
+}
+
+impl Router {
+    /// A tool or prompt of a per-caller upstream whose catalog nobody could read yet (no
+    /// caller has connected, and no shared login lists it): `{prefix}{separator}{name}` goes to
+    /// that upstream as `name`, so that the caller's first call asks for their consent.
+    fn unlisted_per_caller(
+        &self,
+        catalog: &manifold_catalog::Catalog,
+        env: &Envelope<'_>,
+        method: &'static str,
+        name: &str,
+        sight: Option<&crate::policy::Team>,
+    ) -> Option<Target> {
+        let separator = &self.hub.names().separator;
+        let (upstream, original) = catalog.defs().iter().enumerate().find_map(|(i, def)| {
+            if def.retired || def.prefix.is_empty() || catalog.slice(i).is_some() {
+                return None;
+            }
+            let rest = name
+                .strip_prefix(def.prefix.as_str())?
+                .strip_prefix(separator.as_str())?;
+            (!rest.is_empty() && self.pool.per_caller(i)).then_some((i, rest))
+        })?;
+        if sight.is_some_and(|team| !team.config().admits_upstream(&catalog.defs()[upstream].key)) {
+            return None;
+        }
+        Some(Target {
+            upstream,
+            method,
+            params: env.params.unwrap_or_default().to_owned(),
+            timeout: None,
+            task: false,
+            exposed: Some(Arc::from(name)),
+            original: Some(Arc::from(original)),
+            round: 0,
+        })
     }
 }
 
