@@ -222,7 +222,7 @@ fn every_shipped_config_loads() {
             // Real peers are installed by the interop suite; here the file and names must hold.
             // The secret config/remote.toml interpolates into a header; the keys and client
             // secrets of config/credentials.toml.
-            let (code, _, err) = run_manifold(
+            let (code, out, err) = run_manifold(
                 &["check", "--no-start", "--config", path.to_str().unwrap()],
                 &[
                     ("MANIFOLD_EXAMPLE_TOKEN", "example"),
@@ -238,6 +238,11 @@ fn every_shipped_config_loads() {
                 ],
             );
             assert_eq!(code, 0, "{}: {err}", path.display());
+            // `check` says how each upstream with `auth` is authorized and read.
+            if text.contains("[upstreams.forge.auth]") {
+                assert!(out.contains("auth: oauth, each caller as themselves; catalog read with the operator's login (manifold login forge)"), "{out}");
+                assert!(out.contains("auth: client credentials"), "{out}");
+            }
         }
     }
     assert!(seen >= 2, "config/ should hold the demo and examples");

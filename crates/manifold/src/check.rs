@@ -20,11 +20,14 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     // missing or mismatched file is found before deployment.
     run::tls(&config)?;
     if no_start {
-        for def in defs.iter() {
+        for (def, cfg) in defs.iter().zip(&config.upstreams) {
             println!(
                 "  {} (prefix {:?}, uri prefix {:?}): not started",
                 def.key, def.prefix, def.uri_prefix
             );
+            if let Some(note) = auth_note(cfg) {
+                println!("    auth: {note}");
+            }
         }
         println!("ok: {} (not started)", path.display());
         return Ok(ExitCode::SUCCESS);
@@ -65,6 +68,9 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
             "  {} (prefix {:?}, uri prefix {:?}): {state}",
             def.key, def.prefix, def.uri_prefix
         );
+        if let Some(note) = upstreams.get(i).and_then(auth_note) {
+            let _ = writeln!(out, "    auth: {note}");
+        }
     }
     for (key, why) in skipped {
         let _ = writeln!(out, "  {key}: skipped ({why})");
@@ -205,6 +211,27 @@ fn problems(path: &Path, catalog: &Catalog) -> Vec<String> {
         problems.push(format!("{file}: upstreams.{m}"));
     }
     problems
+}
+
+/// How an upstream with `auth` is authorized, and what its catalog is read with.
+fn auth_note(cfg: &UpstreamConfig) -> Option<String> {
+    use manifold_config::{Identity, Transport, UpstreamAuth};
+    let Transport::Http(http) = &cfg.transport else {
+        return None;
+    };
+    let key = &cfg.key;
+    Some(match http.auth.as_ref()? {
+        UpstreamAuth::OAuth(o) if o.identity == Identity::Shared => format!(
+            "oauth, one shared account; catalog and calls with the operator's login (manifold login {key})"
+        ),
+        UpstreamAuth::OAuth(o) if o.catalog_login => format!(
+            "oauth, each caller as themselves; catalog read with the operator's login (manifold login {key})"
+        ),
+        UpstreamAuth::OAuth(_) => "oauth, each caller as themselves; catalog read with the token of a caller who connected (listed once one has)".to_owned(),
+        UpstreamAuth::ClientCredentials(_) => "client credentials, Manifold as a machine client".to_owned(),
+        UpstreamAuth::TokenExchange(_) => "token exchange of each caller's JWT; catalog read with the token of a caller who called it".to_owned(),
+        UpstreamAuth::IdentityAssertion(_) => "identity assertion (enterprise-managed) for each caller; catalog read with the token of a caller who called it".to_owned(),
+    })
 }
 
 fn kind_key(kind: Kind) -> &'static str {
