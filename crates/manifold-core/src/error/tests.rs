@@ -55,6 +55,51 @@ fn an_open_breaker_has_its_own_code_and_says_when_to_retry() {
     assert_eq!(open.classify(Era::Session).answer_status, 200);
 }
 
+/// A consent is asked with the URL elicitation a host that declared it understands (-32042,
+/// `data.elicitations`), else with the link in `data.url` (-32018); either way the call may be
+/// made again once the user authorized.
+#[test]
+fn a_consent_carries_its_link_as_the_host_can_use_it() {
+    let consent = |elicit| {
+        RouteError::Consent(Box::new(Consent {
+            upstream: "forge".into(),
+            url: "http://127.0.0.1:1/oauth/connect/abc".into(),
+            id: "abc".into(),
+            message: "forge needs your authorization".into(),
+            elicit,
+        }))
+    };
+    let data = |e: &RouteError| -> serde_json::Value {
+        let obj = e.error_object(Era::Session);
+        serde_json::from_str(obj.data.as_ref().unwrap().get()).unwrap()
+    };
+    let elicit = consent(true);
+    assert_eq!(
+        elicit.error_object(Era::Session).code,
+        codes::URL_ELICITATION_REQUIRED
+    );
+    assert_eq!(
+        data(&elicit)["elicitations"],
+        serde_json::json!([{
+            "mode": "url",
+            "elicitationId": "abc",
+            "url": "http://127.0.0.1:1/oauth/connect/abc",
+            "message": "forge needs your authorization",
+        }])
+    );
+    let plain = consent(false);
+    assert_eq!(
+        plain.error_object(Era::Session).code,
+        codes::UPSTREAM_AUTHORIZATION
+    );
+    assert_eq!(data(&plain)["url"], "http://127.0.0.1:1/oauth/connect/abc");
+    for e in [&elicit, &plain] {
+        assert!(e.retryable());
+        assert_eq!(e.outcome(), Outcome::Denied);
+        assert_eq!(e.fault(), Fault::Host);
+    }
+}
+
 #[test]
 fn http_refusals_have_their_status_code_and_retry_after() {
     let method = RouteError::MethodNotAllowed {
