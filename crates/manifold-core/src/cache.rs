@@ -85,6 +85,9 @@ struct UpstreamCache {
     /// Whether it has served since this process started: its changes from then on are
     /// shared with the other replicas (its first start is no change to them).
     served: AtomicBool,
+    /// Its `auth` gives each caller a token of their own: an answer is that caller's alone
+    /// (never shared, never a team's), whatever the rule's scope.
+    per_caller: bool,
 }
 
 #[derive(Clone)]
@@ -297,6 +300,8 @@ impl UpstreamCache {
             counters: [Family::Tools, Family::Resources]
                 .map(|f| metrics().cache(f.label(), &u.key)),
             served: AtomicBool::new(false),
+            per_caller: matches!(&u.transport, manifold_config::Transport::Http(h)
+                if h.auth.as_ref().is_some_and(manifold_config::UpstreamAuth::per_caller)),
         }
     }
 }
@@ -480,14 +485,26 @@ impl Cache {
             }
             _ => String::new(),
         };
-        // A team that reaches the upstream with its own credentials never shares answers.
-        let team = ctx.caller.team.as_ref().filter(|t| {
-            rule.scope == CacheScope::Team
-                || catalog
-                    .defs()
-                    .get(target.upstream)
-                    .is_some_and(|d| t.config().headers.contains_key(&d.key))
-        });
+        // A team that reaches the upstream with its own credentials never shares answers; a
+        // caller with a token of their own shares them with nobody (keyed by a hash of who
+        // they are, never by a token).
+        let team = match up.per_caller {
+            true => Some(Arc::from(
+                format!("caller:{}", crate::credentials::caller_of(ctx).owner.hex()).as_str(),
+            )),
+            false => ctx
+                .caller
+                .team
+                .as_ref()
+                .filter(|t| {
+                    rule.scope == CacheScope::Team
+                        || catalog
+                            .defs()
+                            .get(target.upstream)
+                            .is_some_and(|d| t.config().headers.contains_key(&d.key))
+                })
+                .map(|t| Arc::clone(&t.name)),
+        };
         Ok(Plan::Use(Box::new(Lookup {
             key: Key::new(
                 target.upstream,
@@ -495,7 +512,7 @@ impl Cache {
                 family,
                 name.into(),
                 args.into(),
-                team.map(|t| Arc::clone(&t.name)),
+                team,
             ),
             store: rule.store.clone(),
             ttl: rule.ttl,
