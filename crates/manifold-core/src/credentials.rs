@@ -147,14 +147,10 @@ impl Credentials for SharedCredentials {
         let broker = Arc::clone(&self.0);
         let upstream = upstream.to_owned();
         if shared {
-            let caller = manifold_auth::Caller::new(Arc::from(""), Arc::from("shared"), None);
             return Some(Arc::new(BrokerCredential {
                 broker,
                 upstream,
-                caller: manifold_auth::Caller {
-                    owner: manifold_auth::Owner::shared(),
-                    ..caller
-                },
+                caller: manifold_auth::Caller::shared(),
             }));
         }
         Some(Arc::new(AnyConnectedCaller { broker, upstream }))

@@ -59,16 +59,6 @@ impl BrokerConsents {
     }
 }
 
-/// Who starts the login of a shared identity: the operator, as the shared owner.
-fn operator() -> Caller {
-    Caller {
-        team: Arc::from(""),
-        principal: Arc::from("shared"),
-        owner: Owner::shared(),
-        subject_token: None,
-    }
-}
-
 /// Whether `upstream` has a login an operator makes: `identity = "shared"`, or a per-user
 /// upstream whose catalog is read with a shared login.
 fn has_shared_login(auth: Option<&UpstreamAuth>) -> bool {
@@ -133,7 +123,7 @@ impl Consents for BrokerConsents {
                     ),
                 });
             }
-            self.broker.consent(upstream, &operator(), None).await
+            self.broker.consent(upstream, &Caller::shared(), None).await
         })
     }
 

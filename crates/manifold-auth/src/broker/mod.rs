@@ -47,6 +47,16 @@ impl Caller {
         }
     }
 
+    /// The one identity of a shared login or of client credentials (an operator's).
+    pub fn shared() -> Self {
+        Self {
+            team: Arc::from(""),
+            principal: Arc::from("shared"),
+            owner: Owner::shared(),
+            subject_token: None,
+        }
+    }
+
     /// The user of a stdio Manifold: the one person at this machine.
     pub fn local(team: Arc<str>) -> Self {
         Self::new(team, Arc::from("local"), None)

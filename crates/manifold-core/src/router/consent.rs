@@ -6,6 +6,7 @@
 //! - a stateless-era host: an `input_required` result with the URL elicitation, whose retry
 //!   (with `requestState`) sends the request again;
 //! - any other host: a tool error result (other methods: an error) whose text holds the link.
+//!
 //! Never a form elicitation: a secret never passes through the host.
 
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use super::Router;
 use crate::context::Context;
 use crate::credentials::{caller_of, BrokerCredential};
 use crate::error::{Consent, RouteError};
-use crate::request_state::{self, State};
+use crate::request_state::State;
 use crate::target::Target;
 
 /// The elicitation capability a host must declare to be sent a URL.
@@ -159,7 +160,7 @@ impl Router {
             elicit: elicits,
         };
         if ctx.is_stateless() {
-            return self.ask_stateless(ctx, target, &consent);
+            return self.ask_stateless(ctx, target, &consent, link.expires_at_ms);
         }
         if !elicits && target.method == "tools/call" {
             let result = format!(
@@ -173,14 +174,14 @@ impl Router {
 
     /// A stateless host: an `input_required` result asking for the URL elicitation, with a
     /// sealed `requestState` that sends the request again when the host retries.
-    fn ask_stateless(&self, ctx: Context, target: &Target, consent: &Consent) {
+    fn ask_stateless(&self, ctx: Context, target: &Target, consent: &Consent, expires: u64) {
         let state = State {
             caller: ctx.caller.id.to_string(),
             method: target.method.to_owned(),
             name: target.exposed.as_deref().unwrap_or_default().to_owned(),
             park: None,
             upstream: None,
-            expires: request_state::now_ms() + 10 * 60 * 1000,
+            expires,
         };
         let params = format!(
             "{{\"mode\":\"url\",\"message\":{},\"url\":{},\"elicitationId\":{}}}",
