@@ -25,7 +25,9 @@ server becomes Manifold's one upstream, and this driver plays the operator and t
    at once with a redirect back to Manifold's callback.
 4. Acts as the host through Manifold (the Python SDK client over Streamable HTTP, in the
    scenario's era): waits for the upstream's tool to be listed, and calls it. When the call is
-   refused for want of a login (a scope step-up), logs in once more and calls again.
+   refused for want of a login (a scope step-up), logs in once more and calls again. While
+   waiting, plays the operator who watches `GET /connections`: when Manifold dropped the
+   shared login (the upstream moved to another authorization server), logs in again.
 
 Every step is bounded; Manifold is stopped at the end, whatever happened. Its log goes to
 $CLIENT_AUTH_MANIFOLD_LOG when set (the harness keeps it beside the scenario's results), else
@@ -78,6 +80,8 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 # How long the host waits for the upstream's tool to be listed once Manifold may connect to it.
 TOOL_PATIENCE = 30.0
+# How many times the operator logs in again after Manifold dropped the shared login.
+RELOGINS = 2
 # The whole drive, within the suite's own timeout for the client (the harness gives it 90 s).
 DRIVE_TIMEOUT = 80.0
 # Secrets reach Manifold through its environment (`${VAR}` in the file), never the file.
@@ -257,6 +261,16 @@ async def login_link(browser: httpx2.AsyncClient, manifold: Manifold, token: str
     return link
 
 
+async def shared_login_kept(manifold: Manifold, token: str) -> bool:
+    """Whether the admin address lists a connection to the upstream (the shared login)."""
+    async with httpx2.AsyncClient(timeout=HTTP_TIMEOUT) as admin:
+        listed = await admin.get(f"{manifold.admin}/connections", headers={"Authorization": f"Bearer {token}"})
+    if listed.status_code != 200:
+        raise RuntimeError(f"GET /connections on the admin address: {listed.status_code} {listed.text[:300]}")
+    connections = listed.json().get("connections") or []
+    return any(c.get("upstream") == UPSTREAM for c in connections if isinstance(c, dict))
+
+
 async def drive(run: Invocation, folder: Path, log: Path) -> None:
     env: dict[str, str] = {}
     config = write_config(run, folder, env)
@@ -267,6 +281,15 @@ async def drive(run: Invocation, folder: Path, log: Path) -> None:
 
         async def log_in_again(refusal: str) -> None:
             await log_in(manifold, env[ADMIN_TOKEN_ENV], refusal)
+
+        relogins = 0
+
+        async def log_in_when_dropped() -> None:
+            nonlocal relogins
+            if relogins < RELOGINS and not await shared_login_kept(manifold, env[ADMIN_TOKEN_ENV]):
+                relogins += 1
+                print("the shared login was dropped; logging in again", file=sys.stderr)
+                await log_in(manifold, env[ADMIN_TOKEN_ENV])
 
         if oauth:
             await log_in(manifold, env[ADMIN_TOKEN_ENV])
@@ -279,6 +302,7 @@ async def drive(run: Invocation, folder: Path, log: Path) -> None:
             headers=caller,
             patience=TOOL_PATIENCE,
             log_in_again=log_in_again if oauth else None,
+            while_waiting=log_in_when_dropped if oauth else None,
         )
 
 

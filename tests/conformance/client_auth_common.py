@@ -140,19 +140,20 @@ async def act_as_host(
     headers: dict[str, str] | None = None,
     patience: float = 0.0,
     log_in_again: Callable[[str], Awaitable[None]] | None = None,
+    while_waiting: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Acts as a host at URL: lists the tools, waiting up to PATIENCE seconds for the expected
-    one to be listed (an aggregator lists an upstream's tools once it has connected to it), and
-    calls it (else the first one listed). A call refused for want of an authorization is made
-    once more after LOG_IN_AGAIN, given what the refusal said. Raises when a step fails, so
-    that the process exits non-zero."""
+    one to be listed (an aggregator lists an upstream's tools once it has connected to it;
+    WHILE_WAITING runs between two looks), and calls it (else the first one listed). A call
+    refused for want of an authorization is made once more after LOG_IN_AGAIN, given what the
+    refusal said. Raises when a step fails, so that the process exits non-zero."""
     http = create_mcp_http_client(headers=headers, auth=auth, timeout=httpx2.Timeout(HTTP_TIMEOUT))
     transport = streamable_http_client(url, http_client=http)
     # A 2026-07-28 server is stateless: the version is adopted without the initialize handshake.
     # No response cache: a list asked again must reach the server.
     mode = "2026-07-28" if modern else "legacy"
     async with http, Client(transport, mode=mode, read_timeout_seconds=HTTP_TIMEOUT, cache=None) as client:
-        name = await expected_tool(client, patience)
+        name = await expected_tool(client, patience, while_waiting)
         refusal = await call(client, name)
         if refusal is not None and log_in_again is not None:
             print(f"{name} refused ({refusal}); logging in again", file=sys.stderr)
@@ -162,7 +163,9 @@ async def act_as_host(
             raise RuntimeError(f"{name} failed: {refusal}")
 
 
-async def expected_tool(client: Client, patience: float) -> str:
+async def expected_tool(
+    client: Client, patience: float, while_waiting: Callable[[], Awaitable[None]] | None = None
+) -> str:
     deadline = time.monotonic() + patience
     seen = None
     while True:
@@ -176,6 +179,8 @@ async def expected_tool(client: Client, patience: float) -> str:
             if names:
                 return names[0]
             raise RuntimeError("no tool was listed" + (f" within {patience:.0f} s" if patience else ""))
+        if while_waiting is not None:
+            await while_waiting()
         await anyio.sleep(0.5)
 
 

@@ -165,8 +165,10 @@ impl Inner {
         let UpstreamAuth::OAuth(settings) = &upstream.auth else {
             return Err(refused(format!("{key:?} is not authorized in a browser")));
         };
+        // Discovered anew for every consent: a browser is about to be sent there, and the
+        // server may have moved since this process last looked.
         let found = self
-            .discovery(key, &upstream, settings.authorization_server.as_deref())
+            .rediscover(key, &upstream, settings.authorization_server.as_deref())
             .await?;
         let endpoints = Endpoints::of(&found).map_err(|e| failed(key, e))?;
         let redirect_uri = self.redirect_uri()?;
@@ -249,6 +251,7 @@ impl Inner {
                 url: &record.token_endpoint,
                 client: Some(&record.client),
                 key: None,
+                issuer: Some(&record.issuer),
             },
             token::code_form(
                 &code,

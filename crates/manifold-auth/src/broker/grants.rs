@@ -273,9 +273,13 @@ impl Inner {
                 "nothing refreshable is kept for this caller",
             ));
         };
-        let found = self
-            .discovery(key, upstream, settings.authorization_server.as_deref())
-            .await?;
+        let configured = settings.authorization_server.as_deref();
+        let mut found = self.discovery(key, upstream, configured).await?;
+        if grant.issuer.as_deref() != Some(found.issuer.as_str()) {
+            // The grant may come from the server the upstream moved to, which another replica
+            // followed: look again before dropping it.
+            found = self.rediscover(key, upstream, configured).await?;
+        }
         let client = self.client_of(key, &settings.client, &found, &grant).await;
         let (Some(client), true) = (
             client,
@@ -296,6 +300,7 @@ impl Inner {
                 url: endpoint,
                 client: Some(&client),
                 key: None,
+                issuer: Some(&found.issuer),
             },
             token::refresh_form(&refresh, &found.resource),
         )

@@ -285,6 +285,18 @@ impl Inner {
         Ok(found)
     }
 
+    /// What discovery finds for `key` now, whatever was cached: the authorization server may
+    /// have moved since (another replica may have seen it move).
+    pub async fn rediscover(
+        &self,
+        key: &str,
+        upstream: &Upstream,
+        configured: Option<&str>,
+    ) -> Result<Arc<Discovered>, CredentialError> {
+        locked(&self.discovered).remove(key);
+        self.discovery(key, upstream, configured).await
+    }
+
     /// Manifold's client at the server `found` names: configured, else registered once per
     /// (upstream, server) and kept in the store, where other replicas and a restart find it.
     pub async fn client(

@@ -106,6 +106,7 @@ impl Inner {
                 url: &endpoint,
                 client: Some(&client),
                 key: cc.signing_key.as_ref(),
+                issuer: issuer.as_deref(),
             },
             token::client_credentials_form(&asked, &resource),
         )
@@ -154,6 +155,7 @@ impl Inner {
                 url: &te.token_endpoint,
                 client: client.as_ref(),
                 key: None,
+                issuer: None,
             },
             form,
         )
@@ -206,6 +208,7 @@ impl Inner {
                 url: &ia.idp_token_endpoint,
                 client: idp_client.as_ref(),
                 key: None,
+                issuer: None,
             },
             form,
         )
@@ -220,6 +223,7 @@ impl Inner {
                 url: endpoint,
                 client: Some(&client),
                 key: None,
+                issuer: Some(&found.issuer),
             },
             token::jwt_bearer_form(&jag.access_token, &asked, &found.resource),
         )

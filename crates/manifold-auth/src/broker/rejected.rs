@@ -45,6 +45,8 @@ impl Inner {
                 .remove(Some(key), &owner)
                 .await
                 .map_err(store_failed)?;
+            self.remember_challenge(key, &challenge);
+            self.follow(key, &upstream).await;
             if matches!(upstream.auth, UpstreamAuth::OAuth(_)) {
                 return Err(consent_needed(
                     key,
@@ -88,6 +90,43 @@ impl Inner {
                 .first()
                 .is_some_and(|named| *named != known.issuer),
             _ => false,
+        }
+    }
+
+    /// The upstream moved to another authorization server: its metadata is read and, for a
+    /// browser authorization, Manifold's client there made (registered when it registers
+    /// dynamically) at once, so that the consent asked next goes straight to the new server
+    /// and a server that cannot be used is reported now. Nothing of the previous server is
+    /// used there: clients are kept per server. A failure here is logged; the consent will
+    /// try again.
+    async fn follow(&self, key: &str, upstream: &Upstream) {
+        let configured = match &upstream.auth {
+            UpstreamAuth::OAuth(o) => o.authorization_server.as_deref(),
+            UpstreamAuth::IdentityAssertion(ia) => ia.authorization_server.as_deref(),
+            _ => None,
+        };
+        let followed = match self.discovery(key, upstream, configured).await {
+            Ok(found) => match (&upstream.auth, self.redirect_uri()) {
+                (UpstreamAuth::OAuth(o), Ok(redirect)) => self
+                    .client(key, &o.client, &found, &redirect)
+                    .await
+                    .map(|_| found),
+                _ => Ok(found),
+            },
+            Err(e) => Err(e),
+        };
+        match followed {
+            Ok(found) => tracing::warn!(
+                upstream = %key,
+                issuer = %found.issuer,
+                "the upstream moved to another authorization server: the tokens of the \
+                 previous one are dropped, and new ones are obtained at the new one"
+            ),
+            Err(e) => tracing::warn!(
+                upstream = %key,
+                error = %e,
+                "the upstream moved to another authorization server, which cannot be used yet"
+            ),
         }
     }
 

@@ -229,7 +229,11 @@ struct AssertionClaims<'a> {
     exp: u64,
 }
 
-/// A `private_key_jwt` client assertion for `audience` (the token endpoint), valid 5 minutes.
+/// A `private_key_jwt` client assertion for `audience`, valid 5 minutes. The audience is the
+/// authorization server's issuer identifier, one string, as RFC 7523's update requires (the
+/// token endpoint's URL, which RFC 7523 also allowed, is open to an assertion meant for one
+/// server being replayed at another); only when no issuer is known (a token endpoint given
+/// without discovery) is it the endpoint's URL.
 pub fn assertion(client_id: &str, key: &SigningKey, audience: &str) -> Result<String, OAuthError> {
     let algorithm: Algorithm = key.algorithm.parse().map_err(|_| {
         OAuthError::Invalid(format!("unknown signing algorithm {:?}", key.algorithm))

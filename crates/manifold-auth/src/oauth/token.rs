@@ -51,6 +51,9 @@ pub struct Endpoint<'a> {
     /// `None`: the endpoint is not told who asks (a token exchange without a client).
     pub client: Option<&'a ClientIdentity>,
     pub key: Option<&'a SigningKey>,
+    /// The authorization server's issuer identifier, when discovery found it: the audience of
+    /// a client assertion (the token endpoint's URL otherwise).
+    pub issuer: Option<&'a str>,
 }
 
 /// Posts a grant to the token endpoint and reads its answer: an OAuth error is
@@ -64,7 +67,10 @@ pub async fn request(
         .post(endpoint.url)
         .header(header::ACCEPT, "application/json");
     let builder = match endpoint.client {
-        Some(client) => authenticate(builder, &mut form, client, endpoint.key, endpoint.url)?,
+        Some(client) => {
+            let audience = endpoint.issuer.unwrap_or(endpoint.url);
+            authenticate(builder, &mut form, client, endpoint.key, audience)?
+        }
         None => builder,
     };
     let answer = send(builder.form(&form), endpoint.url).await?;

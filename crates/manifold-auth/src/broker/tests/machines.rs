@@ -125,7 +125,15 @@ async fn client_credentials_sign_a_private_key_jwt() {
     assert_eq!(header["kid"], "k1");
     assert_eq!(claims["iss"], "ci");
     assert_eq!(claims["sub"], "ci");
-    assert_eq!(claims["aud"], format!("{}/token", mock.base));
+    // The audience is the authorization server's issuer identifier, one string (RFC 7523 as
+    // updated by its successor draft), not its token endpoint.
+    assert_eq!(claims["aud"], mock.base);
+    assert!(claims["jti"].as_str().is_some_and(|j| !j.is_empty()));
+    let (iat, exp) = (
+        claims["iat"].as_u64().unwrap(),
+        claims["exp"].as_u64().unwrap(),
+    );
+    assert!(exp > iat && exp - iat <= 300, "iat {iat}, exp {exp}");
 }
 
 #[tokio::test]

@@ -373,3 +373,100 @@ async fn a_moved_authorization_server_drops_the_grant_and_the_client() {
     );
     assert_eq!(upstream_mock.grants("authorization_code").len(), 1);
 }
+
+/// Alice's grant at `first`, then the upstream names `second` and refuses the token: the
+/// refusal as the upstream transport reports it.
+async fn moved_under(s: &Setup, first: &Mock, second: &Mock, alice: &Caller) -> Rejection {
+    consent_through(&s.broker, "forge", alice, Some(&first.base))
+        .await
+        .unwrap();
+    let sent = s.broker.token("forge", alice).await.unwrap();
+    first.set(|k| k.names_issuer = Some(second.base.clone()));
+    let rejection = Rejection {
+        status: 401,
+        www_authenticate: Some(format!(
+            r#"Bearer resource_metadata="{}/.well-known/oauth-protected-resource/mcp""#,
+            first.base
+        )),
+    };
+    let result = s.broker.rejected("forge", alice, &sent, &rejection).await;
+    assert!(
+        matches!(result, Err(CredentialError::ConsentNeeded { .. })),
+        "{result:?}"
+    );
+    rejection
+}
+
+#[tokio::test]
+async fn a_moved_authorization_server_is_discovered_and_registered_with_at_once() {
+    let (first, second) = (Mock::start().await, Mock::start().await);
+    second.set(|k| k.issued = 100);
+    let s = forge(&first, settings()).await;
+    let alice = caller("alice");
+    moved_under(&s, &first, &second, &alice).await;
+    assert_eq!(
+        second.seen("/register").len(),
+        1,
+        "registered at the new server as soon as the move is seen"
+    );
+
+    let url = {
+        let link = s.broker.consent("forge", &alice, None).await.unwrap();
+        s.broker.authorize(&link.id, &alice.owner).await.unwrap()
+    };
+    assert!(
+        url.starts_with(&format!("{}/authorize", second.base)),
+        "{url}"
+    );
+    assert_eq!(query_of(&url)["client_id"], "dyn-101");
+    assert_eq!(second.seen("/register").len(), 1, "and only once");
+    assert_eq!(first.seen("/register").len(), 1);
+}
+
+#[tokio::test]
+async fn another_replica_follows_a_moved_authorization_server() {
+    let (first, second) = (Mock::start().await, Mock::start().await);
+    second.set(|k| k.issued = 100);
+    let store = TestStore::shared();
+    let up = upstream(
+        "forge",
+        &format!("{}/mcp", first.base),
+        oauth(Identity::PerUser),
+    );
+    let one = setup(settings(), std::slice::from_ref(&up), Arc::clone(&store));
+    let two = setup(settings(), &[up], Arc::clone(&store));
+    // The second replica learned the first server through a consent of its own.
+    let bob = caller("bob");
+    consent_through(&two.broker, "forge", &bob, Some(&first.base))
+        .await
+        .unwrap();
+    let alice = caller("alice");
+    moved_under(&one, &first, &second, &alice).await;
+    consent_through(&one.broker, "forge", &alice, Some(&second.base))
+        .await
+        .unwrap();
+
+    // A grant of the new server, near expiry, is refreshed there, not dropped.
+    let mut grant = store.get("forge", &alice.owner).await.unwrap().unwrap();
+    grant.expires_at_ms = Some(crate::oauth::now_ms() + 10_000);
+    store.put("forge", &alice.owner, &grant).await.unwrap();
+    let refreshed = two.broker.token("forge", &alice).await;
+    assert!(refreshed.is_ok(), "{refreshed:?}");
+    assert_eq!(
+        second.grants("refresh_token")[0].form()["client_id"],
+        "dyn-101"
+    );
+
+    // And a consent it starts goes to the new server.
+    let link = two.broker.consent("forge", &bob, None).await.unwrap();
+    let url = two.broker.authorize(&link.id, &bob.owner).await.unwrap();
+    assert!(
+        url.starts_with(&format!("{}/authorize", second.base)),
+        "{url}"
+    );
+    assert_eq!(query_of(&url)["client_id"], "dyn-101");
+    assert!(first
+        .seen("/token")
+        .iter()
+        .all(|r| !r.body.contains("dyn-101")));
+}
