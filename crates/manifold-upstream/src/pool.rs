@@ -26,8 +26,11 @@ pub struct Pool {
     teams: Mutex<HashMap<(usize, Arc<str>), UpstreamHandle>>,
     /// Callers' own connections, by (upstream, owner), with when each was last used; locked
     /// like `sessions`.
-    callers: Mutex<HashMap<(usize, Arc<str>), (UpstreamHandle, std::time::Instant)>>,
+    callers: Mutex<Callers>,
 }
+
+/// Callers' own connections: (upstream, owner) to the connection and when it was last used.
+type Callers = HashMap<(usize, Arc<str>), (UpstreamHandle, std::time::Instant)>;
 
 /// A caller whose requests need a connection of their own (an upstream with per-caller
 /// `auth`).

@@ -6,6 +6,7 @@
 //! - a stateless-era host: an `input_required` result with the URL elicitation, whose retry
 //!   (with `requestState`) sends the request again;
 //! - any other host: a tool error result (other methods: an error) whose text holds the link.
+//!
 //! Never a form elicitation: a secret never passes through the host.
 
 use std::sync::Arc;
