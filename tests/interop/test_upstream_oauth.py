@@ -30,11 +30,7 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
-from mcp import MCPError
-from mcp import ClientSession
-from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp import ClientSession, MCPError
 
 from conftest import REQUEST_TIMEOUT_S, START_TIMEOUT_S, Inbox, _toml_str
 from oauth_manifold import (
@@ -60,8 +56,7 @@ from oauth_manifold import (
     subject_of,
     whoami_on,
 )
-from oauth_peers import AuthorizationServer, Browser, ProtectedServer, query_of
-from replicas import free_port
+from oauth_peers import AuthorizationServer, Browser, ProtectedServer, query_of, sdk_oauth, whoami_as, whoami_with
 
 pytestmark = pytest.mark.anyio
 
@@ -112,72 +107,6 @@ def short_upstream(tmp: Path, short_auth_server: AuthorizationServer) -> Iterato
 
 
 # --- the peers directly, with the official SDK's OAuth client -------------------------------
-
-
-class MemoryTokens:
-    """The SDK client's token storage, in memory (one per user)."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
-def sdk_oauth(server_url: str, issuer: str, user: str) -> tuple[OAuthClientProvider, MemoryTokens]:
-    """The SDK's OAuth client for `user`: its browser step is a scripted browser that logs in
-    as `user` and stops at the redirect URI (where nothing listens), reading the code there."""
-    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
-    landed: dict[str, str] = {}
-
-    def log_in(authorization_url: str) -> None:
-        url = Browser().visit(authorization_url, {issuer: user}, stop_at=lambda u: u.startswith(redirect_uri))
-        assert isinstance(url, str), f"the login did not come back to the client: {url.status_code} {url.text[:500]}"
-        landed.update(query_of(url))
-
-    async def redirect(authorization_url: str) -> None:
-        with anyio.fail_after(REQUEST_TIMEOUT_S):
-            await anyio.to_thread.run_sync(log_in, authorization_url)
-
-    async def callback() -> AuthorizationCodeResult:
-        assert "code" in landed, f"no code in the redirect: {landed}"
-        return AuthorizationCodeResult(code=landed["code"], state=landed.get("state"), iss=landed.get("iss"))
-
-    storage = MemoryTokens()
-    metadata = OAuthClientMetadata(
-        client_name="interop-direct",
-        redirect_uris=[redirect_uri],
-        grant_types=["authorization_code", "refresh_token"],
-        response_types=["code"],
-        token_endpoint_auth_method="none",
-    )
-    return OAuthClientProvider(server_url, metadata, storage, redirect, callback), storage
-
-
-async def whoami_with(server_url: str, auth: OAuthClientProvider) -> str:
-    async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S)) as http:
-        async with streamable_http_client(server_url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S) as s:
-                with anyio.fail_after(START_TIMEOUT_S):
-                    await s.initialize()
-                result = await s.call_tool("whoami", {})
-    assert not result.is_error, result
-    return result.content[0].text
-
-
-async def whoami_as(server_url: str, issuer: str, user: str) -> tuple[str, MemoryTokens]:
-    auth, storage = sdk_oauth(server_url, issuer, user)
-    return await whoami_with(server_url, auth), storage
 
 
 async def test_oauth_peers_direct(auth_server: AuthorizationServer, upstream: ProtectedServer) -> None:
