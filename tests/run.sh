@@ -77,8 +77,6 @@ step "conformance: the official suite against the fixture directly and through M
 bash tests/conformance/run.sh
 
 # Manifold as an OAuth client of its upstreams, held to the suite's client authorization
-# scenarios beside the Python SDK's own client; off until Manifold's side of it is in place.
-if [ "${MANIFOLD_CLIENT_AUTH:-0}" = 1 ]; then
-    step "conformance, client side: the suite's auth scenarios with the SDK's client and through Manifold"
-    bash tests/conformance/client_auth.sh
-fi
+# scenarios beside the Python SDK's own client (two scenarios at a time).
+step "conformance, client side: the suite's auth scenarios with the SDK's client and through Manifold"
+bash tests/conformance/client_auth.sh

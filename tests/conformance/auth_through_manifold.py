@@ -24,10 +24,11 @@ server becomes Manifold's one upstream, and this driver plays the operator and t
    redirects: Manifold's consent page sends it to the authorization server, whose mock answers
    at once with a redirect back to Manifold's callback.
 4. Acts as the host through Manifold (the Python SDK client over Streamable HTTP, in the
-   scenario's era): waits for the upstream's tool to be listed, and calls it. When the call is
-   refused for want of a login (a scope step-up), logs in once more and calls again. While
-   waiting, plays the operator who watches `GET /connections`: when Manifold dropped the
-   shared login (the upstream moved to another authorization server), logs in again.
+   scenario's era): waits for the upstream's tool to be listed (no longer once the mock server
+   has ended the scenario), and calls it. When the call is refused for want of a login (a
+   scope step-up), logs in once more and calls again. While waiting, plays the operator who
+   watches `GET /connections`: when Manifold dropped the shared login (the upstream moved to
+   another authorization server), logs in again.
 
 Every step is bounded; Manifold is stopped at the end, whatever happened. Its log goes to
 $CLIENT_AUTH_MANIFOLD_LOG when set (the harness keeps it beside the scenario's results), else
@@ -211,7 +212,7 @@ class Manifold:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"manifold exited ({self.process.returncode}) before listening: {tail(self.log)}")
-            time.sleep(0.1)
+            time.sleep(0.02)
         raise RuntimeError(f"manifold did not print its addresses within {START_TIMEOUT:.0f} s")
 
     def __exit__(self, *_exc: object) -> None:
@@ -227,6 +228,16 @@ class Manifold:
     @property
     def mcp_url(self) -> str:
         return f"{self.base}/mcp"
+
+
+def scenario_over(log: Path) -> str | None:
+    """What the mock server said when it ended the scenario (HTTP 410 `test_complete`, e.g. once
+    a client asked for authorization too often), as Manifold logged it: from then on it
+    answers every request so, and no tool of it can be listed any more."""
+    for line in log.read_text(errors="replace").splitlines():
+        if '"error":"test_complete"' in line:
+            return "the mock server ended the scenario: " + line.split("refused the request", 1)[-1].strip()[:200]
+    return None
 
 
 def tail(log: Path, lines: int = 20) -> str:
@@ -303,6 +314,7 @@ async def drive(run: Invocation, folder: Path, log: Path) -> None:
             patience=TOOL_PATIENCE,
             log_in_again=log_in_again if oauth else None,
             while_waiting=log_in_when_dropped if oauth else None,
+            hopeless=lambda: scenario_over(log),
         )
 
 

@@ -26,6 +26,8 @@
 #   SCENARIO...       just these scenarios, in whichever set has them (default: all of them)
 #
 # CLIENT_AUTH_SETS=2025-11-25,2026-07-28,extension chooses the sets (default: all three).
+# CLIENT_AUTH_PARALLEL=N runs N scenarios at a time (default 2); the table keeps the suite's
+# order whatever order they finish in.
 #
 # A scenario passes when the suite exits 0 for it (it does not when the client exits non-zero,
 # unless the scenario expects that) and its checks.json holds no FAILURE. Results stay in
@@ -48,6 +50,9 @@ differences="$here/expected-differences-client-auth.txt"
 # this many seconds more. The Manifold driver bounds itself below both.
 client_timeout_ms=90000
 scenario_timeout=150
+# Scenarios run this many at a time (CLIENT_AUTH_PARALLEL; default 2, one per core of the
+# machine CI runs on).
+parallel="${CLIENT_AUTH_PARALLEL:-2}"
 modern=2026-07-28
 
 die() {
@@ -65,6 +70,9 @@ for arg in "$@"; do
         *) names+=("$arg") ;;
     esac
 done
+case "$parallel" in
+    '' | *[!0-9]* | 0) die "CLIENT_AUTH_PARALLEL must be a positive number, not '$parallel'" ;;
+esac
 IFS=',' read -r -a sets <<<"${CLIENT_AUTH_SETS:-2025-11-25,$modern,extension}"
 for set in "${sets[@]}"; do
     case "$set" in
@@ -139,15 +147,18 @@ scenarios_of() {
 # --- running -------------------------------------------------------------------------------
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-trap 'exit 130' INT TERM
+# An interrupted run stops the scenarios still going (each bounded by `timeout` besides).
+trap 'kill $(jobs -p) 2>/dev/null; exit 130' INT TERM
 rm -rf "$results"
-mkdir -p "$results"
+mkdir -p "$results" "$work/verdicts"
 
 # verdict DIR SCENARIO STATUS: SCENARIO<TAB>pass|fail|n/a<TAB>detail from the suite's exit
 # status, its checks.json and the client's stderr.
 verdict() {
     local dir="$1" scenario="$2" status="$3" run
-    run="$(ls -d "$dir/$scenario-"*/ 2>/dev/null | tail -n 1 || true)"
+    # The suite's folder is SCENARIO-TIME (TIME begins with the year): a scenario whose name
+    # extends this one's (auth/iss-supported-missing, auth/dpop-nonce) is not this one's.
+    run="$(ls -d "$dir/$scenario-"[0-9][0-9][0-9][0-9]-*/ 2>/dev/null | tail -n 1 || true)"
     if [ -z "$run" ] || [ ! -f "$run/checks.json" ]; then
         printf '%s\tfail\tno checks.json (exit status %s; see %s)\n' "$scenario" "$status" "$dir/${scenario//\//-}.log"
         return
@@ -171,32 +182,41 @@ verdict() {
     ' "$run/checks.json" "$scenario" "$status" "$said"
 }
 
-# run_set CLIENT SET SCENARIO...: each scenario with CLIENT (reference or manifold), recorded
-# as lines of $work/CLIENT-SET.
-run_set() {
-    local client="$1" set="$2" scenario status script log
-    shift 2
-    local dir="$results/$client/$set" record="$work/$client-$set"
-    mkdir -p "$dir"
-    : >"$record"
+# run_one CLIENT SET SCENARIO: SCENARIO with CLIENT (reference or manifold), its verdict line
+# kept in $work/verdicts/CLIENT-SET-SCENARIO. Each run has its own ports (every server the
+# suite and the clients start listens on a free one) and its own result folder, so that runs
+# go side by side.
+run_one() {
+    local client="$1" set="$2" scenario="$3" status=0 script suite
+    local dir="$results/$client/$set" log="$results/$client/$set/${scenario//\//-}"
+    local record="$work/verdicts/$client-$set-${scenario//\//-}"
     script="$here/auth_reference_client.py"
     [ "$client" = reference ] || script="$here/auth_through_manifold.py"
     read -r -a suite <<<"$(suite_of "$set")"
-    for scenario in "$@"; do
-        log="$dir/${scenario//\//-}"
-        status=0
-        CLIENT_AUTH_MANIFOLD_LOG="$log.manifold.log" \
-            timeout --kill-after=5 "$scenario_timeout" "$node22" "${suite[@]}" \
-            --command "$python $script" --scenario "$scenario" --timeout "$client_timeout_ms" \
-            --output-dir "$dir" >"$log.log" 2>&1 || status=$?
-        [ "$client" = manifold ] || rm -f "$log.manifold.log"
-        verdict "$dir" "$scenario" "$status" >>"$record"
-        printf '  %-10s %-10s %-42s %s\n' "$client" "$set" "$scenario" "$(tail -n 1 "$record" | cut -f2- | tr '\t' ' ')"
-    done
+    CLIENT_AUTH_MANIFOLD_LOG="$log.manifold.log" \
+        timeout --kill-after=5 "$scenario_timeout" "$node22" "${suite[@]}" \
+        --command "$python $script" --scenario "$scenario" --timeout "$client_timeout_ms" \
+        --output-dir "$dir" >"$log.log" 2>&1 || status=$?
+    [ "$client" = manifold ] || rm -f "$log.manifold.log"
+    verdict "$dir" "$scenario" "$status" >"$record"
+    printf '  %-10s %-10s %-42s %s\n' "$client" "$set" "$scenario" "$(cut -f2- "$record" | tr '\t' ' ')"
 }
 
-result() { awk -F'\t' -v s="$1" '$1 == s { print $2 }' "$work/$2" 2>/dev/null; }
-detail() { awk -F'\t' -v s="$1" '$1 == s { print $3 }' "$work/$2" 2>/dev/null; }
+# start CLIENT SET SCENARIO: run_one in the background, once fewer than $parallel runs are
+# going on.
+running=0
+start() {
+    if [ "$running" -ge "$parallel" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    run_one "$@" &
+    running=$((running + 1))
+}
+
+# result SCENARIO CLIENT-SET / detail SCENARIO CLIENT-SET: the verdict and its detail.
+result() { cut -f2 "$work/verdicts/$2-${1//\//-}" 2>/dev/null || true; }
+detail() { cut -f3 "$work/verdicts/$2-${1//\//-}" 2>/dev/null || true; }
 
 # expected SCENARIO SET: whether the differences file lists SCENARIO for SET (`NAME` for every
 # set, `NAME@SET` for one).
@@ -217,14 +237,15 @@ for set in "${sets[@]}"; do
         fi
     done
     [ "${#picked[@]}" -gt 0 ] || continue
-    echo "client-auth: ${#picked[@]} scenarios of $set with the reference client"
-    run_set reference "$set" "${picked[@]}"
-    if [ "$reference_only" = 0 ]; then
-        echo "client-auth: ${#picked[@]} scenarios of $set through Manifold"
-        run_set manifold "$set" "${picked[@]}"
-    fi
-    for scenario in "${picked[@]}"; do rows+=("$set $scenario"); done
+    echo "client-auth: ${#picked[@]} scenarios of $set, $parallel at a time"
+    mkdir -p "$results/reference/$set" "$results/manifold/$set"
+    for scenario in "${picked[@]}"; do
+        start reference "$set" "$scenario"
+        [ "$reference_only" = 1 ] || start manifold "$set" "$scenario"
+        rows+=("$set $scenario")
+    done
 done
+wait
 for name in "${names[@]}"; do
     printf '%s\n' "${rows[@]}" | awk '{ print $2 }' | grep -qx -- "$name" \
         || die "$name is not an auth client scenario of the chosen sets (see: conformance list --client)"

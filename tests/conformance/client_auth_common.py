@@ -58,6 +58,8 @@ WITHOUT_A_CLIENT = ("auth/dpop", "auth/dpop-nonce", "auth/wif-jwt-bearer")
 # Every bound of the clients, in seconds: one HTTP request, and a whole MCP exchange.
 HTTP_TIMEOUT = 10.0
 EXCHANGE_TIMEOUT = 25.0
+# How often a host that waits for the expected tool lists the tools again.
+LIST_AGAIN = 0.1
 
 
 @dataclass
@@ -141,19 +143,21 @@ async def act_as_host(
     patience: float = 0.0,
     log_in_again: Callable[[str], Awaitable[None]] | None = None,
     while_waiting: Callable[[], Awaitable[None]] | None = None,
+    hopeless: Callable[[], str | None] | None = None,
 ) -> None:
     """Acts as a host at URL: lists the tools, waiting up to PATIENCE seconds for the expected
     one to be listed (an aggregator lists an upstream's tools once it has connected to it;
-    WHILE_WAITING runs between two looks), and calls it (else the first one listed). A call
-    refused for want of an authorization is made once more after LOG_IN_AGAIN, given what the
-    refusal said. Raises when a step fails, so that the process exits non-zero."""
+    WHILE_WAITING runs between two looks), and calls it (else the first one listed). The wait
+    ends sooner when HOPELESS says why the tool can no longer come. A call refused for want of
+    an authorization is made once more after LOG_IN_AGAIN, given what the refusal said. Raises
+    when a step fails, so that the process exits non-zero."""
     http = create_mcp_http_client(headers=headers, auth=auth, timeout=httpx2.Timeout(HTTP_TIMEOUT))
     transport = streamable_http_client(url, http_client=http)
     # A 2026-07-28 server is stateless: the version is adopted without the initialize handshake.
     # No response cache: a list asked again must reach the server.
     mode = "2026-07-28" if modern else "legacy"
     async with http, Client(transport, mode=mode, read_timeout_seconds=HTTP_TIMEOUT, cache=None) as client:
-        name = await expected_tool(client, patience, while_waiting)
+        name = await expected_tool(client, patience, while_waiting, hopeless)
         refusal = await call(client, name)
         if refusal is not None and log_in_again is not None:
             print(f"{name} refused ({refusal}); logging in again", file=sys.stderr)
@@ -164,7 +168,10 @@ async def act_as_host(
 
 
 async def expected_tool(
-    client: Client, patience: float, while_waiting: Callable[[], Awaitable[None]] | None = None
+    client: Client,
+    patience: float,
+    while_waiting: Callable[[], Awaitable[None]] | None = None,
+    hopeless: Callable[[], str | None] | None = None,
 ) -> str:
     deadline = time.monotonic() + patience
     seen = None
@@ -175,13 +182,16 @@ async def expected_tool(
             seen = names
         if EXPECTED_TOOL in names:
             return EXPECTED_TOOL
-        if time.monotonic() >= deadline:
+        why = hopeless() if hopeless is not None and not names else None
+        if why is not None or time.monotonic() >= deadline:
             if names:
                 return names[0]
+            if why is not None:
+                raise RuntimeError(f"no tool was listed: {why}")
             raise RuntimeError("no tool was listed" + (f" within {patience:.0f} s" if patience else ""))
         if while_waiting is not None:
             await while_waiting()
-        await anyio.sleep(0.5)
+        await anyio.sleep(LIST_AGAIN)
 
 
 async def call(client: Client, name: str) -> str | None:

@@ -38,24 +38,6 @@ REQUEST_TIMEOUT_S = 20.0
 START_TIMEOUT_S = 30.0
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "needs_broker: drives Manifold's upstream OAuth broker; skipped unless MANIFOLD_BROKER=1",
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The tests of upstream credentials through Manifold are written ahead of the broker they
-    # drive: they run only when asked for.
-    if os.environ.get("MANIFOLD_BROKER") == "1":
-        return
-    skip = pytest.mark.skip(reason="needs Manifold's upstream OAuth broker (set MANIFOLD_BROKER=1)")
-    for item in items:
-        if "needs_broker" in item.keywords:
-            item.add_marker(skip)
-
-
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     # Module scope, so that a test module may share one Manifold process between its tests.

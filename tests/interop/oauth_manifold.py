@@ -11,8 +11,8 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp import ClientSession, MCPError
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from conftest import REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, Inbox, _stop, _toml_str, _wait_for_line, manifold_bin
@@ -188,3 +190,110 @@ async def consent(link: str, manifold: Manifold, auth: AuthorizationServer, key:
 def assert_connected(page: Any, manifold: Manifold) -> None:
     assert page.status_code == 200, f"{page.status_code} at {page.url}: {page.text[:1000]}"
     assert page.url.startswith(f"{manifold.base}/oauth/callback"), page.url
+
+
+# --- the other kinds of host ----------------------------------------------------------------
+
+
+@asynccontextmanager
+async def stateless_client(url: str, key: str) -> AsyncIterator[Client]:
+    """The official client's high-level `Client` as a 2026-07-28 host (no handshake: every
+    request carries its own `_meta`), as the caller of `key`."""
+    async with httpx2.AsyncClient(headers={"x-api-key": key}, timeout=httpx2.Timeout(30, read=120)) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="2026-07-28", read_timeout_seconds=REQUEST_TIMEOUT_S, cache=None) as c:
+            yield c
+
+
+def stdio_config(upstream: ProtectedServer) -> str:
+    """A stdio Manifold (one local user, no API keys) in front of the protected upstream as
+    `forge`; consent callbacks on a free loopback port."""
+    return (
+        "[credentials]\n"
+        'callback_listen = "127.0.0.1:0"\n\n'
+        "[upstreams.forge]\n"
+        f"url = {_toml_str(upstream.url)}\n"
+        "[upstreams.forge.auth]\n"
+        'mode = "oauth"\n'
+        'identity = "per_user"\n'
+        "dynamic_registration = true\n"
+    )
+
+
+@asynccontextmanager
+async def stdio_manifold(tmp: Path, config: str) -> AsyncIterator[tuple[ClientSession, str]]:
+    """`manifold serve --config ...` over stdio (no `--listen`), started by the official SDK's
+    stdio client: an initialized session, and the base URL of its consent callback listener
+    (read from its log)."""
+    bin_ = manifold_bin()
+    if not os.access(bin_, os.X_OK):
+        pytest.fail(f"Manifold binary {bin_} not found (cargo build -p manifold --bins)", pytrace=False)
+    run = time.monotonic_ns()
+    path = tmp / f"manifold-stdio-{run}.toml"
+    path.write_text(config)
+    log = tmp / f"manifold-stdio-{run}.stderr"
+    params = StdioServerParameters(
+        command=str(bin_), args=["serve", "--config", str(path)], env={**os.environ, "MANIFOLD_LOG": "info"}
+    )
+    with log.open("w") as errlog:
+        try:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write, read_timeout_seconds=REQUEST_TIMEOUT_S) as s:
+                    with anyio.fail_after(START_TIMEOUT_S):
+                        await s.initialize()
+                        callbacks = await _logged(log, r"consent callbacks on (http://127\.0\.0\.1:\d+)/oauth/callback")
+                    yield s, callbacks
+        finally:
+            print(f"--- stdio manifold stderr ---\n{log.read_text(errors='replace')[-6000:]}", file=sys.stderr)
+
+
+async def _logged(log: Path, pattern: str) -> str:
+    """The first group of the first line of `log` matching `pattern` (waits; the caller bounds it)."""
+    regex = re.compile(pattern)
+    while True:
+        m = regex.search(log.read_text(errors="replace"))
+        if m:
+            return m.group(1)
+        await anyio.sleep(0.05)
+
+
+# --- what an operator sees ------------------------------------------------------------------
+
+#: One series of the Prometheus text format: name, labels, value.
+SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def metric_series(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every series of a /metrics page."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SERIES.match(line)
+        assert m, f"not a Prometheus series: {line!r}"
+        out.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+async def metrics_of(manifold: Manifold) -> list[tuple[str, dict[str, str], float]]:
+    r = await manifold.admin_request("GET", "/metrics")
+    assert r.status_code == 200, r.text
+    return metric_series(r.text)
+
+
+def cli_args(manifold: Manifold, *args: str) -> list[str]:
+    """`manifold ARGS... --admin ADDR`, for the running Manifold's admin address."""
+    return [str(manifold_bin()), *args, "--admin", manifold.admin.removeprefix("http://")]
+
+
+def cli(manifold: Manifold, *args: str) -> subprocess.CompletedProcess[str]:
+    """`manifold ARGS... --admin ADDR --token T`, run to its end (bounded)."""
+    return subprocess.run(
+        [*cli_args(manifold, *args), "--token", ADMIN_TOKEN],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=REQUEST_TIMEOUT_S,
+        cwd=str(REPO),
+    )

@@ -9,6 +9,8 @@ through them:
 - `Browser`: a person's browser without JavaScript (requests, following redirects), which
   submits the one form a page shows (the authorization server's login, Manifold's API key
   form) and stops where a test says.
+- `whoami_as`, `whoami_with`: the official SDK's own OAuth client calling the protected server
+  directly, logging in with the scripted browser.
 
 Every process listens on 127.0.0.1 only and is stopped by its own process id.
 """
@@ -24,9 +26,16 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urljoin, urlsplit
 
+import anyio
+import httpx2
 import requests
+from mcp import ClientSession
+from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
-from conftest import HERE, REPO, START_TIMEOUT_S, _stop
+from conftest import HERE, REPO, REQUEST_TIMEOUT_S, START_TIMEOUT_S, _stop
+from replicas import free_port
 
 OAUTH = HERE / "oauth"
 OIDC_PROVIDER = HERE / "node_modules" / "oidc-provider" / "package.json"
@@ -205,3 +214,72 @@ class Browser:
 def query_of(url: str) -> dict[str, str]:
     """The query parameters of `url`, one value each."""
     return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+# --- the official SDK's own OAuth client, against the peers directly ------------------------
+
+
+class MemoryTokens:
+    """The SDK client's token storage, in memory (one per user)."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+def sdk_oauth(server_url: str, issuer: str, user: str) -> tuple[OAuthClientProvider, MemoryTokens]:
+    """The SDK's OAuth client for `user`: its browser step is a scripted browser that logs in
+    as `user` and stops at the redirect URI (where nothing listens), reading the code there."""
+    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
+    landed: dict[str, str] = {}
+
+    def log_in(authorization_url: str) -> None:
+        url = Browser().visit(authorization_url, {issuer: user}, stop_at=lambda u: u.startswith(redirect_uri))
+        assert isinstance(url, str), f"the login did not come back to the client: {url.status_code} {url.text[:500]}"
+        landed.update(query_of(url))
+
+    async def redirect(authorization_url: str) -> None:
+        with anyio.fail_after(REQUEST_TIMEOUT_S):
+            await anyio.to_thread.run_sync(log_in, authorization_url)
+
+    async def callback() -> AuthorizationCodeResult:
+        assert "code" in landed, f"no code in the redirect: {landed}"
+        return AuthorizationCodeResult(code=landed["code"], state=landed.get("state"), iss=landed.get("iss"))
+
+    storage = MemoryTokens()
+    metadata = OAuthClientMetadata(
+        client_name="interop-direct",
+        redirect_uris=[redirect_uri],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="none",
+    )
+    return OAuthClientProvider(server_url, metadata, storage, redirect, callback), storage
+
+
+async def whoami_with(server_url: str, auth: OAuthClientProvider) -> str:
+    async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S)) as http:
+        async with streamable_http_client(server_url, http_client=http) as streams:
+            async with ClientSession(streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S) as s:
+                with anyio.fail_after(START_TIMEOUT_S):
+                    await s.initialize()
+                result = await s.call_tool("whoami", {})
+    assert not result.is_error, result
+    return result.content[0].text
+
+
+async def whoami_as(server_url: str, issuer: str, user: str) -> tuple[str, MemoryTokens]:
+    auth, storage = sdk_oauth(server_url, issuer, user)
+    return await whoami_with(server_url, auth), storage

@@ -4,30 +4,33 @@ takes its tokens (oauth/protected_server.py); logins are done by a scripted brow
 (oauth_peers.Browser).
 
 - The peers themselves, with the official SDK's OAuth client: two users, two subjects.
-- Through Manifold (marked `needs_broker`, run with MANIFOLD_BROKER=1): each API key's caller
-  is asked to connect (a tool error holding the link, or -32042 for a host that declares URL
-  elicitation), logs in, and then sees their own subject; a revoked connection asks again; an
-  expired access token is refreshed unseen; three replicas sharing tokens through Redis
-  refresh once; a shared login is every caller's.
+- Through Manifold: each API key's caller is asked to connect (a tool error holding the link,
+  or -32042 for a host that declares URL elicitation, or an `input_required` result with the
+  URL elicitation for a 2026-07-28 host, whose retry with the `requestState` goes through),
+  logs in, and then sees their own subject; a revoked connection asks again; an expired access
+  token is refreshed unseen; three replicas sharing tokens through Redis refresh once; a shared
+  login is every caller's; a stdio Manifold's local user connects through its loopback
+  callback listener without an API key; a callback with a wrong state, or used twice, connects
+  nothing; consents are counted per upstream with no caller or token in a label; the
+  `manifold connections` and `manifold revoke` commands at the admin address.
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
 import mcp_types as types
 import pytest
-from mcp import MCPError
-from mcp import ClientSession
-from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp import ClientSession, MCPError
 
 from conftest import REQUEST_TIMEOUT_S, START_TIMEOUT_S, Inbox, _toml_str
 from oauth_manifold import (
@@ -39,16 +42,21 @@ from oauth_manifold import (
     assert_connected,
     call_whoami,
     caller_session,
+    cli,
+    cli_args,
     consent,
     elicitation_of,
     link_in_tool_error,
     manifold_config,
     manifold_serving,
+    metrics_of,
+    stateless_client,
+    stdio_config,
+    stdio_manifold,
     subject_of,
     whoami_on,
 )
-from oauth_peers import AuthorizationServer, Browser, ProtectedServer, query_of
-from replicas import free_port
+from oauth_peers import AuthorizationServer, Browser, ProtectedServer, query_of, sdk_oauth, whoami_as, whoami_with
 
 pytestmark = pytest.mark.anyio
 
@@ -101,72 +109,6 @@ def short_upstream(tmp: Path, short_auth_server: AuthorizationServer) -> Iterato
 # --- the peers directly, with the official SDK's OAuth client -------------------------------
 
 
-class MemoryTokens:
-    """The SDK client's token storage, in memory (one per user)."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
-def sdk_oauth(server_url: str, issuer: str, user: str) -> tuple[OAuthClientProvider, MemoryTokens]:
-    """The SDK's OAuth client for `user`: its browser step is a scripted browser that logs in
-    as `user` and stops at the redirect URI (where nothing listens), reading the code there."""
-    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
-    landed: dict[str, str] = {}
-
-    def log_in(authorization_url: str) -> None:
-        url = Browser().visit(authorization_url, {issuer: user}, stop_at=lambda u: u.startswith(redirect_uri))
-        assert isinstance(url, str), f"the login did not come back to the client: {url.status_code} {url.text[:500]}"
-        landed.update(query_of(url))
-
-    async def redirect(authorization_url: str) -> None:
-        with anyio.fail_after(REQUEST_TIMEOUT_S):
-            await anyio.to_thread.run_sync(log_in, authorization_url)
-
-    async def callback() -> AuthorizationCodeResult:
-        assert "code" in landed, f"no code in the redirect: {landed}"
-        return AuthorizationCodeResult(code=landed["code"], state=landed.get("state"), iss=landed.get("iss"))
-
-    storage = MemoryTokens()
-    metadata = OAuthClientMetadata(
-        client_name="interop-direct",
-        redirect_uris=[redirect_uri],
-        grant_types=["authorization_code", "refresh_token"],
-        response_types=["code"],
-        token_endpoint_auth_method="none",
-    )
-    return OAuthClientProvider(server_url, metadata, storage, redirect, callback), storage
-
-
-async def whoami_with(server_url: str, auth: OAuthClientProvider) -> str:
-    async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S)) as http:
-        async with streamable_http_client(server_url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1], read_timeout_seconds=REQUEST_TIMEOUT_S) as s:
-                with anyio.fail_after(START_TIMEOUT_S):
-                    await s.initialize()
-                result = await s.call_tool("whoami", {})
-    assert not result.is_error, result
-    return result.content[0].text
-
-
-async def whoami_as(server_url: str, issuer: str, user: str) -> tuple[str, MemoryTokens]:
-    auth, storage = sdk_oauth(server_url, issuer, user)
-    return await whoami_with(server_url, auth), storage
-
-
 async def test_oauth_peers_direct(auth_server: AuthorizationServer, upstream: ProtectedServer) -> None:
     # Without a token: the SDK's 401, pointing at the protected resource metadata, which names
     # the authorization server.
@@ -214,7 +156,6 @@ async def test_oauth_peers_refresh_direct(
 
 # --- through Manifold (the broker) -----------------------------------------------------------
 
-@pytest.mark.needs_broker
 async def test_each_caller_connects_their_own_account_and_a_revoked_connection_asks_again(
     tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
 ) -> None:
@@ -253,7 +194,6 @@ async def test_each_caller_connects_their_own_account_and_a_revoked_connection_a
     assert not auth_server.events("grant_error"), auth_server.logs_tail()
 
 
-@pytest.mark.needs_broker
 async def test_a_host_that_declares_url_elicitation_hears_the_consent_complete(
     tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
 ) -> None:
@@ -275,7 +215,6 @@ async def test_a_host_that_declares_url_elicitation_hears_the_consent_complete(
             assert subject_of(await s.call_tool(WHOAMI, {})) == "bob"
 
 
-@pytest.mark.needs_broker
 async def test_an_expired_access_token_is_refreshed_without_the_host_seeing_it(
     tmp: Path, short_auth_server: AuthorizationServer, short_upstream: ProtectedServer
 ) -> None:
@@ -291,7 +230,6 @@ async def test_an_expired_access_token_is_refreshed_without_the_host_seeing_it(
     assert not short_auth_server.events("grant_error"), short_auth_server.logs_tail()
 
 
-@pytest.mark.needs_broker
 async def test_replicas_sharing_tokens_in_redis_refresh_once(
     tmp: Path, short_auth_server: AuthorizationServer, short_upstream: ProtectedServer
 ) -> None:
@@ -362,7 +300,6 @@ async def test_replicas_sharing_tokens_in_redis_refresh_once(
         redis.stop()
 
 
-@pytest.mark.needs_broker
 async def test_a_shared_login_is_every_callers_identity(
     tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
 ) -> None:
@@ -385,3 +322,160 @@ async def test_a_shared_login_is_every_callers_identity(
                 await anyio.sleep(0.2)
         assert subject_of(result) == "operator"
         assert subject_of(await call_whoami(manifold.url, BOB_KEY)) == "operator"
+
+
+# --- the other kinds of host, and what an operator sees -------------------------------------
+
+
+async def test_a_2026_host_is_asked_with_input_required_and_its_retry_returns_the_subject(
+    tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
+) -> None:
+    with manifold_serving(tmp, manifold_config(upstream)) as manifold:
+        async with stateless_client(manifold.url, ALICE_KEY) as c:
+            first = await c.session.call_tool(WHOAMI, {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult), first
+            assert first.request_state, "a retry needs the requestState"
+            ((key, request),) = first.input_requests.items()
+            assert request.method == "elicitation/create", request
+            assert request.params.mode == "url", request.params
+            assert CONSENT_LINK.fullmatch(request.params.url), request.params.url
+            assert request.params.url.startswith(f"{manifold.base}/oauth/connect/"), request.params.url
+            assert request.params.url in request.params.message, request.params.message
+
+            assert_connected(await consent(request.params.url, manifold, auth_server, ALICE_KEY, "alice"), manifold)
+            again = await c.session.call_tool(
+                WHOAMI,
+                {},
+                input_responses={key: types.ElicitResult(action="accept")},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+            assert subject_of(again) == "alice"
+
+
+async def test_a_stdio_manifolds_local_user_connects_through_its_loopback_callback_listener(
+    tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
+) -> None:
+    async with stdio_manifold(tmp, stdio_config(upstream)) as (s, callbacks):
+        link = link_in_tool_error(await whoami_on(s))
+        # The link is on the callback listener (the stdio Manifold has no other), and the
+        # browser goes straight to the authorization server: no API key is asked for (the
+        # scripted browser fails on a form at Manifold, where nothing is to be typed).
+        assert link.startswith(f"{callbacks}/oauth/connect/"), (link, callbacks)
+        page = await anyio.to_thread.run_sync(lambda: Browser().visit(link, {auth_server.issuer: "alice"}))
+        assert page.status_code == 200, f"{page.status_code} at {page.url}: {page.text[:1000]}"
+        assert page.url.startswith(f"{callbacks}/oauth/callback"), page.url
+        assert subject_of(await whoami_on(s)) == "alice"
+
+
+async def test_a_callback_with_a_wrong_state_or_used_twice_is_refused_and_connects_nothing(
+    tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
+) -> None:
+    with manifold_serving(tmp, manifold_config(upstream)) as manifold:
+        link = link_in_tool_error(await call_whoami(manifold.url, ALICE_KEY))
+        browser = Browser()
+        answers = {manifold.base: ALICE_KEY, auth_server.issuer: "alice"}
+        callback = await anyio.to_thread.run_sync(
+            lambda: browser.visit(link, answers, stop_at=lambda u: u.startswith(f"{manifold.base}/oauth/callback"))
+        )
+        assert isinstance(callback, str), f"no redirect to the callback: {callback.status_code} {callback.text[:500]}"
+        state = query_of(callback)["state"]
+
+        async def opened(url: str) -> Any:
+            return await anyio.to_thread.run_sync(lambda: browser.session.get(url, allow_redirects=False, timeout=20))
+
+        # A state Manifold never gave.
+        wrong = await opened(callback.replace(f"state={state}", f"state={state[::-1]}x"))
+        assert wrong.status_code == 400, f"{wrong.status_code}: {wrong.text[:500]}"
+        assert "text/html" in wrong.headers.get("content-type", ""), wrong.headers
+        assert not await connections_of(manifold, "key:alice")
+        link_in_tool_error(await call_whoami(manifold.url, ALICE_KEY))
+
+        # The right one connects; the same callback again is refused, also after the
+        # connection was revoked (a replayed callback does not connect again).
+        assert (await opened(callback)).status_code == 200
+        assert subject_of(await call_whoami(manifold.url, ALICE_KEY)) == "alice"
+        revoked = await manifold.admin_request(
+            "POST", "/connections/revoke", {"team": "eng", "principal": "key:alice", "upstream": "forge"}
+        )
+        assert revoked.status_code == 200, revoked.text
+        reused = await opened(callback)
+        assert reused.status_code == 400, f"{reused.status_code}: {reused.text[:500]}"
+        assert "text/html" in reused.headers.get("content-type", ""), reused.headers
+        assert not await connections_of(manifold, "key:alice")
+        link_in_tool_error(await call_whoami(manifold.url, ALICE_KEY))
+
+
+async def connections_of(manifold: Any, principal: str) -> list[dict[str, Any]]:
+    listed = await manifold.admin_request("GET", f"/connections?team=eng&principal={principal}")
+    assert listed.status_code == 200, listed.text
+    return listed.json()["connections"]
+
+
+async def test_consents_are_counted_per_upstream_without_a_token_or_caller_in_any_label(
+    tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
+) -> None:
+    with manifold_serving(tmp, manifold_config(upstream)) as manifold:
+        link = link_in_tool_error(await call_whoami(manifold.url, ALICE_KEY))
+        assert_connected(await consent(link, manifold, auth_server, ALICE_KEY, "alice"), manifold)
+        assert subject_of(await call_whoami(manifold.url, ALICE_KEY)) == "alice"
+
+        series = await metrics_of(manifold)
+        consents = {
+            labels["outcome"]: value
+            for name, labels, value in series
+            if name == "manifold_credential_consents_total" and labels.get("upstream") == "forge"
+        }
+        assert consents.get("asked", 0) >= 1 and consents.get("completed", 0) >= 1, consents
+        # No label names a caller (key name, API key, principal, owner) or holds a token.
+        for name, labels, _ in series:
+            for label, value in labels.items():
+                shown = f"{name}{{{label}={value!r}}}"
+                assert not re.search(r"alice|bob|key:|oauth-interop|eyJ", value), shown
+                assert not re.fullmatch(r"[0-9a-f]{32,}|[A-Za-z0-9_-]{40,}", value), shown
+
+
+async def test_the_cli_lists_and_revokes_connections_at_the_admin_address(
+    tmp: Path, auth_server: AuthorizationServer, upstream: ProtectedServer
+) -> None:
+    with manifold_serving(tmp, manifold_config(upstream)) as manifold:
+        for key, user in ((ALICE_KEY, "alice"), (BOB_KEY, "bob")):
+            link = link_in_tool_error(await call_whoami(manifold.url, key))
+            assert_connected(await consent(link, manifold, auth_server, key, user), manifold)
+
+        listed = await anyio.to_thread.run_sync(lambda: cli(manifold, "connections", "--team", "eng"))
+        assert listed.returncode == 0, listed.stderr
+        lines = sorted(listed.stdout.splitlines())
+        assert [line.split("\t")[:2] for line in lines] == [["forge", "eng/key:alice"], ["forge", "eng/key:bob"]], lines
+        # Each line is upstream, principal, owner, scopes, expiry, refreshability: no token.
+        for line in lines:
+            _, _, owner, scopes, expires, refresh = line.split("\t")
+            assert re.fullmatch(r"owner=[0-9a-f]{12}", owner), line
+            assert re.fullmatch(r"scopes=[\w: ]*", scopes), line
+            assert re.fullmatch(r"expires_at_ms=\d+|no expiry", expires), line
+            assert refresh == "refreshable", line
+        assert "eyJ" not in listed.stdout + listed.stderr
+
+        revoked = await anyio.to_thread.run_sync(
+            lambda: cli(manifold, "revoke", "--team", "eng", "--principal", "key:alice", "--upstream", "forge")
+        )
+        assert revoked.returncode == 0, revoked.stderr
+        assert revoked.stdout.strip() == "revoked 1 connection(s)", revoked.stdout
+        after = await anyio.to_thread.run_sync(lambda: cli(manifold, "connections"))
+        assert after.returncode == 0, after.stderr
+        assert [line.split("\t")[1] for line in after.stdout.splitlines()] == ["eng/key:bob"], after.stdout
+        link_in_tool_error(await call_whoami(manifold.url, ALICE_KEY))
+        assert subject_of(await call_whoami(manifold.url, BOB_KEY)) == "bob"
+
+        # A wrong admin token is refused with a message, and revokes nothing.
+        refused = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [*cli_args(manifold, "revoke", "--team", "eng", "--principal", "key:bob"), "--token", "wrong"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=REQUEST_TIMEOUT_S,
+            )
+        )
+        assert refused.returncode != 0 and "401" in refused.stderr, (refused.returncode, refused.stderr)
+        assert subject_of(await call_whoami(manifold.url, BOB_KEY)) == "bob"

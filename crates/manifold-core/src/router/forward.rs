@@ -45,16 +45,7 @@ impl Router {
             "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
             _ => resolve::read(&catalog, env, sight),
         };
-        let target = match target {
-            Err(RouteError::UnknownTool(name)) => self
-                .unlisted_per_caller(&catalog, env, "tools/call", &name, sight)
-                .ok_or(RouteError::UnknownTool(name)),
-            Err(RouteError::UnknownPrompt(name)) => self
-                .unlisted_per_caller(&catalog, env, "prompts/get", &name, sight)
-                .ok_or(RouteError::UnknownPrompt(name)),
-            other => other,
-        };
-        match target {
+        match self.or_unlisted(&catalog, env, sight, target) {
             Ok(target) => {
                 if let (true, Some(session), Some(name)) =
                     (self.discovery.active(), &ctx.session, &target.exposed)
@@ -396,6 +387,9 @@ impl Router {
             "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
             _ => resolve::read(&catalog, env, sight),
         };
+        // A consent's retry may come before the upstream's catalog could be read with the new
+        // grant: its tool is routed as on the first call.
+        let target = self.or_unlisted(&catalog, env, sight, target);
         if let Some(upstream_state) = &state.upstream {
             // A stateless upstream's own state: the request goes on to it, with its state.
             return match target {
@@ -438,6 +432,26 @@ impl Router {
 }
 
 impl Router {
+    /// `target`, or for an unknown tool or prompt, the per-caller upstream it names whose
+    /// catalog nobody could read yet (`unlisted_per_caller`).
+    fn or_unlisted(
+        &self,
+        catalog: &manifold_catalog::Catalog,
+        env: &Envelope<'_>,
+        sight: Option<&crate::policy::Team>,
+        target: Result<Target, RouteError>,
+    ) -> Result<Target, RouteError> {
+        match target {
+            Err(RouteError::UnknownTool(name)) => self
+                .unlisted_per_caller(catalog, env, "tools/call", &name, sight)
+                .ok_or(RouteError::UnknownTool(name)),
+            Err(RouteError::UnknownPrompt(name)) => self
+                .unlisted_per_caller(catalog, env, "prompts/get", &name, sight)
+                .ok_or(RouteError::UnknownPrompt(name)),
+            other => other,
+        }
+    }
+
     /// A tool or prompt of a per-caller upstream whose catalog nobody could read yet (no
     /// caller has connected, and no shared login lists it): `{prefix}{separator}{name}` goes to
     /// that upstream as `name`, so that the caller's first call asks for their consent.
