@@ -28,6 +28,16 @@ fn take(slot: &Slot) -> Option<(Context, Target)> {
 impl Router {
     /// Sends the request upstream, or answers it from the cache.
     pub(super) fn dispatch(self: &Arc<Self>, ctx: Context, target: Target) {
+        // A caller without a usable token of their own is asked for consent before anything
+        // is answered, from the cache either (a revoked caller is not served what was kept).
+        if self.pool.per_caller(target.upstream) {
+            return self.dispatch_for_caller(ctx, target);
+        }
+        self.dispatch_ready(ctx, target);
+    }
+
+    /// [`Router::dispatch`] once the caller may reach the upstream.
+    pub(super) fn dispatch_ready(self: &Arc<Self>, ctx: Context, target: Target) {
         let live = self.live();
         let Some(cache) = &live.cache else {
             return self.send(ctx, target, None);

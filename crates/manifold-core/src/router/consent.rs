@@ -112,6 +112,24 @@ impl Router {
         });
     }
 
+    /// A request of a per-caller upstream, before the cache: a caller with no usable token is
+    /// asked for consent; the others go on (to the cache, then their own connection).
+    pub(super) fn dispatch_for_caller(self: &Arc<Self>, ctx: Context, target: Target) {
+        let Some(broker) = self.broker.get().cloned() else {
+            return self.dispatch_ready(ctx, target);
+        };
+        let caller = caller_of(&ctx);
+        let router = Arc::clone(self);
+        self.runtime.spawn(async move {
+            let key = router.pool.upstreams()[target.upstream].key().to_owned();
+            if broker.ready(&key, &caller).await {
+                router.dispatch_ready(ctx, target);
+            } else {
+                router.ask_consent(&broker, ctx, &target, &caller).await;
+            }
+        });
+    }
+
     /// Sends the request on `own` once its handshake is done (bounded).
     async fn send_when_connected(
         &self,
