@@ -76,7 +76,8 @@ struct AnyConnectedCaller {
 }
 
 impl AnyConnectedCaller {
-    async fn someone(&self) -> Result<manifold_auth::Caller, Unauthorized> {
+    /// The token source of the caller who connected last.
+    async fn someone(&self) -> Result<BrokerCredential, Unauthorized> {
         let connections = self.broker.connections(None).await.map_err(unauthorized)?;
         let latest = connections
             .into_iter()
@@ -91,23 +92,17 @@ impl AnyConnectedCaller {
             .principal
             .split_once('/')
             .unwrap_or(("", &latest.principal));
-        Ok(manifold_auth::Caller::new(
-            Arc::from(team),
-            Arc::from(principal),
-            None,
-        ))
+        Ok(BrokerCredential {
+            broker: Arc::clone(&self.broker),
+            upstream: self.upstream.clone(),
+            caller: manifold_auth::Caller::new(Arc::from(team), Arc::from(principal), None),
+        })
     }
 }
 
 impl Credential for AnyConnectedCaller {
     fn token(&self) -> BoxFuture<'_, Result<String, Unauthorized>> {
-        Box::pin(async move {
-            let caller = self.someone().await?;
-            self.broker
-                .token(&self.upstream, &caller)
-                .await
-                .map_err(unauthorized)
-        })
+        Box::pin(async move { self.someone().await?.token().await })
     }
 
     fn rejected<'a>(
@@ -117,15 +112,10 @@ impl Credential for AnyConnectedCaller {
         challenge: Option<&'a str>,
     ) -> BoxFuture<'a, Result<String, Unauthorized>> {
         Box::pin(async move {
-            let caller = self.someone().await?;
-            let rejection = Rejection {
-                status,
-                www_authenticate: challenge.map(str::to_owned),
-            };
-            self.broker
-                .rejected(&self.upstream, &caller, sent, &rejection)
+            self.someone()
+                .await?
+                .rejected(sent, status, challenge)
                 .await
-                .map_err(unauthorized)
         })
     }
 }
