@@ -254,11 +254,13 @@ fn caller_from(
     });
     match principal {
         // A JWT's caller keeps it, for an upstream whose `auth` exchanges it (it is never
-        // forwarded as it is).
-        Ok((team, id)) if id.starts_with("jwt:") => match bearer_of(req) {
-            Some(token) => Ok(Caller::with_token(team, id, token.into())),
-            None => Ok(Caller::of_team(team, id)),
-        },
+        // forwarded as it is); only a Manifold with upstream credentials copies it.
+        Ok((team, id)) if id.starts_with("jwt:") && shared.router.broker().is_some() => {
+            match bearer_of(req) {
+                Some(token) => Ok(Caller::with_token(team, id, token.into())),
+                None => Ok(Caller::of_team(team, id)),
+            }
+        }
         Ok((team, id)) => Ok(Caller::of_team(team, id)),
         Err(e) => {
             tracing::info!(path = req.path(), "authentication failed: {e}");

@@ -75,9 +75,8 @@ impl Router {
         target: Target,
         fill: Option<inflight::Fill>,
     ) {
-        let upstreams = self.pool.upstreams();
-        let handle = upstreams[target.upstream].clone();
-        let Some(broker) = self.broker.get().cloned() else {
+        let handle = self.pool.upstreams()[target.upstream].clone();
+        let Some(broker) = self.broker.get() else {
             return ctx.fail(&RouteError::Upstream(
                 manifold_upstream::UpstreamError::Unauthorized {
                     upstream: handle.key().to_owned(),
@@ -86,28 +85,33 @@ impl Router {
                 },
             ));
         };
+        // Whether the caller has a usable token was asked before the cache
+        // (`dispatch_for_caller`), which every request passes before it is sent: not asked
+        // again. A token gone meanwhile fails this request (-32018); the next asks for consent.
         let caller = caller_of(&ctx);
+        let owner: Arc<str> = caller.owner.hex().into();
+        let credential = || -> Arc<dyn Credential> {
+            Arc::new(BrokerCredential {
+                broker: Arc::clone(broker),
+                upstream: handle.key().to_owned(),
+                caller: caller.clone(),
+            })
+        };
+        let own = self.pool.caller(
+            target.upstream,
+            CallerFor {
+                owner: &owner,
+                credential: &credential,
+            },
+        );
+        let Some(own) = own else {
+            return ctx.fail(&unstarted(&handle));
+        };
+        if let Some(conn) = own.connection() {
+            return self.send_on(&conn, ctx, target, fill);
+        }
         let router = Arc::clone(self);
         self.runtime.spawn(async move {
-            if !broker.ready(handle.key(), &caller).await {
-                return router.ask_consent(&broker, ctx, &target, &caller).await;
-            }
-            let owner: Arc<str> = caller.owner.hex().into();
-            let credential: Arc<dyn Credential> = Arc::new(BrokerCredential {
-                broker,
-                upstream: handle.key().to_owned(),
-                caller,
-            });
-            let own = router.pool.caller(
-                target.upstream,
-                CallerFor {
-                    owner: &owner,
-                    credential: &|| Arc::clone(&credential),
-                },
-            );
-            let Some(own) = own else {
-                return ctx.fail(&unstarted(&handle));
-            };
             router.send_when_connected(own, ctx, target, fill).await;
         });
     }
