@@ -5,9 +5,10 @@
 #                                  requests)
 #   tests/interop/node_modules     @modelcontextprotocol/server-everything, server-memory and
 #                                  server-filesystem (the last two for the tool search
-#                                  benchmark's real catalogs), and oidc-provider (the OAuth
-#                                  authorization server of the upstream credential tests),
-#                                  from package-lock.json
+#                                  benchmark's real catalogs), oidc-provider (the OAuth
+#                                  authorization server of the upstream credential tests), and
+#                                  @modelcontextprotocol/server (the TypeScript SDK whose
+#                                  ext/skills builds skills_server.mjs), from package-lock.json
 #
 # Idempotent: each half is skipped when its stamp file matches the current pin file, so a
 # second run takes well under a second. Needs python3 >= 3.10 (with the venv module), Node.js
@@ -53,7 +54,8 @@ fi
 # --- Node ------------------------------------------------------------------------------------
 command -v node >/dev/null 2>&1 || die "node not found; install Node.js >= 20 (Debian: apt-get install nodejs npm)"
 command -v npm >/dev/null 2>&1 || die "npm not found (Debian: apt-get install npm)"
-# The locked tree (e.g. @hono/node-server, a dependency of the MCP TypeScript SDK) needs >= 20.
+# The locked tree (e.g. @hono/node-server, a dependency of the MCP TypeScript SDK, and the SDK's
+# v2 @modelcontextprotocol/server) needs >= 20.
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \
     || die "node $(node --version) is too old: the pinned server-everything needs Node.js >= 20"
 
@@ -61,8 +63,9 @@ lock="$here/package-lock.json"
 [ -f "$lock" ] || die "$lock is missing"
 entry="$here/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 oidc="$here/node_modules/oidc-provider/package.json"
+skills="$here/node_modules/@modelcontextprotocol/server/dist/ext/skills/index.mjs"
 nstamp="$here/node_modules/.interop-package-lock.json"
-if [ -f "$entry" ] && [ -f "$oidc" ] && [ -f "$nstamp" ] && cmp -s "$lock" "$nstamp"; then
+if [ -f "$entry" ] && [ -f "$oidc" ] && [ -f "$skills" ] && [ -f "$nstamp" ] && cmp -s "$lock" "$nstamp"; then
     echo "install.sh: $here/node_modules is up to date"
 else
     echo "install.sh: npm ci in $here"
@@ -70,6 +73,7 @@ else
         || die "npm ci failed in $here (is the npm registry reachable?)"
     [ -f "$entry" ] || die "$entry missing after npm ci"
     [ -f "$oidc" ] || die "$oidc missing after npm ci"
+    [ -f "$skills" ] || die "$skills missing after npm ci"
     cp "$lock" "$nstamp"
 fi
 
