@@ -64,7 +64,7 @@ fi
 # would cost a second build of the same code), then fuzzes on.
 CARGO_TARGET_DIR="$PWD/fuzz/target" bash fuzz/run.sh all 30000 -verbosity=0
 
-step "install interop peers (PyPI: mcp, mcp-server-time, requests; npm: server-everything, server-memory, server-filesystem, oidc-provider)"
+step "install interop peers (PyPI: mcp, mcp-server-time, requests; npm: server-everything, server-memory, server-filesystem, oidc-provider, the TypeScript SDK server)"
 bash tests/interop/install.sh
 
 step "deployment kit: Dockerfile, Kubernetes manifests, Prometheus and Grafana config (offline; tools into .venv)"
@@ -73,7 +73,7 @@ MANIFOLD_BIN="$PWD/target/debug/manifold" bash tests/deploy/check.sh
 step "interop: official Python SDK client against Manifold fronting real servers, stdio and HTTP"
 MANIFOLD_BIN="$PWD/target/debug/manifold" .venv/bin/python -m pytest tests/interop -q
 
-step "conformance: the official suite against the fixture directly and through Manifold"
+step "conformance: the official suite against the fixture and the SDK's skills server directly and through Manifold"
 bash tests/conformance/run.sh
 
 # Manifold as an OAuth client of its upstreams, held to the suite's client authorization

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The official MCP conformance suite (@modelcontextprotocol/conformance, server side) against
 # the fixture server directly and through Manifold, compared scenario by scenario, in both
-# protocol eras.
+# protocol eras; and its Skills extension scenarios against the TypeScript SDK's skills server
+# directly and through Manifold.
 #
 #   1. Installs the pinned suites and the Node.js 22 they need into tests/conformance/node_modules
 #      (npm ci from package-lock.json; skipped when the stamp matches the lock file): the
@@ -18,27 +19,39 @@
 #                    speaks 2026-07-28 to it);
 #        translated  Manifold fronting the fixture over stdio with `--era session` (Manifold
 #                    translates between the eras).
-#   4. Fails if a scenario that passes directly fails through Manifold and is not listed in the
+#   4. Skills: runs the prerelease's Skills extension scenarios (every `sep-2640-skills-*` of
+#      `list --server`; extension scenarios are on no spec timeline, so each is forced onto
+#      the wire of each era: `--spec-version 2026-07-28 --force`, then 2025-11-25) against
+#        direct      tests/interop/skills_server.mjs alpha over Streamable HTTP (the baseline);
+#        manifold    Manifold fronting skills_server.mjs alpha and beta over stdio (two servers
+#                    that share a skill name, so their URIs are exposed as skill://alpha/...
+#                    and skill://beta/...).
+#      Needs tests/interop/install.sh to have run (the SDK is an interop peer).
+#   5. Fails if a scenario that passes directly fails through Manifold and is not listed in the
 #      comparison's expected-differences file, if a listed scenario no longer differs, or if a
 #      scenario fails against the fixture itself (the comparison would then say nothing). The
 #      files: expected-differences.txt (session era), expected-differences-stateless.txt and
-#      expected-differences-translated.txt (stateless era, through Manifold as above).
+#      expected-differences-translated.txt (stateless era, through Manifold as above),
+#      expected-differences-skills.txt (the Skills scenarios, both eras).
 #
-# Usage: tests/conformance/run.sh [--session-only | --stateless-only] [--direct-only] [SCENARIO...]
+# Usage: tests/conformance/run.sh [--session-only | --stateless-only | --skills-only] [--direct-only] [SCENARIO...]
 #
 #   --session-only    only the session era (step 2)
 #   --stateless-only  only the stateless era (step 3)
+#   --skills-only     only the Skills scenarios (step 4)
 #   --direct-only     only against the fixture itself: no Manifold, no comparison (the fixture
 #                     must pass every scenario)
 #   SCENARIO...       just these scenarios, in whichever era has them (default: all of them)
 #
-# CONFORMANCE_PARTS=session|stateless|session,stateless does what the first two options do.
+# CONFORMANCE_PARTS, a comma-separated list of session, stateless and skills, does what the
+# first three options do.
 #
 # Each scenario runs against servers started afresh for it, so that one scenario that breaks
 # a server cannot fail the ones after it. A scenario passes when the suite exits 0 for it and
 # its checks.json holds no FAILURE (warnings are allowed, as the suite itself allows them).
 # Results stay in target/conformance/{direct,manifold}/ (session era) and
-# target/conformance/stateless/{direct,stateless,translated}/: the suite's folder per scenario
+# target/conformance/stateless/{direct,stateless,translated}/ and
+# target/conformance/skills/{direct,manifold}-{ERA}/: the suite's folder per scenario
 # (checks.json), its output (SCENARIO.log) and the server's stderr (SCENARIO.server.log).
 #
 # Binaries: MANIFOLD_BIN and FIXTURE_BIN (default: target/debug/manifold and
@@ -65,28 +78,30 @@ die() {
 }
 
 # --- arguments -----------------------------------------------------------------------------
-parts="${CONFORMANCE_PARTS:-session,stateless}"
+parts="${CONFORMANCE_PARTS:-session,stateless,skills}"
 direct_only=0
 names=()
 for arg in "$@"; do
     case "$arg" in
         --session-only) parts=session ;;
         --stateless-only) parts=stateless ;;
+        --skills-only) parts=skills ;;
         --direct-only) direct_only=1 ;;
         -*) die "unknown option $arg (see the usage at the top of $0)" ;;
         *) names+=("$arg") ;;
     esac
 done
-run_session=0 run_stateless=0
+run_session=0 run_stateless=0 run_skills=0
 IFS=',' read -r -a wanted <<<"$parts"
 for part in "${wanted[@]}"; do
     case "$part" in
         session) run_session=1 ;;
         stateless) run_stateless=1 ;;
-        *) die "CONFORMANCE_PARTS: unknown part '$part' (session, stateless)" ;;
+        skills) run_skills=1 ;;
+        *) die "CONFORMANCE_PARTS: unknown part '$part' (session, stateless, skills)" ;;
     esac
 done
-[ $((run_session + run_stateless)) -gt 0 ] || die "no part to run"
+[ $((run_session + run_stateless + run_skills)) -gt 0 ] || die "no part to run"
 
 # --- install -----------------------------------------------------------------------------
 lock="$here/package-lock.json"
@@ -111,6 +126,11 @@ fi
 "$node22" -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 22 ? 0 : 1)' \
     || die "$node22 is not Node.js 22 or later"
 
+skills_server="$repo/tests/interop/skills_server.mjs"
+if [ "$run_skills" = 1 ]; then
+    [ -f "$repo/tests/interop/node_modules/@modelcontextprotocol/server/package.json" ] \
+        || die "the TypeScript SDK's skills server is not installed (bash tests/interop/install.sh)"
+fi
 [ -x "$fixture_bin" ] || die "$fixture_bin not found (cargo build -p manifold-fixture, or set FIXTURE_BIN)"
 [ "$direct_only" = 1 ] || [ -x "$manifold_bin" ] \
     || die "$manifold_bin not found (cargo build -p manifold, or set MANIFOLD_BIN)"
@@ -248,6 +268,21 @@ manifold_config() {
     } >"$file"
 }
 
+# skills_config FILE: a Manifold config fronting skills_server.mjs alpha and beta over stdio,
+# each under its own key (so their skill:// URIs are exposed as skill://alpha/... and
+# skill://beta/...). `node` is the suite's Node.js 22, first on PATH.
+skills_config() {
+    local file="$1" name
+    {
+        echo '# Manifold fronting two Skills servers over stdio, as tests/conformance/run.sh runs it.'
+        for name in alpha beta; do
+            echo "[upstreams.$name]"
+            echo "command = 'node'"
+            printf "args = ['%s', '%s', 'stdio']\n" "$skills_server" "$name"
+        done
+    } >"$file"
+}
+
 result() { awk -F'\t' -v s="$1" '$1 == s { print $2 }' "$work/${2//\//-}"; }
 detail() { awk -F'\t' -v s="$1" '$1 == s { print $3 }' "$work/${2//\//-}"; }
 list() {
@@ -327,7 +362,7 @@ pick() {
 }
 
 # --- the scenarios -------------------------------------------------------------------------
-session_all=() modern_all=()
+session_all=() modern_all=() skills_all=()
 if [ "$run_session" = 1 ]; then
     mapfile -t session_all < <("$node22" "$entry" list --server | sed -n 's/^  - \([^ ]*\).*/\1/p')
     [ "${#session_all[@]}" -gt 0 ] || die "the suite listed no server scenarios"
@@ -338,8 +373,12 @@ if [ "$run_stateless" = 1 ]; then
         | awk '/^Server scenarios/ { on = 1; next } /^$/ { on = 0 } on && /^  - / { print $2 }')
     [ "${#modern_all[@]}" -gt 0 ] || die "the $modern requirement set lists no server scenarios"
 fi
+if [ "$run_skills" = 1 ]; then
+    mapfile -t skills_all < <("$node22" "$entry_modern" list --server | sed -n 's/^  - \(sep-2640-skills-[^ ]*\).*/\1/p')
+    [ "${#skills_all[@]}" -gt 0 ] || die "the suite lists no sep-2640-skills-* server scenarios"
+fi
 for name in "${names[@]}"; do
-    printf '%s\n' "${session_all[@]}" "${modern_all[@]}" | grep -qx -- "$name" \
+    printf '%s\n' "${session_all[@]}" "${modern_all[@]}" "${skills_all[@]}" | grep -qx -- "$name" \
         || die "$name is not a server scenario of the selected parts (see: conformance list --server)"
 done
 rm -rf "$results"
@@ -395,6 +434,33 @@ if [ "$run_stateless" = 1 ] && [ "${#scenarios[@]}" -gt 0 ]; then
                 stateless/direct "stateless/$target" "$target" "$here/expected-differences-$target.txt"
         done
     fi
+fi
+
+# --- skills --------------------------------------------------------------------------------
+pick "${skills_all[@]}"
+if [ "$run_skills" = 1 ] && [ "${#scenarios[@]}" -gt 0 ]; then
+    out="$results/skills"
+    mkdir -p "$out"
+    config="$out/manifold.toml"
+    skills_config "$config"
+    for era in "$modern" 2025-11-25; do
+        suite=("$entry_modern" server --spec-version "$era" --force)
+        echo
+        echo "conformance: ${#scenarios[@]} Skills scenarios at $era against skills_server.mjs alpha (Streamable HTTP)"
+        run_all "skills/direct-$era" -- "${suite[@]}" -- node "$skills_server" alpha http 0
+        if [ "$direct_only" = 1 ]; then
+            expected=()
+            compare "Skills conformance at $era, the SDK's server itself (results in $out)" \
+                "skills/direct-$era" "" "" "$here/expected-differences-skills.txt"
+            continue
+        fi
+        echo "conformance: ${#scenarios[@]} Skills scenarios at $era through Manifold fronting skills_server.mjs alpha and beta"
+        run_all "skills/manifold-$era" -- "${suite[@]}" -- \
+            "$manifold_bin" serve --config "$config" --listen 127.0.0.1:0
+        expectations "$here/expected-differences-skills.txt" "${skills_all[@]}"
+        compare "Skills conformance at $era through Manifold (results in $out)" \
+            "skills/direct-$era" "skills/manifold-$era" "" "$here/expected-differences-skills.txt"
+    done
 fi
 
 echo
