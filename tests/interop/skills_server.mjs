@@ -4,8 +4,12 @@
 // a test sees the collision Manifold must tell apart:
 //
 //   alpha  pdf-processing (a file under references/deep/, a PNG), acme/brand-voice (a skill
-//          path of two segments), code-review, git-commit, release-notes: pages of two
+//          path of two segments), code-review, git-commit, release-notes (SKILL.md alone):
+//          pages of two
 //   beta   pdf-processing (other files), csv-cleanup, data/sql-style
+//
+// Every skill but release-notes has a subdirectory, so the suite's directory scenario, which
+// reads the directory of whichever skill is listed first, finds one to descend into.
 //
 // Every file is made here in memory, the same bytes on every run. Each configuration also has
 // a tool, `whoami`, answering its name, so the catalogs have something beside the skills.
@@ -55,7 +59,9 @@ const CONFIGS = {
         ),
         'acme/brand-voice/examples/good.md': 'We ship on Tuesdays.\n',
         'code-review/SKILL.md': skillMd('code-review', 'Review a change for correctness first.', '', 'Read the tests.'),
+        'code-review/checklists/SECURITY.md': '- Inputs are bounded.\n',
         'git-commit/SKILL.md': skillMd('git-commit', 'Write a commit message that says why.', '', 'Imperative mood.'),
+        'git-commit/examples/GOOD.txt': 'Retry a refused connection once\n',
         'release-notes/SKILL.md': skillMd('release-notes', 'Draft release notes from merged changes.', '', 'Group by area.')
     },
     beta: {
@@ -69,7 +75,8 @@ const CONFIGS = {
         'pdf-processing/logo.png': png(0x62),
         'csv-cleanup/SKILL.md': skillMd('csv-cleanup', 'Normalize CSV files.', '', 'Read references/RULES.md.'),
         'csv-cleanup/references/RULES.md': '# Rules\n\nTrim every cell.\n',
-        'data/sql-style/SKILL.md': skillMd('sql-style', 'Format SQL queries.', '', 'Upper-case keywords.')
+        'data/sql-style/SKILL.md': skillMd('sql-style', 'Format SQL queries.', '', 'Upper-case keywords.'),
+        'data/sql-style/references/KEYWORDS.md': 'SELECT FROM WHERE\n'
     }
 };
 
