@@ -18,6 +18,7 @@ result, which still carries the stateless era's per-request envelope.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -64,6 +65,7 @@ TARGETS = ["direct-alpha", "direct-beta", "stdio", "http"]
 MODES = ["legacy", "auto"]
 
 
+@functools.cache
 def node() -> str:
     """The system's node when it is Node.js 20 or later (the SDK's floor), else the suite's."""
     try:
@@ -177,7 +179,7 @@ async def host(target: str, mode: str, peers: Peers, tmp: Path, team: str = "") 
         async with sdk_client(peers.urls[target.removeprefix("direct-")], mode) as client:
             yield client
         return
-    _check_prerequisites()
+    bin_ = _check_prerequisites()
     log = tmp / "manifold.stderr"
     if target == "stdio":
         async with manifold_stdio_client(config(peers, team), mode, log, *PEERS) as client:
@@ -185,7 +187,7 @@ async def host(target: str, mode: str, peers: Peers, tmp: Path, team: str = "") 
         return
     path = tmp / "manifold.toml"
     path.write_text(config(peers, team))
-    with _serving_http(_check_prerequisites(), path, log) as port:
+    with _serving_http(bin_, path, log) as port:
         await upstreams_settled(log, *PEERS)
         async with sdk_client(f"http://127.0.0.1:{port}/mcp", mode) as client:
             yield client
