@@ -285,6 +285,7 @@ pub fn discover(state: &State) -> Value {
     }
     capabilities.insert("completions".into(), json!({}));
     capabilities.insert("logging".into(), json!({}));
+    crate::extension::declare(state, &mut capabilities);
     let mut result = json!({
         "supportedVersions": supported(state),
         "capabilities": capabilities,
