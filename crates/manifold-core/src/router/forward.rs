@@ -212,7 +212,19 @@ impl Router {
                 "params, and their _meta, must be objects".into(),
             ));
         };
-        let msg = Outbound::request(upstream_id, target.method, line)
+        let method = match &target.extension {
+            Some(extension) => std::borrow::Cow::Owned(extension.method.to_string()),
+            None => std::borrow::Cow::Borrowed(target.method),
+        };
+        let extension = target
+            .extension
+            .is_some()
+            .then(|| super::extension::Fallback {
+                router: self.this.clone(),
+                target: target.clone(),
+                generation: self.hub.catalog().generation(),
+            });
+        let msg = Outbound::request(upstream_id, method, line)
             .named(target.original.clone())
             .traced(carrier)
             .in_revision(conn.revision());
@@ -248,6 +260,7 @@ impl Router {
                 transport: handle.transport(),
             },
             fill,
+            extension,
         };
         conn.forward(
             msg,
@@ -295,7 +308,7 @@ fn outbound_line(
     let built = write::request_edited(
         &mut line,
         upstream_id,
-        target.method,
+        target.wire_method(),
         Some(&target.params),
         &edits,
     )
@@ -485,6 +498,7 @@ impl Router {
             exposed: Some(Arc::from(name)),
             original: Some(Arc::from(original)),
             round: 0,
+            extension: None,
         })
     }
 }

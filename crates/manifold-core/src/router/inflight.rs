@@ -47,6 +47,9 @@ pub(super) struct Inflight {
     pub hop: Hop,
     /// The cache's copy of the answer, when it may keep it.
     pub fill: Option<Fill>,
+    /// For a method of an extension that passes through: who serves it, or who is asked next
+    /// (see `extension.rs`).
+    pub extension: Option<super::extension::Fallback>,
 }
 
 /// Where the host side of a forwarded request is.
@@ -174,6 +177,20 @@ impl Exchange for Inflight {
             parking.close(park);
         }
         let _entered = self.hop.span.enter();
+        let ctx = match self.extension.take() {
+            None => ctx,
+            Some(fallback) => {
+                let probed = |ctx: &Context| {
+                    self.hop
+                        .ended(ctx, self.method, Ended::ProtocolError, Some(-32601))
+                };
+                match fallback.settle(ctx, &outcome, probed) {
+                    Some(ctx) => ctx,
+                    // Asked of the next upstream.
+                    None => return,
+                }
+            }
+        };
         if let (Finish::Result(result), Some(_)) = (&outcome, &self.retry) {
             if stateless::is_input_required(result) {
                 // A session-era host is asked the questions, then the request goes again.
