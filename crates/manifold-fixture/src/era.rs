@@ -193,7 +193,7 @@ fn is_method(state: &State, method: &str) -> bool {
         "resources/list" | "resources/templates/list" | "resources/read" => {
             state.resources_enabled()
         }
-        _ => false,
+        other => state.args.extension_method.as_deref() == Some(other),
     }
 }
 
