@@ -11,17 +11,20 @@
 //!
 //! Only this branch costs anything: the methods Manifold knows never come here.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use manifold_catalog::Catalog;
 use manifold_protocol::{Envelope, RawObject};
+use manifold_telemetry::Outcome;
 use manifold_upstream::Finish;
 
+use super::inflight::Hop;
 use super::methods::for_caller;
 use super::Router;
 use crate::context::{Context, Origin};
-use crate::error::RouteError;
+use crate::error::{is_method_not_found, upstream_refusal, RouteError};
 use crate::extensions;
 use crate::policy::Caller;
 use crate::target::{Extension, Target, EXTENSION_METHOD};
@@ -188,6 +191,44 @@ fn host_params(catalog: &Catalog, params: &str, upstream: usize) -> String {
     mapped.unwrap_or_else(|| params.to_owned())
 }
 
+impl Router {
+    /// The method a request has on the wire, and for an extension's method, what settles its
+    /// answer (see [`Fallback`]).
+    pub(super) fn extension_parts(&self, target: &Target) -> (Cow<'static, str>, Option<Fallback>) {
+        let Some(extension) = &target.extension else {
+            return (Cow::Borrowed(target.method), None);
+        };
+        let fallback = Fallback {
+            router: self.this.clone(),
+            target: target.clone(),
+            generation: self.hub.catalog().generation(),
+        };
+        (Cow::Owned(extension.method.to_string()), Some(fallback))
+    }
+}
+
+/// For an extension's method (`fallback`): the host request, if the answer `outcome` goes to
+/// its host; `None` when the next upstream was asked instead (the `hop` recorded as ended with
+/// the upstream's refusal). Any other request is its host's at once.
+pub(super) fn settle(
+    fallback: Option<Fallback>,
+    hop: &Hop,
+    method: &'static str,
+    ctx: Context,
+    outcome: &Finish<'_>,
+) -> Option<Context> {
+    let Some(fallback) = fallback else {
+        return Some(ctx);
+    };
+    let code = match outcome {
+        Finish::Error(error) => upstream_refusal(ctx.era(), error).0,
+        _ => None,
+    };
+    fallback.settle(ctx, outcome, |ctx| {
+        hop.ended(ctx, method, Outcome::ProtocolError, code)
+    })
+}
+
 /// What becomes of an extension's request when its upstream answers: kept with the router,
 /// to remember the owner or to ask the next upstream.
 pub(super) struct Fallback {
@@ -231,12 +272,4 @@ impl Fallback {
             Finish::Failed(_) => Some(ctx),
         }
     }
-}
-
-/// Whether an upstream's error object is -32601 (method not found).
-fn is_method_not_found(error: &str) -> bool {
-    RawObject::parse(error)
-        .ok()
-        .and_then(|e| e.get("code").map(|c| c.trim() == "-32601"))
-        .unwrap_or(false)
 }

@@ -212,18 +212,7 @@ impl Router {
                 "params, and their _meta, must be objects".into(),
             ));
         };
-        let method = match &target.extension {
-            Some(extension) => std::borrow::Cow::Owned(extension.method.to_string()),
-            None => std::borrow::Cow::Borrowed(target.method),
-        };
-        let extension = target
-            .extension
-            .is_some()
-            .then(|| super::extension::Fallback {
-                router: self.this.clone(),
-                target: target.clone(),
-                generation: self.hub.catalog().generation(),
-            });
+        let (method, extension) = self.extension_parts(&target);
         let msg = Outbound::request(upstream_id, method, line)
             .named(target.original.clone())
             .traced(carrier)

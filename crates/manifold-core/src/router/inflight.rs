@@ -123,7 +123,13 @@ pub(super) struct Hop {
 impl Hop {
     /// Records the hop's duration and, on its span and on the host request, how it ended.
     /// Called once the answer has gone to the host.
-    fn ended(&self, ctx: &Context, method: &'static str, outcome: Ended, code: Option<i64>) {
+    pub(super) fn ended(
+        &self,
+        ctx: &Context,
+        method: &'static str,
+        outcome: Ended,
+        code: Option<i64>,
+    ) {
         ctx.ended(outcome, code);
         spans::client_done(
             &self.span,
@@ -177,19 +183,11 @@ impl Exchange for Inflight {
             parking.close(park);
         }
         let _entered = self.hop.span.enter();
-        let ctx = match self.extension.take() {
-            None => ctx,
-            Some(fallback) => {
-                let probed = |ctx: &Context| {
-                    self.hop
-                        .ended(ctx, self.method, Ended::ProtocolError, Some(-32601))
-                };
-                match fallback.settle(ctx, &outcome, probed) {
-                    Some(ctx) => ctx,
-                    // Asked of the next upstream.
-                    None => return,
-                }
-            }
+        // An extension's method another upstream may serve goes there instead.
+        let fallback = self.extension.take();
+        let Some(ctx) = super::extension::settle(fallback, &self.hop, self.method, ctx, &outcome)
+        else {
+            return;
         };
         if let (Finish::Result(result), Some(_)) = (&outcome, &self.retry) {
             if stateless::is_input_required(result) {
