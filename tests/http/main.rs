@@ -9,6 +9,7 @@ mod cache;
 mod cache_hints;
 mod discovery;
 mod drain;
+mod extensions;
 mod faults;
 mod health;
 mod legacy;

@@ -7,6 +7,7 @@ mod cache;
 mod catalog;
 mod cli;
 mod errors;
+mod extensions;
 mod first_exchange;
 mod hostile;
 mod lifecycle;

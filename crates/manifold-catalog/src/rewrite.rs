@@ -6,6 +6,11 @@ use manifold_protocol::{scan, RawObject};
 
 use crate::uri;
 
+/// What stands for the method of a request Manifold does not know and forwards to the upstream
+/// of an extension that passes through: its result's URIs are mapped by
+/// [`result_uris`] as [`extension_uris`] says.
+pub const EXTENSION_METHOD: &str = "extension";
+
 /// `params` (an object's JSON text) with the string member `key` set to `value`.
 pub fn set_param(params: &str, key: &'static str, value: &str) -> Option<String> {
     let mut obj = RawObject::parse(params).ok()?;
@@ -96,8 +101,37 @@ fn linked_uris(method: &str, result: &str, uri_prefix: &str) -> Option<String> {
                 map_member(m, "content", |c| content_block(c, uri_prefix))
             })
         }),
+        EXTENSION_METHOD => extension_uris(result, uri_prefix),
         _ => None,
     }
+}
+
+/// The URIs a result of an extension's method names, as far as Manifold can tell without
+/// knowing the extension: its own `uri` member, and the `uri` member of each object in an
+/// array that is one of its members (a list of resources, contents or items). Each is exposed
+/// with `uri_prefix`; nothing deeper is touched. `None` when nothing changed.
+pub fn extension_uris(result: &str, uri_prefix: &str) -> Option<String> {
+    let mut o = RawObject::parse(result).ok()?;
+    let mut changed = false;
+    if let Some(original) = o.get_str("uri").map(|u| u.into_owned()) {
+        o.set_str("uri", &uri::expose(uri_prefix, &original));
+        changed = true;
+    }
+    // Members with escaped keys are left as they are: no extension names its lists so.
+    let mut arrays: Vec<(&str, &str)> = Vec::new();
+    scan::for_each_member(result, |m| {
+        if !m.key_escaped && m.value.starts_with('[') {
+            arrays.push((m.key, m.value));
+        }
+    })
+    .ok()?;
+    for (key, list) in arrays {
+        if let Some(mapped) = map_array(list, |item| expose_member(item, "uri", uri_prefix)) {
+            o.set_raw(key, mapped);
+            changed = true;
+        }
+    }
+    changed.then(|| o.to_text())
 }
 
 /// An upstream's error object with what its `data` names made the host's: `data.uri` exposed
@@ -268,5 +302,18 @@ mod tests {
             set_ref_member(p, "uri", "x://{id}").unwrap(),
             r#"{"ref":{"type":"ref/resource","uri":"x://{id}"},"argument":{"name":"id","value":"1"}}"#
         );
+    }
+
+    #[test]
+    fn extension_results_get_their_own_and_their_lists_uris_exposed() {
+        let r = r#"{"uri":"widget://w/1","items":[{"uri":"widget://w/2","n":1},{"n":2}],"deep":{"uri":"x://kept"},"n":[1]}"#;
+        assert_eq!(
+            result_uris(EXTENSION_METHOD, r, "alpha").as_deref(),
+            Some(
+                r#"{"uri":"alpha+widget://w/1","items":[{"uri":"alpha+widget://w/2","n":1},{"n":2}],"deep":{"uri":"x://kept"},"n":[1]}"#
+            )
+        );
+        assert_eq!(result_uris(EXTENSION_METHOD, r#"{"uri":1}"#, "alpha"), None);
+        assert_eq!(result_uris(EXTENSION_METHOD, r, ""), None);
     }
 }

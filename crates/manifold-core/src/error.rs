@@ -460,6 +460,15 @@ pub fn answer_status(era: Era, code: i64) -> u16 {
     }
 }
 
+/// Whether an upstream's error object (JSON text) says it does not know the method (-32601):
+/// it did not run the request.
+pub fn is_method_not_found(error: &str) -> bool {
+    RawObject::parse(error)
+        .ok()
+        .and_then(|e| e.get("code").and_then(|c| c.trim().parse::<i64>().ok()))
+        == Some(codes::METHOD_NOT_FOUND)
+}
+
 /// An upstream's error object (JSON text) as a host of `era` gets it: its code, and the
 /// object renumbered for the era when its code changes there (`None`: send it as it is).
 pub fn upstream_refusal(era: Era, error: &str) -> (Option<i64>, Option<String>) {

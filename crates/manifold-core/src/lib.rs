@@ -10,6 +10,7 @@ pub mod context;
 pub mod credentials;
 pub mod discovery;
 pub mod error;
+pub mod extensions;
 mod fanout;
 pub mod layer;
 pub mod outlet;

@@ -24,6 +24,22 @@ pub struct Target {
     /// How many rounds of questions a stateless upstream asked a session-era host for this
     /// request so far (0: none; see the router's `input/gather.rs`).
     pub round: u32,
+    /// For a request of a method Manifold does not know (its `method` is then
+    /// [`EXTENSION_METHOD`]): the method as the host named it, and the other upstreams to ask
+    /// if this one does not know it either (see the router's `extension.rs`).
+    pub extension: Option<Box<Extension>>,
+}
+
+/// The `method` of a [`Target`] for a method Manifold does not know, in metrics and spans.
+pub const EXTENSION_METHOD: &str = manifold_catalog::rewrite::EXTENSION_METHOD;
+
+/// A request of a method of an extension that passes through (see [`Target::extension`]).
+#[derive(Debug, Clone)]
+pub struct Extension {
+    /// The method, as the host named it and the upstream gets it.
+    pub method: Arc<str>,
+    /// The upstreams (by index) to ask next, in order, while each answers -32601.
+    pub then: Vec<usize>,
 }
 
 impl Target {
@@ -33,8 +49,13 @@ impl Target {
         self.original.as_ref()?;
         match self.method {
             "tools/call" | "prompts/get" => Some("name"),
-            "resources/read" => Some("uri"),
+            "resources/read" | EXTENSION_METHOD => Some("uri"),
             _ => None,
         }
+    }
+
+    /// The method the request has on the wire.
+    pub fn wire_method(&self) -> &str {
+        self.extension.as_ref().map_or(self.method, |e| &e.method)
     }
 }

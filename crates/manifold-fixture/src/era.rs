@@ -193,7 +193,7 @@ fn is_method(state: &State, method: &str) -> bool {
         "resources/list" | "resources/templates/list" | "resources/read" => {
             state.resources_enabled()
         }
-        _ => false,
+        other => state.args.extension_method.as_deref() == Some(other),
     }
 }
 
@@ -285,6 +285,7 @@ pub fn discover(state: &State) -> Value {
     }
     capabilities.insert("completions".into(), json!({}));
     capabilities.insert("logging".into(), json!({}));
+    crate::extension::declare(state, &mut capabilities);
     let mut result = json!({
         "supportedVersions": supported(state),
         "capabilities": capabilities,

@@ -28,6 +28,7 @@ mod client_tools;
 mod conformance;
 mod era;
 mod exchange;
+mod extension;
 mod http;
 mod listen;
 mod methods;
@@ -160,6 +161,13 @@ pub struct Args {
     /// spoken here, and log the revision the next request names (see `http::mocks`).
     #[arg(long)]
     pub refuse_first_version: bool,
+    /// Declare an extension Manifold does not know: `NAME` or `NAME=SETTINGS` (a JSON
+    /// object), under `capabilities.extensions` (see `extension`).
+    #[arg(long, value_name = "NAME[=SETTINGS]")]
+    pub extension: Option<String>,
+    /// The method of that extension the fixture answers, echoing its params.
+    #[arg(long, value_name = "METHOD")]
+    pub extension_method: Option<String>,
 }
 
 fn main() {

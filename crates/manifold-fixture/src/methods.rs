@@ -8,7 +8,7 @@ use crate::exchange::{log_params, request_key, Call, Sink};
 use crate::paging::paged;
 use crate::rpc::{Incoming, RpcError};
 use crate::state::State;
-use crate::{calls, catalog, subscriptions, tasks, tools};
+use crate::{calls, catalog, extension, subscriptions, tasks, tools};
 
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 pub const LATEST_VERSION: &str = "2025-11-25";
@@ -48,9 +48,9 @@ fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
             return tasks::request(state, call, method, &params)
         }
         "logging/setLevel" => return set_level(state, &call, &params),
-        other => {
-            listing(state, other, &params).unwrap_or_else(|| Err(RpcError::method_not_found(other)))
-        }
+        other => listing(state, other, &params)
+            .or_else(|| extension::answer(state, other, &params))
+            .unwrap_or_else(|| Err(RpcError::method_not_found(other))),
     };
     call.reply(reply);
 }
@@ -87,6 +87,7 @@ fn notification(state: &State, client: &str, method: &str, params: &Value) {
             state.cancel(&request_key(client, request_id));
         }
     }
+    extension::heard(state, method);
 }
 
 /// A client's answer to one of the fixture's requests (roots, sampling, elicitation):
@@ -132,6 +133,7 @@ fn initialize(state: &State, params: &Value) -> Value {
     if state.args.tasks {
         capabilities.insert("tasks".into(), tasks::capability());
     }
+    extension::declare(state, &mut capabilities);
     let mut result = json!({
         "protocolVersion": version,
         "capabilities": capabilities,

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::exchange::{request_key, Call, Sink};
 use crate::rpc::{Incoming, RpcError};
 use crate::state::State;
-use crate::{calls, catalog, era, listen, methods};
+use crate::{calls, catalog, era, extension, listen, methods};
 
 /// Handles one stateless-era message from a client whose messages about it go to `sink`.
 pub fn dispatch(state: &Arc<State>, mut msg: Incoming, sink: Arc<dyn Sink>) {
@@ -50,6 +50,7 @@ fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
         })),
         other => call.reply(
             methods::listing(state, other, &params)
+                .or_else(|| extension::answer(state, other, &params))
                 .unwrap_or_else(|| Err(RpcError::method_not_found(other))),
         ),
     }
@@ -65,4 +66,5 @@ fn notification(state: &State, client: &str, method: &str, params: &Value) {
             state.listens.end(&key);
         }
     }
+    extension::heard(state, method);
 }

@@ -34,6 +34,7 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     }
     let (report, problems) = run::with_started(&config, &defs, |catalog| {
         let mut out = render(catalog, &config.skipped, &config.upstreams);
+        out.push_str(&render_extensions(catalog));
         out.push_str(&unknown_cached_tools(catalog, &config.upstreams));
         let mut problems = problems(path, catalog);
         if let Some(pinning) = &config.pinning {
@@ -92,6 +93,35 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
                 item.exposed, defs[item.upstream].key, item.original
             );
         }
+    }
+    out
+}
+
+/// One line per extension an upstream declares: merged (Manifold knows it), passed through
+/// (from the one upstream that declares it), or not advertised (several declare it).
+fn render_extensions(catalog: &Catalog) -> String {
+    use manifold_core::extensions::{self, Fate};
+    let fates = extensions::fates(catalog, |i| {
+        catalog.defs().get(i).is_some_and(|d| !d.retired)
+    });
+    let mut out = String::new();
+    if fates.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "extensions ({}):", fates.len());
+    for (name, fate) in fates {
+        let what = match fate {
+            Fate::Merged => "merged".to_owned(),
+            Fate::PassedThrough(upstream) => format!(
+                "passed through (from {})",
+                extensions::keys(catalog, &[upstream])
+            ),
+            Fate::NotAdvertised(by) => format!(
+                "not advertised (declared by {}: its methods cannot be routed)",
+                extensions::keys(catalog, &by)
+            ),
+        };
+        let _ = writeln!(out, "  {name}: {what}");
     }
     out
 }

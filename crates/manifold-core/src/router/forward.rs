@@ -212,7 +212,8 @@ impl Router {
                 "params, and their _meta, must be objects".into(),
             ));
         };
-        let msg = Outbound::request(upstream_id, target.method, line)
+        let (method, extension) = self.extension_parts(&target);
+        let msg = Outbound::request(upstream_id, method, line)
             .named(target.original.clone())
             .traced(carrier)
             .in_revision(conn.revision());
@@ -248,6 +249,7 @@ impl Router {
                 transport: handle.transport(),
             },
             fill,
+            extension,
         };
         conn.forward(
             msg,
@@ -295,7 +297,7 @@ fn outbound_line(
     let built = write::request_edited(
         &mut line,
         upstream_id,
-        target.method,
+        target.wire_method(),
         Some(&target.params),
         &edits,
     )
@@ -485,6 +487,7 @@ impl Router {
             exposed: Some(Arc::from(name)),
             original: Some(Arc::from(original)),
             round: 0,
+            extension: None,
         })
     }
 }

@@ -47,6 +47,9 @@ pub(super) struct Inflight {
     pub hop: Hop,
     /// The cache's copy of the answer, when it may keep it.
     pub fill: Option<Fill>,
+    /// For a method of an extension that passes through: who serves it, or who is asked next
+    /// (see `extension.rs`).
+    pub extension: Option<super::extension::Fallback>,
 }
 
 /// Where the host side of a forwarded request is.
@@ -120,7 +123,13 @@ pub(super) struct Hop {
 impl Hop {
     /// Records the hop's duration and, on its span and on the host request, how it ended.
     /// Called once the answer has gone to the host.
-    fn ended(&self, ctx: &Context, method: &'static str, outcome: Ended, code: Option<i64>) {
+    pub(super) fn ended(
+        &self,
+        ctx: &Context,
+        method: &'static str,
+        outcome: Ended,
+        code: Option<i64>,
+    ) {
         ctx.ended(outcome, code);
         spans::client_done(
             &self.span,
@@ -174,6 +183,12 @@ impl Exchange for Inflight {
             parking.close(park);
         }
         let _entered = self.hop.span.enter();
+        // An extension's method another upstream may serve goes there instead.
+        let fallback = self.extension.take();
+        let Some(ctx) = super::extension::settle(fallback, &self.hop, self.method, ctx, &outcome)
+        else {
+            return;
+        };
         if let (Finish::Result(result), Some(_)) = (&outcome, &self.retry) {
             if stateless::is_input_required(result) {
                 // A session-era host is asked the questions, then the request goes again.

@@ -200,11 +200,12 @@ impl Router {
                 self.extension_task(ctx, method, env)
             }
             // The session era's tasks moved to an extension Manifold does not offer
-            // stateless hosts.
-            _ if ctx.is_stateless() => ctx.fail(&RouteError::UnknownMethod(method.to_owned())),
+            // stateless hosts: theirs are methods it does not know.
+            _ if ctx.is_stateless() => self.extension_request(ctx, method, env),
             "tasks/list" => self.list_tasks(ctx),
             "tasks/get" | "tasks/result" | "tasks/cancel" => self.task(ctx, method, env),
-            _ => ctx.fail(&RouteError::UnknownMethod(method.to_owned())),
+            // Perhaps a method of an extension that passes through (`extension.rs`).
+            _ => self.extension_request(ctx, method, env),
         }
     }
 
@@ -252,7 +253,8 @@ impl Router {
                 }
             }
             "notifications/initialized" => {}
-            other => tracing::debug!(method = other, "host notification ignored"),
+            // Perhaps a notification of an extension that passes through (`extension.rs`).
+            _ => self.extension_notification(origin, env),
         }
     }
 }

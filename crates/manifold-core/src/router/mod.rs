@@ -15,6 +15,7 @@ mod ask;
 mod batch;
 mod cached;
 mod consent;
+mod extension;
 mod forward;
 mod inflight;
 mod input;
@@ -133,6 +134,10 @@ pub struct Router {
     parked: Arc<input::park::Parked>,
     /// The credential broker of upstreams with `auth`, once the server gave one.
     broker: std::sync::OnceLock<Arc<manifold_auth::Broker>>,
+    /// Which upstream serves each method of an extension that passes through.
+    owners: extension::Owners,
+    /// The unknown extensions several upstreams declare, as last logged.
+    conflicts: crate::extensions::Conflicts,
     /// Itself, for work that continues on the runtime.
     this: Weak<Router>,
 }
@@ -184,6 +189,8 @@ impl Router {
             tasks,
             parked,
             broker: std::sync::OnceLock::new(),
+            owners: extension::Owners::default(),
+            conflicts: crate::extensions::Conflicts::default(),
             this: this.clone(),
         });
         // The router decides which sessions hear what upstreams say.

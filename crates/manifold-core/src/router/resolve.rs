@@ -46,6 +46,7 @@ pub(super) fn named(
         exposed: Some(item.exposed.as_str().into()),
         original: Some(Arc::from(item.original.as_str())),
         round: 0,
+        extension: None,
     })
 }
 
@@ -70,6 +71,7 @@ pub(super) fn read(
         exposed: Some(exposed),
         original: Some(Arc::from(original.as_str())),
         round: 0,
+        extension: None,
     })
 }
 
@@ -113,6 +115,7 @@ pub(super) fn complete(
         exposed: None,
         original: None,
         round: 0,
+        extension: None,
     })
 }
 

@@ -9,6 +9,7 @@ use manifold_protocol::{version, Envelope, RawObject};
 
 use crate::context::Context;
 use crate::error::RouteError;
+use crate::extensions;
 use crate::policy::Caller;
 use crate::router::Router;
 use crate::session::Client;
@@ -181,26 +182,25 @@ fn capabilities(catalog: &Catalog, known: &impl Fn(usize) -> bool, stateless: bo
     Value::Object(caps)
 }
 
-/// The extensions (`capabilities.extensions`) the given upstreams declare, merged: each under
-/// its name with the settings of the first upstream that declares it, passed on untouched.
-/// The tasks extension is Manifold's own to offer (see [`capabilities`]).
+/// The extensions (`capabilities.extensions`) the given upstreams declare, by the extension
+/// rule (see [`crate::extensions`]): MCP Apps with the settings of the first upstream that
+/// declares it; an extension Manifold does not know with its settings when exactly one of
+/// them declares it, and not at all when several do (none of them could be told which of its
+/// requests are theirs). Tasks are Manifold's own to offer (see [`capabilities`]), skills are
+/// merged on their own.
 fn upstream_extensions(slices: &[&Arc<UpstreamSlice>]) -> Map<String, Value> {
     let mut merged = Map::new();
+    let mut declarers: std::collections::HashMap<String, usize> = Default::default();
     for slice in slices {
-        let declared = slice
-            .capabilities
-            .as_deref()
-            .and_then(|c| serde_json::from_str::<Value>(c.get()).ok())
-            .and_then(|mut c| c.get_mut("extensions").map(Value::take));
-        let Some(Value::Object(declared)) = declared else {
-            continue;
-        };
-        for (name, settings) in declared {
-            if name != crate::tasks::EXTENSION {
-                merged.entry(name).or_insert(settings);
+        for (name, settings) in extensions::declared_by(slice) {
+            if name == crate::tasks::EXTENSION || name == extensions::SKILLS {
+                continue;
             }
+            *declarers.entry(name.clone()).or_default() += 1;
+            merged.entry(name).or_insert(settings);
         }
     }
+    merged.retain(|name, _| extensions::is_known(name) || declarers.get(name) == Some(&1));
     merged
 }
 
@@ -241,12 +241,12 @@ mod tests {
     }
 
     #[test]
-    fn upstream_extensions_are_merged_and_passed_on() {
+    fn known_extensions_are_merged_and_an_unknown_one_passes_only_from_a_sole_declarer() {
         let a = slice(
-            r#"{"tools":{},"extensions":{"io.modelcontextprotocol/ui":{"x":1},"com.example/other":{"deep":[1,{"k":null}]}}}"#,
+            r#"{"tools":{},"extensions":{"io.modelcontextprotocol/ui":{"x":1},"com.example/other":{"deep":[1,{"k":null}]},"com.example/shared":{"a":1}}}"#,
         );
         let b = slice(
-            r#"{"extensions":{"io.modelcontextprotocol/ui":{"x":2},"io.modelcontextprotocol/tasks":{}}}"#,
+            r#"{"extensions":{"io.modelcontextprotocol/ui":{"x":2},"io.modelcontextprotocol/tasks":{},"com.example/shared":{"b":2}}}"#,
         );
         let plain = slice(r#"{"tools":{}}"#);
         let merged = upstream_extensions(&[&plain, &a, &b]);
@@ -257,6 +257,9 @@ mod tests {
                 "com.example/other": {"deep": [1, {"k": null}]},
             })
         );
+        // Seen alone, either declarer passes the shared one through.
+        let alone = upstream_extensions(&[&plain, &b]);
+        assert_eq!(alone.get("com.example/shared"), Some(&json!({"b": 2})));
         assert!(upstream_extensions(&[&plain]).is_empty());
     }
 }

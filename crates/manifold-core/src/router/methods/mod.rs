@@ -14,4 +14,5 @@ mod ping;
 mod subscribe;
 mod tasks;
 
+pub(in crate::router) use initialize::for_caller;
 pub(super) use ping::ping;

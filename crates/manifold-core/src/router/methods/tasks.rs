@@ -150,6 +150,7 @@ impl Router {
             exposed: None,
             original: None,
             round: 0,
+            extension: None,
         })
     }
 
