@@ -14,6 +14,7 @@ mod pinning;
 mod protocol;
 mod reload;
 mod routing;
+mod skills;
 mod slow_host;
 mod stateless;
 mod teams;

@@ -33,7 +33,7 @@ impl Target {
         self.original.as_ref()?;
         match self.method {
             "tools/call" | "prompts/get" => Some("name"),
-            "resources/read" => Some("uri"),
+            "resources/read" | "skills/get" | "resources/directory/read" => Some("uri"),
             _ => None,
         }
     }

@@ -48,6 +48,9 @@ fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
                 e
             }
         })),
+        other if state.args.skills && crate::skills::is_method(other) => {
+            call.reply(crate::skills::request(state, other, &params))
+        }
         other => call.reply(
             methods::listing(state, other, &params)
                 .unwrap_or_else(|| Err(RpcError::method_not_found(other))),

@@ -24,6 +24,7 @@ mod listener;
 mod methods;
 mod reload;
 mod resolve;
+mod verify;
 #[cfg(test)]
 mod tests;
 
