@@ -192,8 +192,12 @@ fn directory(all: &[Skill], uri: &str) -> Result<Vec<Value>, RpcError> {
     for file in files.filter(|f| f.path.starts_with(&dir)) {
         let rest = &file.path[dir.len()..];
         let child = match rest.split_once('/') {
-            Some((sub, _)) => json!({ "uri": format!("skill://{dir}{sub}/"), "name": sub, "mimeType": "inode/directory" }),
-            None => json!({ "uri": format!("skill://{}", file.path), "name": rest, "mimeType": file.mime, "size": file.bytes.len() }),
+            Some((sub, _)) => {
+                json!({ "uri": format!("skill://{dir}{sub}/"), "name": sub, "mimeType": "inode/directory" })
+            }
+            None => {
+                json!({ "uri": format!("skill://{}", file.path), "name": rest, "mimeType": file.mime, "size": file.bytes.len() })
+            }
         };
         let key = child["uri"].as_str().unwrap_or_default().to_owned();
         if !seen.contains(&key) {

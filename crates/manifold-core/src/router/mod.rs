@@ -24,9 +24,9 @@ mod listener;
 mod methods;
 mod reload;
 mod resolve;
-mod verify;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 use std::sync::{Arc, Weak};
 

@@ -242,8 +242,7 @@ fn resolve_skill_uri<'u>(
     if !slice.is_some_and(|s| s.declares_skills()) {
         return Err(unknown());
     }
-    if method == "resources/directory/read" && !slice.is_some_and(|s| s.reads_skill_directories())
-    {
+    if method == "resources/directory/read" && !slice.is_some_and(|s| s.reads_skill_directories()) {
         return Err(RouteError::InvalidParams(format!(
             "Not a directory: {uri} (its server does not read directories)"
         )));
