@@ -1,9 +1,9 @@
 //! Resource URI namespacing (`manifold_catalog::uri`): a URI prefix made from any key is
 //! scheme-safe and holds no `+`; exposing then splitting gives back the prefix and the
-//! original, for `ui://` URIs and any other; and every exposed URI has one spelling only:
-//! whatever `split` accepts, `expose` writes back exactly.
+//! original, for `ui://` and `skill://` URIs and any other; and every exposed URI has one
+//! spelling only: whatever `split` accepts, `expose` writes back exactly.
 
-use manifold_catalog::uri::{expose, split, uri_prefix, UI_SCHEME};
+use manifold_catalog::uri::{expose, split, uri_prefix, KEPT_SCHEMES};
 
 use crate::input::Input;
 
@@ -19,8 +19,10 @@ pub fn check(data: &[u8]) {
         "{prefix:?} from {key:?}"
     );
     let mut original = input.text(120);
-    if input.byte().is_multiple_of(2) {
-        original.insert_str(0, UI_SCHEME);
+    // Half the originals start with a scheme that keeps itself (`ui://`, `skill://`).
+    let pick = usize::from(input.byte());
+    if pick.is_multiple_of(2) {
+        original.insert_str(0, KEPT_SCHEMES[(pick / 2) % KEPT_SCHEMES.len()]);
     }
     let exposed = expose(&prefix, &original);
     assert_eq!(

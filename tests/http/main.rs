@@ -17,6 +17,7 @@ mod protocol;
 mod reload;
 mod sessions;
 mod shared_cache;
+mod skills;
 mod stateless;
 mod streamable;
 mod tls;

@@ -15,6 +15,7 @@ mod pinning;
 mod protocol;
 mod reload;
 mod routing;
+mod skills;
 mod slow_host;
 mod stateless;
 mod teams;

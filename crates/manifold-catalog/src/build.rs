@@ -12,8 +12,9 @@ use manifold_config::{NameFilter, NameSettings, UpstreamConfig};
 use manifold_protocol::RawObject;
 use serde_json::value::RawValue;
 
-use crate::listing::{Item, Kind, Listing, NameOrigin};
+use crate::listing::{Item, Kind, Listing, NameOrigin, KINDS};
 use crate::pins::{Drift, Pinning};
+use crate::skills::{self, SkillFile};
 use crate::{naming, rewrite, uri};
 
 /// What the configuration says about an upstream's place in the catalog.
@@ -131,6 +132,8 @@ pub struct UpstreamSlice {
     pub prompts: Vec<Box<RawValue>>,
     pub resources: Vec<Box<RawValue>>,
     pub templates: Vec<Box<RawValue>>,
+    /// Its skills (`skills/list`), when it declares the skills extension.
+    pub skills: Vec<Box<RawValue>>,
     /// The `capabilities` object of its initialize result (session era) or of its
     /// `server/discover` result (stateless era).
     pub capabilities: Option<Box<RawValue>>,
@@ -143,10 +146,10 @@ pub struct UpstreamSlice {
     pub server_info: Option<Box<RawValue>>,
     /// The caching hints of each list as the upstream gave them (by [`Kind::index`]): `None`
     /// when it gave none (every session-era upstream), or the list was not fetched.
-    pub hints: [Option<CacheHint>; 4],
+    pub hints: [Option<CacheHint>; KINDS],
     /// When each list was fetched (by [`Kind::index`]; the time its first page was asked
     /// for), for its hint's freshness.
-    pub fetched: [Option<Instant>; 4],
+    pub fetched: [Option<Instant>; KINDS],
 }
 
 /// What a stateless-era upstream said about caching one of its lists (`ttlMs` and
@@ -207,7 +210,35 @@ impl UpstreamSlice {
             Kind::Prompts => &self.prompts,
             Kind::Resources => &self.resources,
             Kind::ResourceTemplates => &self.templates,
+            Kind::Skills => &self.skills,
         }
+    }
+
+    /// The settings object it declared for extension `id` (`capabilities.extensions`), as
+    /// JSON text.
+    pub fn extension(&self, id: &str) -> Option<String> {
+        let caps = RawObject::parse(self.capabilities.as_deref()?.get()).ok()?;
+        let extensions = RawObject::parse(caps.get("extensions")?).ok()?;
+        extensions
+            .get(id)
+            .filter(|v| *v != "null")
+            .map(str::to_owned)
+    }
+
+    /// Whether it declares the skills extension.
+    pub fn declares_skills(&self) -> bool {
+        self.extension(skills::EXTENSION).is_some()
+    }
+
+    /// Whether it declares the skills extension with `directoryRead: true`.
+    pub fn reads_skill_directories(&self) -> bool {
+        self.extension(skills::EXTENSION)
+            .and_then(|s| {
+                RawObject::parse(&s)
+                    .ok()
+                    .map(|o| o.get("directoryRead") == Some("true"))
+            })
+            .unwrap_or(false)
     }
 
     /// Whether the upstream declared `name.feature` as true (e.g. `resources.subscribe`).
@@ -282,7 +313,9 @@ pub struct Catalog {
     defs: Arc<[UpstreamDef]>,
     states: Vec<UpstreamState>,
     slices: Vec<Option<Arc<UpstreamSlice>>>,
-    lists: [Listing; 4],
+    lists: [Listing; KINDS],
+    /// Every file a listed skill entry names, by its exposed URI.
+    skill_files: HashMap<String, SkillFile>,
     uri_prefixes: HashMap<String, usize>,
     /// The upstream whose URIs are exposed unchanged, if any.
     unprefixed: Option<usize>,
@@ -317,6 +350,7 @@ impl Catalog {
             let items = withhold_collisions(kind, items, &defs, &mut collisions);
             Listing::new(kind, items, page_size, generation)
         });
+        let skill_files = skills::index(lists[Kind::Skills.index()].items());
         let uri_prefixes = defs
             .iter()
             .enumerate()
@@ -332,6 +366,7 @@ impl Catalog {
             states,
             slices,
             lists,
+            skill_files,
             uri_prefixes,
             unprefixed,
             collisions,
@@ -393,6 +428,18 @@ impl Catalog {
     /// listing order; those with `held` set are in no listing.
     pub fn drift(&self) -> &[Drift] {
         &self.drift
+    }
+
+    /// The file a listed skill entry names under exposed URI `exposed`, with what a read of
+    /// it must match.
+    pub fn skill_file(&self, exposed: &str) -> Option<&SkillFile> {
+        self.skill_files.get(exposed)
+    }
+
+    /// The held skill whose directory holds the exposed URI `exposed` (its SKILL.md, a file,
+    /// the directory), if any: requests naming it are refused.
+    pub fn held_skill(&self, exposed: &str) -> Option<&Drift> {
+        skills::held(&self.drift, exposed)
     }
 
     /// Looks up an exposed tool or prompt name.
@@ -482,7 +529,7 @@ fn passes_pin(def: &UpstreamDef, kind: Kind, item: &Item, raw: &str, found: &mut
     let Some(pinning) = def.pinning.as_deref() else {
         return true;
     };
-    if !matches!(kind, Kind::Tools | Kind::Prompts) {
+    if !matches!(kind, Kind::Tools | Kind::Prompts | Kind::Skills) {
         return true;
     }
     match pinning.check(kind, item.upstream, &item.original, &item.exposed, raw) {
@@ -537,11 +584,17 @@ fn expose_item(
             let rename = filter.rename.get(&original).map(String::as_str);
             naming::exposed_name(names, &def.prefix, &original, rename)
         }
-        Kind::Resources | Kind::ResourceTemplates => (
+        Kind::Resources | Kind::ResourceTemplates | Kind::Skills => (
             uri::expose(&def.uri_prefix, &original),
             NameOrigin::Prefixed,
         ),
     };
+    if kind == Kind::Skills {
+        skills::check_entry(&obj)?;
+        let text = skills::expose_entry(raw.get(), &def.uri_prefix);
+        let text = text.unwrap_or_else(|| raw.get().to_owned());
+        return Ok(Some((exposed, original, origin, text.into())));
+    }
     obj.set_str(key, &exposed);
     // A tool bound to an app names the app's resource by the URI the host will read.
     let meta = (kind == Kind::Tools)
@@ -561,7 +614,7 @@ fn withhold_collisions(
     defs: &[UpstreamDef],
     collisions: &mut Vec<Collision>,
 ) -> Vec<Item> {
-    if matches!(kind, Kind::Resources | Kind::ResourceTemplates) {
+    if kind.by_uri() {
         return items;
     }
     let mut count: HashMap<&str, usize> = HashMap::new();

@@ -1,4 +1,4 @@
-//! The merged catalog: every upstream's tools, prompts, resources and resource templates under
+//! The merged catalog: every upstream's tools, prompts, resources, resource templates and skills under
 //! namespaced names and URIs, with the reverse mapping for routing and pre-serialized pages for
 //! serving lists. A catalog is immutable: each change to any upstream's slice builds a new one,
 //! which readers pick up by swapping an `Arc`. This crate does no I/O.
@@ -15,6 +15,7 @@ pub mod naming;
 pub mod pins;
 pub mod rewrite;
 pub mod search;
+pub mod skills;
 pub mod uri;
 
 #[cfg(test)]
@@ -23,6 +24,6 @@ mod proptests;
 pub use build::{
     CacheHint, Catalog, Collision, Resolved, UpstreamDef, UpstreamSlice, UpstreamState,
 };
-pub use listing::{Cursor, Item, Kind, Listing, NameOrigin, PageError};
+pub use listing::{Cursor, Item, Kind, Listing, NameOrigin, PageError, KINDS};
 pub use pins::{Drift, Lock, Pin, Pinning, UpstreamPins};
 pub use search::{Admission, Hit, SearchIndex};

@@ -1,26 +1,32 @@
-//! One merged list (tools, prompts, resources or templates): items in a deterministic order,
-//! a name index for routing, and page bodies serialized once and served as bytes.
+//! One merged list (tools, prompts, resources, templates or skills): items in a deterministic
+//! order, a name index for routing, and page bodies serialized once and served as bytes.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
 pub use crate::naming::NameOrigin;
 
-/// The four kinds of catalog entries.
+/// The kinds of catalog entries: the four of the protocol, and the skills of the skills
+/// extension (`io.modelcontextprotocol/skills`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     Tools,
     Prompts,
     Resources,
     ResourceTemplates,
+    Skills,
 }
 
+/// How many kinds there are: the length of per-kind arrays.
+pub const KINDS: usize = 5;
+
 impl Kind {
-    pub const ALL: [Kind; 4] = [
+    pub const ALL: [Kind; KINDS] = [
         Kind::Tools,
         Kind::Prompts,
         Kind::Resources,
         Kind::ResourceTemplates,
+        Kind::Skills,
     ];
 
     /// Its place in [`Kind::ALL`], for per-kind arrays.
@@ -30,6 +36,7 @@ impl Kind {
             Kind::Prompts => 1,
             Kind::Resources => 2,
             Kind::ResourceTemplates => 3,
+            Kind::Skills => 4,
         }
     }
 
@@ -40,6 +47,7 @@ impl Kind {
             Kind::Prompts => "prompts/list",
             Kind::Resources => "resources/list",
             Kind::ResourceTemplates => "resources/templates/list",
+            Kind::Skills => "skills/list",
         }
     }
 
@@ -50,6 +58,7 @@ impl Kind {
             Kind::Prompts => "prompts",
             Kind::Resources => "resources",
             Kind::ResourceTemplates => "resourceTemplates",
+            Kind::Skills => "skills",
         }
     }
 
@@ -57,25 +66,37 @@ impl Kind {
     pub fn id_key(self) -> &'static str {
         match self {
             Kind::Tools | Kind::Prompts => "name",
-            Kind::Resources => "uri",
+            Kind::Resources | Kind::Skills => "uri",
             Kind::ResourceTemplates => "uriTemplate",
         }
     }
 
-    /// The notification a server sends when this list changes (templates share resources').
+    /// The notification a server sends when this list changes (templates and skills share
+    /// resources').
     pub fn list_changed(self) -> &'static str {
         match self {
             Kind::Tools => "notifications/tools/list_changed",
             Kind::Prompts => "notifications/prompts/list_changed",
-            Kind::Resources | Kind::ResourceTemplates => "notifications/resources/list_changed",
+            Kind::Resources | Kind::ResourceTemplates | Kind::Skills => {
+                "notifications/resources/list_changed"
+            }
         }
+    }
+
+    /// Whether its entries are named by URIs (namespaced with the upstream's URI prefix)
+    /// rather than by names.
+    pub fn by_uri(self) -> bool {
+        matches!(
+            self,
+            Kind::Resources | Kind::ResourceTemplates | Kind::Skills
+        )
     }
 }
 
 /// One exposed entry.
 #[derive(Debug, Clone)]
 pub struct Item {
-    /// The name (tools, prompts) or URI (resources, templates) the host sees.
+    /// The name (tools, prompts) or URI (resources, templates, skills) the host sees.
     pub exposed: String,
     /// The upstream's own name or URI.
     pub original: String,
@@ -124,7 +145,7 @@ impl Cursor {
 pub struct Listing {
     kind: Kind,
     items: Vec<Item>,
-    /// Exposed name -> index in `items`, for tools and prompts.
+    /// Exposed name -> index in `items`, for tools, prompts and skills (by their URI).
     by_name: HashMap<String, usize>,
     page_size: usize,
     generation: u64,
@@ -136,7 +157,7 @@ pub struct Listing {
 impl Listing {
     pub(crate) fn new(kind: Kind, items: Vec<Item>, page_size: usize, generation: u64) -> Self {
         let by_name = match kind {
-            Kind::Tools | Kind::Prompts => items
+            Kind::Tools | Kind::Prompts | Kind::Skills => items
                 .iter()
                 .enumerate()
                 .map(|(i, it)| (it.exposed.clone(), i))
@@ -176,7 +197,7 @@ impl Listing {
         &self.items
     }
 
-    /// The item exposed under `name` (tools and prompts).
+    /// The item exposed under `name` (tools and prompts; a skill by its SKILL.md's URI).
     pub fn get(&self, name: &str) -> Option<&Item> {
         self.by_name.get(name).map(|&i| &self.items[i])
     }

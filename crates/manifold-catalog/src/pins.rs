@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 use crate::listing::Kind;
 
-pub use canonical::{compact as canonical_json, digest};
+pub use canonical::{compact as canonical_json, digest, is_digest};
 pub use lock::Lock;
 
 /// The members of a tool that are digested: what a model reads and what shapes a call. Other
@@ -33,6 +33,11 @@ pub const TOOL_FIELDS: [&str; 6] = [
 /// The members of a prompt that are digested.
 pub const PROMPT_FIELDS: [&str; 4] = ["name", "title", "description", "arguments"];
 
+/// The members of a skill entry that are digested: its URI, its frontmatter (what a model
+/// reads first) and its files with their digests (what it reads next), so that a change of
+/// any byte of any file it lists changes its pin. `_meta` may change freely.
+pub const SKILL_FIELDS: [&str; 3] = ["uri", "frontmatter", "resources"];
+
 /// One pinned definition.
 #[derive(Debug, Clone)]
 pub struct Pin {
@@ -43,17 +48,27 @@ pub struct Pin {
 }
 
 /// An upstream's pins, by the upstream's own (original) names, so that renames in the config
-/// do not invalidate them.
+/// do not invalidate them; skills by their upstream's own URI.
 #[derive(Debug, Clone, Default)]
 pub struct UpstreamPins {
     pub tools: BTreeMap<String, Pin>,
     pub prompts: BTreeMap<String, Pin>,
+    pub skills: BTreeMap<String, Pin>,
 }
 
 impl UpstreamPins {
     /// Pins every tool and prompt in the given lists (raw items as the upstream sent them).
     /// Items without a string name are skipped: the catalog reports them as malformed.
     pub fn of(tools: &[Box<RawValue>], prompts: &[Box<RawValue>]) -> Self {
+        Self::with_skills(tools, prompts, &[])
+    }
+
+    /// Pins every tool, prompt and skill entry in the given lists.
+    pub fn with_skills(
+        tools: &[Box<RawValue>],
+        prompts: &[Box<RawValue>],
+        skills: &[Box<RawValue>],
+    ) -> Self {
         let pin_all = |kind: Kind, items: &[Box<RawValue>]| {
             items
                 .iter()
@@ -66,12 +81,14 @@ impl UpstreamPins {
         Self {
             tools: pin_all(Kind::Tools, tools),
             prompts: pin_all(Kind::Prompts, prompts),
+            skills: pin_all(Kind::Skills, skills),
         }
     }
 
     fn get(&self, kind: Kind, name: &str) -> Option<&Pin> {
         match kind {
             Kind::Tools => self.tools.get(name),
+            Kind::Skills => self.skills.get(name),
             _ => self.prompts.get(name),
         }
     }
@@ -126,14 +143,15 @@ struct Definition {
 
 impl Definition {
     fn of(kind: Kind, raw: &str) -> Result<Self, serde_json::Error> {
-        let fields: &[&str] = match kind {
-            Kind::Tools => &TOOL_FIELDS,
-            _ => &PROMPT_FIELDS,
+        let (fields, id): (&[&str], _) = match kind {
+            Kind::Tools => (&TOOL_FIELDS, "name"),
+            Kind::Skills => (&SKILL_FIELDS, "uri"),
+            _ => (&PROMPT_FIELDS, "name"),
         };
         let mut members: BTreeMap<String, &RawValue> = serde_json::from_str(raw)?;
         members.retain(|name, _| fields.contains(&name.as_str()));
         let name = members
-            .get("name")
+            .get(id)
             .and_then(|n| serde_json::from_str(n.get()).ok());
         let text = canonical::compact(&serde_json::to_string(&members)?)?;
         Ok(Self {
@@ -146,7 +164,7 @@ impl Definition {
     }
 }
 
-/// A tool or prompt whose definition does not match its pin, or that has none.
+/// A tool, prompt or skill whose definition does not match its pin, or that has none.
 #[derive(Debug, Clone)]
 pub struct Drift {
     pub kind: Kind,

@@ -102,6 +102,10 @@ fn linked_uris(method: &str, result: &str, uri_prefix: &str) -> Option<String> {
             })
         }),
         EXTENSION_METHOD => extension_uris(result, uri_prefix),
+        "skills/get" => map_member(result, "skill", |s| skill_entry(s, uri_prefix)),
+        "resources/directory/read" => map_member(result, "resources", |list| {
+            map_array(list, |r| expose_member(r, "uri", uri_prefix))
+        }),
         _ => None,
     }
 }
@@ -132,6 +136,24 @@ pub fn extension_uris(result: &str, uri_prefix: &str) -> Option<String> {
         }
     }
     changed.then(|| o.to_text())
+}
+
+/// A skill entry (skills extension) with its `uri` and the `uri` of each file its
+/// `resources` array lists exposed with `uri_prefix`; `resources: "dynamic"` is kept.
+pub fn skill_entry(entry: &str, uri_prefix: &str) -> Option<String> {
+    if uri_prefix.is_empty() {
+        return None;
+    }
+    let mut o = RawObject::parse(entry).ok()?;
+    let original = o.get_str("uri")?.into_owned();
+    o.set_str("uri", &uri::expose(uri_prefix, &original));
+    let files = o
+        .get("resources")
+        .and_then(|list| map_array(list, |r| expose_member(r, "uri", uri_prefix)));
+    if let Some(files) = files {
+        o.set_raw("resources", files);
+    }
+    Some(o.to_text())
 }
 
 /// An upstream's error object with what its `data` names made the host's: `data.uri` exposed

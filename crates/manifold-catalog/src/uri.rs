@@ -1,7 +1,9 @@
-//! Reversible resource URI namespacing: `{uri prefix}+{original}`, except for `ui://` URIs
-//! (MCP Apps), which keep their scheme: `ui://{rest}` is exposed as `ui://{uri prefix}/{rest}`,
-//! because hosts render only `ui://` resources. This module is the one place either form is
-//! made or undone.
+//! Reversible resource URI namespacing: `{uri prefix}+{original}`, except for the schemes that
+//! keep themselves ([`KEPT_SCHEMES`]): `ui://{rest}` (MCP Apps) is exposed as
+//! `ui://{uri prefix}/{rest}`, because hosts render only `ui://` resources, and
+//! `skill://{rest}` (the skills extension) as `skill://{uri prefix}/{rest}`, so that a skill's
+//! name stays the last segment before `/SKILL.md` and its files stay under its directory. This
+//! module is the one place either form is made or undone.
 //!
 //! The URI prefix is the upstream's prefix made into a valid URI scheme start (lowercase
 //! letters, digits, `-`, `.`; first character a letter), and never contains `+`, so the first
@@ -31,14 +33,28 @@ pub fn uri_prefix(prefix_or_key: &str) -> String {
 /// The scheme of MCP Apps resources, kept when namespaced.
 pub const UI_SCHEME: &str = "ui://";
 
-/// `{prefix}+{original}` (`ui://{prefix}/{rest}` for `ui://{rest}`); the original itself when
-/// the prefix is empty.
+/// The scheme of skills (the skills extension), kept when namespaced.
+pub const SKILL_SCHEME: &str = "skill://";
+
+/// The schemes a namespaced URI keeps: `{scheme}{rest}` is exposed as
+/// `{scheme}{uri prefix}/{rest}`.
+pub const KEPT_SCHEMES: [&str; 2] = [UI_SCHEME, SKILL_SCHEME];
+
+/// The kept scheme `uri` starts with, and the rest of it.
+fn kept_scheme(uri: &str) -> Option<(&'static str, &str)> {
+    KEPT_SCHEMES
+        .iter()
+        .find_map(|scheme| uri.strip_prefix(scheme).map(|rest| (*scheme, rest)))
+}
+
+/// `{prefix}+{original}` (`{scheme}{prefix}/{rest}` for `{scheme}{rest}` of a kept scheme);
+/// the original itself when the prefix is empty.
 pub fn expose(uri_prefix: &str, original: &str) -> String {
     if uri_prefix.is_empty() {
         return original.to_owned();
     }
-    if let Some(rest) = original.strip_prefix(UI_SCHEME) {
-        return format!("{UI_SCHEME}{uri_prefix}/{rest}");
+    if let Some((scheme, rest)) = kept_scheme(original) {
+        return format!("{scheme}{uri_prefix}/{rest}");
     }
     let mut s = String::with_capacity(uri_prefix.len() + 1 + original.len());
     s.push_str(uri_prefix);
@@ -48,15 +64,15 @@ pub fn expose(uri_prefix: &str, original: &str) -> String {
 }
 
 /// Splits an exposed URI into its prefix and the original URI. Only what [`expose`] writes
-/// is split: `{prefix}+ui://{rest}` is not how a `ui://` URI is exposed, so it is no
-/// exposed URI (else one resource would have two names, only one of them listed).
+/// is split: `{prefix}+ui://{rest}` (or `+skill://`) is not how such a URI is exposed, so it
+/// is no exposed URI (else one resource would have two names, only one of them listed).
 pub fn split(exposed: &str) -> Option<(&str, Cow<'_, str>)> {
-    if let Some(rest) = exposed.strip_prefix(UI_SCHEME) {
+    if let Some((scheme, rest)) = kept_scheme(exposed) {
         let (prefix, rest) = rest.split_once('/')?;
-        return scheme_safe(prefix).then(|| (prefix, Cow::Owned(format!("{UI_SCHEME}{rest}"))));
+        return scheme_safe(prefix).then(|| (prefix, Cow::Owned(format!("{scheme}{rest}"))));
     }
     let (prefix, original) = exposed.split_once('+')?;
-    (scheme_safe(prefix) && !original.starts_with(UI_SCHEME))
+    (scheme_safe(prefix) && kept_scheme(original).is_none())
         .then_some((prefix, Cow::Borrowed(original)))
 }
 
@@ -117,6 +133,31 @@ mod tests {
         );
         // Other schemes that merely look alike keep the plus form.
         assert_eq!(split("p+uix://x"), Some(("p", "uix://x".into())));
+    }
+
+    #[test]
+    fn skill_uris_keep_their_scheme() {
+        let exposed = expose("alpha", "skill://pdf/SKILL.md");
+        assert_eq!(exposed, "skill://alpha/pdf/SKILL.md");
+        assert_eq!(
+            split(&exposed),
+            Some(("alpha", "skill://pdf/SKILL.md".into()))
+        );
+        // Two upstreams' skills of one name get distinct URIs, the name still last.
+        assert_eq!(
+            expose("beta", "skill://pdf/SKILL.md"),
+            "skill://beta/pdf/SKILL.md"
+        );
+        // A file stays under its skill's directory.
+        assert_eq!(
+            expose("alpha", "skill://pdf/scripts/fill.py"),
+            "skill://alpha/pdf/scripts/fill.py"
+        );
+        // One spelling only: the plus form of a skill URI is no exposed URI.
+        assert_eq!(split("alpha+skill://pdf/SKILL.md"), None);
+        assert_eq!(split("skill://Alpha/pdf/SKILL.md"), None);
+        assert_eq!(split("skill://alpha"), None);
+        assert_eq!(split("p+skills://x"), Some(("p", "skills://x".into())));
     }
 
     #[test]

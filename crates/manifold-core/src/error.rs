@@ -70,6 +70,13 @@ pub enum RouteError {
     },
     #[error("Resource not found: {0}")]
     UnknownResource(String),
+    /// A skill file read through Manifold that does not match its skill's entry (its size,
+    /// its digest or, for a SKILL.md, its frontmatter): the upstream's answer is withheld.
+    #[error("skill file {uri:?} does not match its skill entry: its {} differed", differed.join(" and "))]
+    Unverified {
+        uri: String,
+        differed: Vec<&'static str>,
+    },
     #[error("Invalid cursor")]
     BadCursor,
     #[error("message of {len} bytes is over the limit of {max} bytes")]
@@ -302,7 +309,8 @@ impl RouteError {
             RouteError::Full(_)
             | RouteError::Internal(_)
             | RouteError::ShuttingDown
-            | RouteError::Abandoned(_) => codes::INTERNAL_ERROR,
+            | RouteError::Abandoned(_)
+            | RouteError::Unverified { .. } => codes::INTERNAL_ERROR,
             RouteError::Hidden(inner) => inner.base_code(),
             RouteError::HeaderMismatch(_) => codes::HEADER_MISMATCH,
             RouteError::UnsupportedVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
@@ -355,6 +363,9 @@ impl RouteError {
             }),
             RouteError::UnknownResource(uri) => {
                 serde_json::json!({ "uri": uri, "retryable": retryable })
+            }
+            RouteError::Unverified { uri, differed } => {
+                serde_json::json!({ "uri": uri, "differed": differed, "retryable": retryable })
             }
             RouteError::Consent(c) if c.elicit => serde_json::json!({
                 "elicitations": [{
@@ -410,7 +421,7 @@ impl RouteError {
     /// Whose fault it is.
     fn fault(&self) -> Fault {
         match self {
-            RouteError::Upstream(_) => Fault::Upstream,
+            RouteError::Upstream(_) | RouteError::Unverified { .. } => Fault::Upstream,
             RouteError::Limited { .. } | RouteError::LimitStore => Fault::Policy,
             RouteError::Full(_) | RouteError::Internal(_) | RouteError::ShuttingDown => {
                 Fault::Manifold

@@ -136,7 +136,7 @@ impl Listen {
             let wanted = match kind {
                 Kind::Tools => self.wants.tools,
                 Kind::Prompts => self.wants.prompts,
-                Kind::Resources | Kind::ResourceTemplates => self.wants.resources,
+                Kind::Resources | Kind::ResourceTemplates | Kind::Skills => self.wants.resources,
             };
             let method = kind.list_changed();
             if wanted && !sent.contains(&method) {
@@ -454,11 +454,11 @@ impl Fanout {
 }
 
 /// Sends each session one `list_changed` notification for each of its changed lists
-/// (templates share the resources notification).
+/// (templates and skills share the resources notification).
 fn tell_sessions(hearing: &[(Arc<Session>, Vec<Kind>)]) {
     for kind in Kind::ALL {
         let method = kind.list_changed();
-        if kind == Kind::ResourceTemplates {
+        if matches!(kind, Kind::ResourceTemplates | Kind::Skills) {
             continue;
         }
         let mut line = Vec::new();

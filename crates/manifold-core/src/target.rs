@@ -49,7 +49,9 @@ impl Target {
         self.original.as_ref()?;
         match self.method {
             "tools/call" | "prompts/get" => Some("name"),
-            "resources/read" | EXTENSION_METHOD => Some("uri"),
+            "resources/read" | "skills/get" | "resources/directory/read" | EXTENSION_METHOD => {
+                Some("uri")
+            }
             _ => None,
         }
     }

@@ -165,6 +165,11 @@ fn is_extra_prompt(state: &State, name: &str) -> bool {
 pub fn read(state: &State, params: &Value) -> Result<Value, RpcError> {
     let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
     state.count(format!("read:{uri}"));
+    if state.args.skills {
+        if let Some(read) = crate::skills::read(state, uri) {
+            return Ok(read);
+        }
+    }
     if state.args.conformance {
         if let Some(contents) = conformance::read_resource(uri) {
             return Ok(json!({ "contents": [contents] }));

@@ -193,6 +193,7 @@ fn is_method(state: &State, method: &str) -> bool {
         "resources/list" | "resources/templates/list" | "resources/read" => {
             state.resources_enabled()
         }
+        _ if crate::skills::is_method(method) => state.args.skills,
         other => state.args.extension_method.as_deref() == Some(other),
     }
 }
@@ -285,6 +286,10 @@ pub fn discover(state: &State) -> Value {
     }
     capabilities.insert("completions".into(), json!({}));
     capabilities.insert("logging".into(), json!({}));
+    if state.args.skills {
+        let skills = json!({ crate::skills::EXTENSION: crate::skills::capability(state) });
+        capabilities.insert("extensions".into(), skills);
+    }
     crate::extension::declare(state, &mut capabilities);
     let mut result = json!({
         "supportedVersions": supported(state),

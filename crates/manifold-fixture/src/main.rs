@@ -36,6 +36,7 @@ mod modern;
 mod mrtr;
 mod paging;
 mod rpc;
+mod skills;
 mod state;
 mod subscriptions;
 mod tasks;
@@ -168,6 +169,20 @@ pub struct Args {
     /// The method of that extension the fixture answers, echoing its params.
     #[arg(long, value_name = "METHOD")]
     pub extension_method: Option<String>,
+    /// Declare the skills extension and serve its skills (see `skills`).
+    #[arg(long)]
+    pub skills: bool,
+    /// With `--skills`: declare the extension without `directoryRead` (and answer -32601
+    /// to `resources/directory/read`).
+    #[arg(long)]
+    pub skills_no_directory_read: bool,
+    /// With `--skills`: serve `skill://pdf/scripts/fill.py` with bytes its entry does not
+    /// announce.
+    #[arg(long)]
+    pub skills_tamper: bool,
+    /// With `--skills`: the `pdf` skill's description.
+    #[arg(long)]
+    pub skill_description: Option<String>,
 }
 
 fn main() {

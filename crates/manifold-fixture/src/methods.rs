@@ -8,7 +8,7 @@ use crate::exchange::{log_params, request_key, Call, Sink};
 use crate::paging::paged;
 use crate::rpc::{Incoming, RpcError};
 use crate::state::State;
-use crate::{calls, catalog, extension, subscriptions, tasks, tools};
+use crate::{calls, catalog, extension, skills, subscriptions, tasks, tools};
 
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 pub const LATEST_VERSION: &str = "2025-11-25";
@@ -43,6 +43,9 @@ fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
         "resources/read" if state.resources_enabled() => catalog::read(state, &params),
         "resources/subscribe" | "resources/unsubscribe" if state.subscriptions_enabled() => {
             return subscription(state, &call, method, &params)
+        }
+        _ if state.args.skills && skills::is_method(method) => {
+            skills::request(state, method, &params)
         }
         _ if state.args.tasks && tasks::is_method(method) => {
             return tasks::request(state, call, method, &params)
@@ -132,6 +135,10 @@ fn initialize(state: &State, params: &Value) -> Value {
     capabilities.insert("logging".into(), json!({}));
     if state.args.tasks {
         capabilities.insert("tasks".into(), tasks::capability());
+    }
+    if state.args.skills {
+        let skills = json!({ skills::EXTENSION: skills::capability(state) });
+        capabilities.insert("extensions".into(), skills);
     }
     extension::declare(state, &mut capabilities);
     let mut result = json!({

@@ -48,6 +48,9 @@ fn request(state: &Arc<State>, call: Call, method: &str, params: Value) {
                 e
             }
         })),
+        other if state.args.skills && crate::skills::is_method(other) => {
+            call.reply(crate::skills::request(state, other, &params))
+        }
         other => call.reply(
             methods::listing(state, other, &params)
                 .or_else(|| extension::answer(state, other, &params))

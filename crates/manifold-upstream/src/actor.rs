@@ -239,8 +239,9 @@ impl Events for ConnectionEvents {
         let kinds = match method {
             "notifications/tools/list_changed" => vec![Kind::Tools],
             "notifications/prompts/list_changed" => vec![Kind::Prompts],
+            // A server of the skills extension tells a change of its skills this way too.
             "notifications/resources/list_changed" => {
-                vec![Kind::Resources, Kind::ResourceTemplates]
+                vec![Kind::Resources, Kind::ResourceTemplates, Kind::Skills]
             }
             "notifications/message"
             | "notifications/resources/updated"

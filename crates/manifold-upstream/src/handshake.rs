@@ -233,6 +233,7 @@ pub(crate) async fn refresh(
         prompts: old.prompts.clone(),
         resources: old.resources.clone(),
         templates: old.templates.clone(),
+        skills: old.skills.clone(),
         capabilities: old.capabilities.clone(),
         protocol_version: old.protocol_version.clone(),
         instructions: old.instructions.clone(),
@@ -248,11 +249,14 @@ pub(crate) async fn refresh(
     Ok(slice)
 }
 
+/// Whether the upstream declared the capability list `kind` needs: skills are the skills
+/// extension's, which rides on resources (its files are read with `resources/read`).
 fn declares(slice: &UpstreamSlice, kind: Kind) -> bool {
     let cap = match kind {
         Kind::Tools => "tools",
         Kind::Prompts => "prompts",
         Kind::Resources | Kind::ResourceTemplates => "resources",
+        Kind::Skills => return slice.declares_skills(),
     };
     slice.has_capability(cap)
 }
@@ -263,6 +267,7 @@ fn slot(slice: &mut UpstreamSlice, kind: Kind) -> &mut Vec<Box<RawValue>> {
         Kind::Prompts => &mut slice.prompts,
         Kind::Resources => &mut slice.resources,
         Kind::ResourceTemplates => &mut slice.templates,
+        Kind::Skills => &mut slice.skills,
     }
 }
 

@@ -14,6 +14,8 @@ use manifold_protocol::RawObject;
 
 use crate::{pin, run};
 
+mod skills;
+
 pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     let (config, defs) = run::load(path)?;
     // The listener's certificate and key are read as `serve` would read them, so that a
@@ -77,6 +79,10 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
         let _ = writeln!(out, "  {key}: skipped ({why})");
     }
     for kind in Kind::ALL {
+        if kind == Kind::Skills {
+            out.push_str(&skills::render(catalog));
+            continue;
+        }
         let items = catalog.listing(kind).items();
         let _ = writeln!(out, "{} ({}):", kind.result_key(), items.len());
         for item in items {
@@ -173,7 +179,7 @@ fn cache_rule<'c>(
             .find(|t| tool_name(t.get()).as_deref() == Some(original))
             .and_then(|t| cache::tool_rule(caches, t.get())),
         Kind::Resources | Kind::ResourceTemplates => caches.resources.as_ref(),
-        Kind::Prompts => None,
+        Kind::Prompts | Kind::Skills => None,
     }
 }
 

@@ -1,5 +1,5 @@
 //! `manifold pin`: start the upstreams and write the lock file of their tool and prompt
-//! definitions; and the binary's side of checking them: reading the lock file for `serve`
+//! definitions and skill entries; and the binary's side of checking them: reading the lock file for `serve`
 //! and `check`, and how `check` shows what does not match.
 
 use std::fmt::Write as _;
@@ -21,8 +21,9 @@ pub fn pin(path: &Path) -> anyhow::Result<ExitCode> {
     write_atomically(&lock_path, &text)?;
     let tools: usize = lock.upstreams.values().map(|p| p.tools.len()).sum();
     let prompts: usize = lock.upstreams.values().map(|p| p.prompts.len()).sum();
+    let skills: usize = lock.upstreams.values().map(|p| p.skills.len()).sum();
     println!(
-        "pinned {tools} tools and {prompts} prompts of {} upstreams: {}",
+        "pinned {tools} tools, {prompts} prompts and {skills} skills of {} upstreams: {}",
         lock.upstreams.len(),
         lock_path.display()
     );
@@ -39,7 +40,7 @@ fn lock_of(path: &Path, catalog: &Catalog) -> anyhow::Result<Lock> {
             UpstreamState::Up => {
                 let pins = catalog
                     .slice(i)
-                    .map(|s| UpstreamPins::of(&s.tools, &s.prompts))
+                    .map(|s| UpstreamPins::with_skills(&s.tools, &s.prompts, &s.skills))
                     .unwrap_or_default();
                 lock.upstreams.insert(def.key.clone(), pins);
                 continue;
@@ -146,9 +147,9 @@ pub fn held_problems(path: &Path, catalog: &Catalog) -> Vec<String> {
 }
 
 fn kind_word(kind: Kind) -> &'static str {
-    if kind == Kind::Tools {
-        "tool"
-    } else {
-        "prompt"
+    match kind {
+        Kind::Tools => "tool",
+        Kind::Skills => "skill",
+        _ => "prompt",
     }
 }

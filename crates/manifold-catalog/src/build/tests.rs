@@ -231,7 +231,7 @@ fn list_hints_combine_over_pages_and_say_how_long_a_list_is_fresh() {
     assert_eq!(s.era(), Some(manifold_protocol::version::Era::Stateless));
     s.hints[Kind::Tools.index()] = Some(page(1500, false));
     s.hints[Kind::Prompts.index()] = Some(page(0, true));
-    s.fetched = [Some(at); 4];
+    s.fetched = [Some(at); crate::KINDS];
     assert_eq!(s.hint(Kind::Prompts), Some(page(0, true)));
     assert_eq!(
         s.fresh_until(Kind::Tools),

@@ -32,6 +32,10 @@ struct RawUpstream {
     tools: BTreeMap<String, RawPin>,
     #[serde(default)]
     prompts: BTreeMap<String, RawPin>,
+    /// Skill entries by their upstream's own URI; left out while there are none, so that a
+    /// lock file without skills reads and writes as before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    skills: BTreeMap<String, RawPin>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -57,6 +61,7 @@ impl Lock {
             let pins = UpstreamPins {
                 tools: pins(&key, "tools", entry.tools)?,
                 prompts: pins(&key, "prompts", entry.prompts)?,
+                skills: pins(&key, "skills", entry.skills)?,
             };
             upstreams.insert(key, pins);
         }
@@ -85,6 +90,7 @@ impl Lock {
                     let entry = RawUpstream {
                         tools: entries(&pins.tools),
                         prompts: entries(&pins.prompts),
+                        skills: entries(&pins.skills),
                     };
                     (key.clone(), entry)
                 })

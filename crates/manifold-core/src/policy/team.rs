@@ -84,7 +84,8 @@ fn visibility(config: &TeamConfig, kind: Kind) -> &Visibility {
     match kind {
         Kind::Tools => &config.tools,
         Kind::Prompts => &config.prompts,
-        Kind::Resources | Kind::ResourceTemplates => &config.resources,
+        // A skill is seen like a resource: by its exposed URI.
+        Kind::Resources | Kind::ResourceTemplates | Kind::Skills => &config.resources,
     }
 }
 
@@ -93,7 +94,7 @@ pub struct View {
     generation: u64,
     /// The team's settings it was built from.
     config: Arc<TeamConfig>,
-    listings: [Listing; 4],
+    listings: [Listing; manifold_catalog::KINDS],
     /// Which upstreams (by index) the team may know of: named in `initialize`, counted in
     /// its capabilities.
     upstreams: Vec<bool>,

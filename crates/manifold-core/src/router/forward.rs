@@ -25,8 +25,9 @@ use crate::target::Target;
 use crate::{request_state, stateless};
 
 impl Router {
-    /// `tools/call`, `prompts/get` and `resources/read`: their params are parsed once, for
-    /// routing and rewriting together.
+    /// `tools/call`, `prompts/get`, `resources/read` and the skills extension's `skills/get`
+    /// and `resources/directory/read`: their params are parsed once, for routing and
+    /// rewriting together.
     pub(super) fn forward(self: &Arc<Self>, ctx: Context, method: &str, env: &Envelope<'_>) {
         if ctx.is_stateless() {
             if let Some(state) = request_state(env.params) {
@@ -43,7 +44,7 @@ impl Router {
             "tools/call" => resolve::named(&catalog, env, ListKind::Tools, sight)
                 .and_then(|t| task_for_stateless(&ctx, &catalog, t)),
             "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
-            _ => resolve::read(&catalog, env, sight),
+            _ => resolve::by_uri(&catalog, env, method, sight),
         };
         match self.or_unlisted(&catalog, env, sight, target) {
             Ok(target) => {
@@ -373,7 +374,7 @@ impl Router {
         };
         let params = env.params.and_then(|p| RawObject::parse(p).ok());
         let named = params.as_ref().and_then(|p| match method {
-            "resources/read" => p.get_str("uri"),
+            "resources/read" | "skills/get" | "resources/directory/read" => p.get_str("uri"),
             _ => p.get_str("name"),
         });
         let named = named.as_deref().unwrap_or_default();
@@ -387,7 +388,7 @@ impl Router {
         let target = match method {
             "tools/call" => resolve::named(&catalog, env, ListKind::Tools, sight),
             "prompts/get" => resolve::named(&catalog, env, ListKind::Prompts, sight),
-            _ => resolve::read(&catalog, env, sight),
+            _ => resolve::by_uri(&catalog, env, method, sight),
         };
         // A consent's retry may come before the upstream's catalog could be read with the new
         // grant: its tool is routed as on the first call.

@@ -199,6 +199,20 @@ impl Exchange for Inflight {
                 return;
             }
         }
+        if let Finish::Result(result) = &outcome {
+            if let Err(e) = self.verify(result) {
+                // Withheld, and never kept: the fill's sender goes with it.
+                self.fill.take();
+                let classified = e.classify(ctx.era());
+                ctx.fail(&e);
+                return self.hop.ended(
+                    &ctx,
+                    self.method,
+                    classified.outcome,
+                    Some(classified.code),
+                );
+            }
+        }
         let (ended, code) = match outcome {
             Finish::Result(result) => {
                 let tasked = self
@@ -402,6 +416,15 @@ impl Inflight {
         })
     }
 
+    /// A read of a skill file checked against its skill entry (see `verify.rs`); any other
+    /// answer passes.
+    fn verify(&self, result: &str) -> Result<(), RouteError> {
+        let (true, Some(original)) = (self.method == "resources/read", &self.hop.original) else {
+            return Ok(());
+        };
+        super::verify::read(&self.hub.catalog(), self.upstream, original, result)
+    }
+
     /// Runs `f` with the upstream's URI prefix.
     fn map(&self, f: impl FnOnce(&str) -> Option<String>) -> Option<String> {
         let catalog = self.hub.catalog();
@@ -447,7 +470,9 @@ impl Drop for Inflight {
 /// upstream gave none.
 fn read_hints(method: &str, ctx: &Context) -> &'static [(&'static str, &'static str)] {
     match method {
-        "resources/read" => stateless::read_hints(ctx.caller.team.is_some()),
+        "resources/read" | "skills/get" | "resources/directory/read" => {
+            stateless::read_hints(ctx.caller.team.is_some())
+        }
         _ => &[],
     }
 }

@@ -178,9 +178,11 @@ impl Router {
             "ping" => return methods::ping(ctx),
             "server/discover" => return self.discover(ctx),
             _ if !ready => return ctx.fail(&RouteError::NotInitialized),
-            "tools/call" | "prompts/get" | "resources/read" => {
-                return self.forward(ctx, method, env)
-            }
+            "tools/call"
+            | "prompts/get"
+            | "resources/read"
+            | "skills/get"
+            | "resources/directory/read" => return self.forward(ctx, method, env),
             _ => {}
         }
         let params = match env.routing_params() {
@@ -188,9 +190,11 @@ impl Router {
             Err(e) => return ctx.fail(&RouteError::InvalidParams(e.to_string())),
         };
         match method {
-            "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
-                self.list(ctx, method, &params)
-            }
+            "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "skills/list" => self.list(ctx, method, &params),
             "completion/complete" => self.complete(ctx, env, &params),
             "logging/setLevel" => self.set_level(ctx, &params),
             "resources/subscribe" => self.subscribe(ctx, &params, true),

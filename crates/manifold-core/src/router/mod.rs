@@ -27,6 +27,7 @@ mod reload;
 mod resolve;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 use std::sync::{Arc, Weak};
 

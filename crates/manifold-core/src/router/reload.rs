@@ -124,7 +124,7 @@ async fn finish(handle: &UpstreamHandle, drain: Duration) {
 struct Seen {
     team: Arc<Team>,
     /// The fingerprint of each list in its view (`Kind::ALL` order).
-    lists: [u64; 4],
+    lists: [u64; manifold_catalog::KINDS],
     config: Arc<TeamConfig>,
 }
 

@@ -50,21 +50,38 @@ pub(super) fn named(
     })
 }
 
-/// `resources/read`: routed by `uri`.
-pub(super) fn read(
+/// `resources/read`, and the skills extension's `skills/get` and `resources/directory/read`:
+/// routed by `uri`. Whatever lies in a held skill's directory is refused.
+pub(super) fn by_uri(
     catalog: &Catalog,
     env: &Envelope<'_>,
+    method: &str,
     sight: Option<&Team>,
 ) -> Result<Target, RouteError> {
+    let method = match method {
+        "skills/get" => "skills/get",
+        "resources/directory/read" => "resources/directory/read",
+        _ => "resources/read",
+    };
     let params = params_object(env)?;
     let (upstream, exposed, original) = {
         let uri = string_member(&params, "uri")?;
-        let (upstream, original) = resolve_uri(catalog, &uri, sight)?;
+        let (upstream, original) = match method {
+            "resources/read" => resolve_uri(catalog, &uri, sight)?,
+            _ => resolve_skill_uri(catalog, method, &uri, sight)?,
+        };
+        if let Some(drift) = catalog.held_skill(&uri) {
+            return Err(RouteError::Held {
+                kind: "Skill",
+                name: drift.exposed.clone(),
+                reason: drift.reason(),
+            });
+        }
         (upstream, Arc::from(&*uri), original.into_owned())
     };
     Ok(Target {
         upstream,
-        method: "resources/read",
+        method,
         params: env.params.unwrap_or_default().to_owned(),
         timeout: None,
         task: false,
@@ -205,6 +222,35 @@ pub(super) fn resolve_uri<'u>(
         }
         _ => Ok((upstream, original)),
     }
+}
+
+/// The upstream and original URI behind a URI a skills method names: one the team may see,
+/// and for a directory read, of an upstream that declared `directoryRead`. Every refusal is
+/// invalid params, as the extension says of a URI that names nothing served.
+fn resolve_skill_uri<'u>(
+    catalog: &Catalog,
+    method: &str,
+    uri: &'u str,
+    sight: Option<&Team>,
+) -> Result<(usize, Cow<'u, str>), RouteError> {
+    let unknown = || match method {
+        "skills/get" => RouteError::InvalidParams(format!("Unknown skill: {uri}")),
+        _ => RouteError::InvalidParams(format!("Not a directory: {uri}")),
+    };
+    let (upstream, original) = catalog.resolve_uri(uri).ok_or_else(unknown)?;
+    if sight.is_some_and(|team| !sees(team, catalog, Kind::Skills, upstream, uri)) {
+        return Err(RouteError::Hidden(Box::new(unknown())));
+    }
+    let slice = catalog.slice(upstream);
+    if !slice.is_some_and(|s| s.declares_skills()) {
+        return Err(unknown());
+    }
+    if method == "resources/directory/read" && !slice.is_some_and(|s| s.reads_skill_directories()) {
+        return Err(RouteError::InvalidParams(format!(
+            "Not a directory: {uri} (its server does not read directories)"
+        )));
+    }
+    Ok((upstream, original))
 }
 
 /// Whether `team` may see the item of `kind` that upstream `upstream` exposes as `exposed`.

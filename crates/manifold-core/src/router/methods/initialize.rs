@@ -13,6 +13,7 @@ use crate::extensions;
 use crate::policy::Caller;
 use crate::router::Router;
 use crate::session::Client;
+use manifold_catalog::skills::EXTENSION as SKILLS;
 use manifold_catalog::{Catalog, UpstreamSlice, UpstreamState};
 use serde_json::{json, Map, Value};
 
@@ -157,6 +158,7 @@ fn capabilities(catalog: &Catalog, known: &impl Fn(usize) -> bool, stateless: bo
         caps.insert("logging".into(), json!({}));
     }
     let mut extensions = upstream_extensions(&slices);
+    skills_extension(&slices, &mut extensions, &mut caps);
     if offers("tasks") && stateless {
         // The session era's tasks, offered to stateless hosts as the tasks extension.
         extensions.insert(crate::tasks::EXTENSION.into(), json!({}));
@@ -202,6 +204,29 @@ fn upstream_extensions(slices: &[&Arc<UpstreamSlice>]) -> Map<String, Value> {
     }
     merged.retain(|name, _| extensions::is_known(name) || declarers.get(name) == Some(&1));
     merged
+}
+
+/// The skills extension, merged: offered when any of the given upstreams declares it, with
+/// `directoryRead: true` only when every one of them does (a directory read for the others
+/// would be refused); `resources` is offered with it, since skill files are read with
+/// `resources/read`.
+fn skills_extension(
+    slices: &[&Arc<UpstreamSlice>],
+    extensions: &mut Map<String, Value>,
+    caps: &mut Map<String, Value>,
+) {
+    extensions.remove(SKILLS);
+    let declaring: Vec<_> = slices.iter().filter(|s| s.declares_skills()).collect();
+    if declaring.is_empty() {
+        return;
+    }
+    let settings = match declaring.iter().all(|s| s.reads_skill_directories()) {
+        true => json!({ "directoryRead": true }),
+        false => json!({}),
+    };
+    extensions.insert(SKILLS.into(), settings);
+    caps.entry("resources")
+        .or_insert_with(|| json!({ "listChanged": true }));
 }
 
 /// Tells the model what it is talking to, and passes on each upstream's own instructions.

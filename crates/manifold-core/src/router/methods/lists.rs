@@ -1,4 +1,5 @@
-//! `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list`: pages of
+//! `tools/list`, `prompts/list`, `resources/list`, `resources/templates/list` and the skills
+//! extension's `skills/list`: pages of
 //! the merged catalog, or of the caller's team's view, serialized once per catalog (or view)
 //! generation.
 
@@ -88,6 +89,7 @@ impl Router {
             "tools/list" => Kind::Tools,
             "prompts/list" => Kind::Prompts,
             "resources/list" => Kind::Resources,
+            "skills/list" => Kind::Skills,
             _ => Kind::ResourceTemplates,
         };
         // A list an upstream said is fresh only so long is fetched again once it is not
