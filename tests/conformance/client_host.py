@@ -92,6 +92,7 @@ async def roots_stub(_context: ClientRequestContext) -> types.ListRootsResult | 
 
 async def act_as_host(run: Invocation, url: str) -> None:
     """Plays RUN's scenario as a host at URL (the mock server, or Manifold in front of it)."""
+    print(f"{run.scenario} at {run.revision}: {'discovery' if mode_of(run) == 'auto' else 'initialize'} at {url}")
     http = create_mcp_http_client(timeout=httpx2.Timeout(HTTP_TIMEOUT))
     transport = streamable_http_client(url, http_client=http)
     async with http, Client(
@@ -209,7 +210,13 @@ async def load_skill(client: Client, entry: dict[str, Any]) -> None:
 async def verified_read(client: Client, file: dict[str, Any]) -> bytes:
     """The bytes of FILE, read with resources/read, once its size and digest match the entry."""
     uri = file.get("uri")
-    result = await client.read_resource(uri)
+    try:
+        result = await client.read_resource(uri)
+    except Exception as error:  # an MCP error answer, or the transport's
+        # A read refused (Manifold refuses one that fails its own verification) leaves the
+        # skill unloaded, as a mismatch does; the scenario's checks tell whether the file was
+        # asked of the server at all.
+        raise VerificationFailed(f"{uri}: the read was refused: {reason(error)}") from error
     if len(result.contents) != 1:
         raise VerificationFailed(f"{uri}: {len(result.contents)} contents, not one")
     content = result.contents[0]
