@@ -80,3 +80,8 @@ bash tests/conformance/run.sh
 # scenarios beside the Python SDK's own client (two scenarios at a time).
 step "conformance, client side: the suite's auth scenarios with the SDK's client and through Manifold"
 bash tests/conformance/client_auth.sh
+
+# Manifold as the MCP client of its upstreams, held to the suite's other client scenarios
+# (headers, request metadata and state, SSE retry, schemas, skills) beside the SDK's client.
+step "conformance, client side: the suite's other client scenarios with the SDK's client and through Manifold"
+bash tests/conformance/client_scenarios.sh

@@ -31,7 +31,7 @@ server becomes Manifold's one upstream, and this driver plays the operator and t
    another authorization server), logs in again.
 
 Every step is bounded; Manifold is stopped at the end, whatever happened. Its log goes to
-$CLIENT_AUTH_MANIFOLD_LOG when set (the harness keeps it beside the scenario's results), else
+$CLIENT_MANIFOLD_LOG when set (the harness keeps it beside the scenario's results), else
 to a temporary file copied to stderr.
 
 Exits 3 (UNSUPPORTED) for the scenarios Manifold has no mode for, 2 for a bad invocation, 1
@@ -323,7 +323,7 @@ async def main() -> int:
     if run.scenario in WITHOUT_A_CLIENT:
         return unsupported(run.scenario, "Manifold has no upstream auth mode for it")
     with tempfile.TemporaryDirectory(prefix="manifold-client-auth-") as folder:
-        chosen = os.environ.get("CLIENT_AUTH_MANIFOLD_LOG")
+        chosen = os.environ.get("CLIENT_MANIFOLD_LOG")
         log = Path(chosen) if chosen else Path(folder) / "manifold.log"
         log.write_bytes(b"")
         try:
