@@ -213,7 +213,7 @@ def assert_cacheable(client: Any, result: dict[str, Any], what: str) -> None:
     """From 2026-07-28 on, skills results carry the caching hints (required fields)."""
     if stateless(client):
         assert isinstance(result.get("ttlMs"), int) and result["ttlMs"] >= 0, (what, result)
-        assert result.get("cacheScope") in ("private", "shared"), (what, result)
+        assert result.get("cacheScope") in ("public", "private"), (what, result)
 
 
 async def all_skills(client: Any) -> list[dict[str, Any]]:
