@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -318,17 +319,19 @@ async def drive(run: Invocation, folder: Path, log: Path) -> None:
         )
 
 
-async def main() -> int:
-    run = invocation()
-    if run.scenario in WITHOUT_A_CLIENT:
-        return unsupported(run.scenario, "Manifold has no upstream auth mode for it")
-    with tempfile.TemporaryDirectory(prefix="manifold-client-auth-") as folder:
+async def run_driver(
+    drive_one: Callable[[Invocation, Path, Path], Awaitable[None]], run: Invocation, prefix: str
+) -> int:
+    """Runs `drive_one` for `run` in a temporary folder, bounded by DRIVE_TIMEOUT: 0 when it
+    played the scenario, 1 (with why, and Manifold's log unless CLIENT_MANIFOLD_LOG keeps it)
+    when it did not. Shared by the drivers that put Manifold between a host and the suite."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         chosen = os.environ.get("CLIENT_MANIFOLD_LOG")
         log = Path(chosen) if chosen else Path(folder) / "manifold.log"
         log.write_bytes(b"")
         try:
             with anyio.fail_after(DRIVE_TIMEOUT):
-                await drive(run, Path(folder), log)
+                await drive_one(run, Path(folder), log)
         except Exception as error:
             print(f"through Manifold: {reason(error)}", file=sys.stderr)
             if not chosen:
@@ -336,6 +339,12 @@ async def main() -> int:
             return 1
     return 0
 
+
+async def main() -> int:
+    run = invocation()
+    if run.scenario in WITHOUT_A_CLIENT:
+        return unsupported(run.scenario, "Manifold has no upstream auth mode for it")
+    return await run_driver(drive, run, "manifold-client-auth-")
 
 if __name__ == "__main__":
     sys.exit(anyio.run(main))

@@ -21,9 +21,7 @@ on stderr).
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import anyio
@@ -31,15 +29,14 @@ import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from auth_through_manifold import Manifold, tail, toml_string  # noqa: E402
-from client_auth_common import HTTP_TIMEOUT, Invocation, invocation, reason  # noqa: E402
+from auth_through_manifold import Manifold, run_driver, tail, toml_string  # noqa: E402
+from client_auth_common import HTTP_TIMEOUT, Invocation, invocation  # noqa: E402
 from client_host import SESSION_ONLY, act_as_host  # noqa: E402
 
 UPSTREAM = "x"
-# How long the host waits for Manifold to have connected to the upstream, and the whole drive
-# (within the suite's own timeout for the client, which the harness sets to 90 s).
+# How long the host waits for Manifold to have connected to the upstream (the whole drive is
+# bounded by run_driver, within the suite's own timeout for the client of 90 s).
 CONNECT_PATIENCE = 30.0
-DRIVE_TIMEOUT = 80.0
 LOOK_AGAIN = 0.1
 
 
@@ -85,21 +82,7 @@ async def drive(run: Invocation, folder: Path, log: Path) -> None:
 
 
 async def main() -> int:
-    run = invocation()
-    with tempfile.TemporaryDirectory(prefix="manifold-client-") as folder:
-        chosen = os.environ.get("CLIENT_MANIFOLD_LOG")
-        log = Path(chosen) if chosen else Path(folder) / "manifold.log"
-        log.write_bytes(b"")
-        try:
-            with anyio.fail_after(DRIVE_TIMEOUT):
-                await drive(run, Path(folder), log)
-        except Exception as error:
-            print(f"through Manifold: {reason(error)}", file=sys.stderr)
-            if not chosen:
-                print(f"--- manifold's log ---\n{tail(log, 60)}", file=sys.stderr)
-            return 1
-    return 0
-
+    return await run_driver(drive, invocation(), "manifold-client-")
 
 if __name__ == "__main__":
     sys.exit(anyio.run(main))
