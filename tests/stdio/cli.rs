@@ -249,7 +249,7 @@ fn every_shipped_config_loads() {
 }
 
 /// The demo is the first thing a newcomer runs: it exposes what a person would try (tools, a
-/// readme, prompts) and none of the fixture's test hooks (fault injection, counters).
+/// readme, prompts, skills) and none of the fixture's test hooks (fault injection, counters).
 #[test]
 fn the_demo_exposes_only_what_a_person_would_try() {
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/demo.toml");
@@ -282,6 +282,11 @@ fn the_demo_exposes_only_what_a_person_would_try() {
         "a readme to read: {out}"
     );
     assert!(!section("prompts").is_empty(), "a prompt to try: {out}");
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("skill://notes/") && l.contains("/SKILL.md")),
+        "skills to list and read: {out}"
+    );
 }
 
 /// `check` of a config with `[server.tls]` (config/secure.toml), copied beside the files its
