@@ -2,33 +2,14 @@
 //! skills of a stdio upstream and of an HTTP upstream (each era) under their own URIs, read
 //! their files verified, and a stateless host's skills answers carry caching hints.
 
-use base64::Engine as _;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
+use manifold_testkit::skills::{bytes_of, sha256};
 
 const MODERN: &str = "2026-07-28";
-
-fn sha256(bytes: &[u8]) -> String {
-    let hex: String = Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256:{hex}")
-}
-
-fn bytes_of(read: &Value) -> Vec<u8> {
-    let content = &read["result"]["contents"][0];
-    match content["text"].as_str() {
-        Some(text) => text.as_bytes().to_vec(),
-        None => base64::engine::general_purpose::STANDARD
-            .decode(content["blob"].as_str().expect("text or blob"))
-            .unwrap(),
-    }
-}
 
 /// Every skill, page after page, asked with `ask`.
 fn all_skills(ask: &mut dyn FnMut(Value) -> Value) -> Vec<Value> {

@@ -3,11 +3,10 @@
 //! skill files verified against their entries when read through Manifold, teams, pinning and
 //! the stateless era.
 
-use base64::Engine as _;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use manifold_testkit::process::*;
+use manifold_testkit::skills::{bytes_of, sha256};
 
 const EXTENSION: &str = "io.modelcontextprotocol/skills";
 
@@ -33,25 +32,6 @@ pub fn all_skills(request: &mut dyn FnMut(&str, Value) -> Value, meta: &Value) -
             None => return skills,
         }
     }
-}
-
-/// The bytes of a `resources/read` answer's one content: a text's UTF-8, a blob decoded.
-pub fn bytes_of(read: &Value) -> Vec<u8> {
-    let content = &read["result"]["contents"][0];
-    match content["text"].as_str() {
-        Some(text) => text.as_bytes().to_vec(),
-        None => base64::engine::general_purpose::STANDARD
-            .decode(content["blob"].as_str().expect("text or blob"))
-            .unwrap(),
-    }
-}
-
-pub fn sha256(bytes: &[u8]) -> String {
-    let hex: String = Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256:{hex}")
 }
 
 /// Manifold started with `config` and `extra` arguments, and its initialize result.

@@ -45,4 +45,5 @@ pub mod metrics;
 pub mod process;
 pub mod redis_server;
 pub mod requests;
+pub mod skills;
 pub mod stdio;
