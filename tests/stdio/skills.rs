@@ -287,7 +287,7 @@ fn a_skill_whose_entry_drifted_from_its_pin_is_held() {
     );
 
     let mut m = Manifold::start_with(
-        &["serve", "--config", &config],
+        &["serve", "--config", &config, "--admin", "127.0.0.1:0"],
         TempDir::new("skills-pin-serve"),
     );
     assert!(m.initialize().get("result").is_some());
@@ -311,6 +311,14 @@ fn a_skill_whose_entry_drifted_from_its_pin_is_held() {
             r["error"]["message"].as_str().unwrap().contains("held"),
             "{r}"
         );
+    }
+    // An operator sees both in /metrics: the skills served, and the one held back.
+    let metrics = m.scrape();
+    for series in [
+        "manifold_catalog_items{upstream=\"alpha\",kind=\"skills\"} 2",
+        "manifold_pinning_held{upstream=\"alpha\",kind=\"skills\",reason=\"changed\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series}: {metrics}");
     }
 }
 

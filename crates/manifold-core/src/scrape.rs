@@ -47,6 +47,7 @@ pub fn render(router: &Router) -> String {
         (Kind::Prompts, "prompts"),
         (Kind::Resources, "resources"),
         (Kind::ResourceTemplates, "resource_templates"),
+        (Kind::Skills, "skills"),
     ] {
         let mut counts = vec![0u64; defs.len()];
         for item in catalog.listing(kind).items() {
@@ -85,7 +86,11 @@ fn pinning(e: &mut Exposition, catalog: &Catalog) {
     if pinned.is_empty() {
         return;
     }
-    let kinds = [(Kind::Tools, "tools"), (Kind::Prompts, "prompts")];
+    let kinds = [
+        (Kind::Tools, "tools"),
+        (Kind::Prompts, "prompts"),
+        (Kind::Skills, "skills"),
+    ];
     let count = |upstream: usize, kind: Kind, pred: &dyn Fn(&manifold_catalog::Drift) -> bool| {
         let drift = catalog.drift().iter();
         drift

@@ -367,7 +367,7 @@ pub fn metrics() -> &'static Metrics {
 /// The label for a method a host sent: itself when it is one Manifold knows, else `other`
 /// (a host may send any string; labels must stay bounded).
 pub fn method_label(method: &str) -> &'static str {
-    const KNOWN: [&str; 19] = [
+    const KNOWN: [&str; 22] = [
         "initialize",
         "ping",
         "tools/list",
@@ -387,6 +387,10 @@ pub fn method_label(method: &str) -> &'static str {
         "tasks/cancel",
         "sampling/createMessage",
         "elicitation/create",
+        // The skills extension, which Manifold merges.
+        "skills/list",
+        "skills/get",
+        "resources/directory/read",
     ];
     KNOWN
         .iter()
@@ -685,7 +689,10 @@ mod tests {
     #[test]
     fn methods_outside_the_protocol_share_one_label() {
         assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("skills/get"), "skills/get");
         assert_eq!(method_label("tools/call2"), "other");
+        // A method of an extension passed through is one no host-chosen name can multiply.
+        assert_eq!(method_label("widgets/echo"), "other");
         assert_eq!(method_label("x".repeat(1000).as_str()), "other");
     }
 }

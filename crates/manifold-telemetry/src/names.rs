@@ -129,7 +129,7 @@ pub const CATALOG_ITEMS: Metric = Metric {
 
 pub const PINNING_HELD: Metric = Metric {
     name: "manifold_pinning_held",
-    help: "Tools and prompts left out of every listing because their definition differs from its pin (reason changed) or has none (reason new), by upstream, kind and reason.",
+    help: "Tools, prompts and skills left out of every listing because their definition differs from its pin (reason changed) or has none (reason new), by upstream, kind and reason.",
     kind: Kind::Gauge,
 };
 
