@@ -225,22 +225,6 @@ impl UpstreamSlice {
             .map(str::to_owned)
     }
 
-    /// Whether it declares the skills extension.
-    pub fn declares_skills(&self) -> bool {
-        self.extension(skills::EXTENSION).is_some()
-    }
-
-    /// Whether it declares the skills extension with `directoryRead: true`.
-    pub fn reads_skill_directories(&self) -> bool {
-        self.extension(skills::EXTENSION)
-            .and_then(|s| {
-                RawObject::parse(&s)
-                    .ok()
-                    .map(|o| o.get("directoryRead") == Some("true"))
-            })
-            .unwrap_or(false)
-    }
-
     /// Whether the upstream declared `name.feature` as true (e.g. `resources.subscribe`).
     pub fn has_feature(&self, name: &str, feature: &str) -> bool {
         self.capabilities

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use manifold_protocol::{scan, RawObject};
 
+use crate::build::UpstreamSlice;
 use crate::listing::Item;
 use crate::pins::Drift;
 use crate::{pins, rewrite};
@@ -16,6 +17,25 @@ pub const EXTENSION: &str = "io.modelcontextprotocol/skills";
 
 /// The last segment of a skill's own URI.
 pub const SKILL_FILE: &str = "SKILL.md";
+
+/// What an upstream declared of the extension.
+impl UpstreamSlice {
+    /// Whether it declares the skills extension.
+    pub fn declares_skills(&self) -> bool {
+        self.extension(EXTENSION).is_some()
+    }
+
+    /// Whether it declares the skills extension with `directoryRead: true`.
+    pub fn reads_skill_directories(&self) -> bool {
+        self.extension(EXTENSION)
+            .and_then(|s| {
+                RawObject::parse(&s)
+                    .ok()
+                    .map(|o| o.get("directoryRead") == Some("true"))
+            })
+            .unwrap_or(false)
+    }
+}
 
 /// A file a skill entry lists: what a relayed read of it must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
