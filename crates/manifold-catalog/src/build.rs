@@ -420,6 +420,11 @@ impl Catalog {
         self.skill_files.get(exposed)
     }
 
+    /// Whether any listed skill entry names a file: when none does, no read needs verifying.
+    pub fn has_skill_files(&self) -> bool {
+        !self.skill_files.is_empty()
+    }
+
     /// The held skill whose directory holds the exposed URI `exposed` (its SKILL.md, a file,
     /// the directory), if any: requests naming it are refused.
     pub fn held_skill(&self, exposed: &str) -> Option<&Drift> {

@@ -2,7 +2,7 @@
 //! answer for a file a catalog skill entry lists must match the entry's size and SHA-256
 //! digest and, for the skill's SKILL.md, its YAML frontmatter must equal the entry's
 //! `frontmatter` field by field. Only answers for listed files are parsed: every other read
-//! costs one map lookup.
+//! costs one map lookup, and none when no skill is listed.
 
 use base64::Engine as _;
 use manifold_catalog::skills::SkillFile;
@@ -39,6 +39,10 @@ pub(super) fn read(
     original: &str,
     result: &str,
 ) -> Result<(), RouteError> {
+    // Most catalogs have no skills: then a read costs no URI made and no lookup.
+    if !catalog.has_skill_files() {
+        return Ok(());
+    }
     let Some(def) = catalog.defs().get(upstream) else {
         return Ok(());
     };
