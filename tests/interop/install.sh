@@ -39,8 +39,7 @@ command -v "$python" >/dev/null 2>&1 || die "$python not found; install Python >
 req="$here/requirements.txt"
 stamp="$venv/.interop-requirements.txt"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s "$req" "$stamp" \
-    && [ -x "$venv/bin/mcp-server-time" ] \
-    && "$venv/bin/python" -c 'import fastapi' >/dev/null 2>&1; then
+    && [ -x "$venv/bin/mcp-server-time" ]; then
     echo "install.sh: $venv is up to date"
 else
     if ! { [ -x "$venv/bin/python" ] && "$venv/bin/python" -m pip --version >/dev/null 2>&1; }; then
