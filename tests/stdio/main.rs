@@ -11,6 +11,7 @@ mod extensions;
 mod first_exchange;
 mod hostile;
 mod lifecycle;
+mod openapi;
 mod pinning;
 mod protocol;
 mod reload;

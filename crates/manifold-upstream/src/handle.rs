@@ -93,6 +93,7 @@ fn transport_label(cfg: &UpstreamConfig) -> &'static str {
         manifold_config::Transport::Stdio(_) => "stdio",
         manifold_config::Transport::Http(h) if h.kind == manifold_config::HttpKind::Sse => "sse",
         manifold_config::Transport::Http(_) => "http",
+        manifold_config::Transport::OpenApi(_) => "openapi",
     }
 }
 

@@ -74,6 +74,9 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
         if let Some(note) = upstreams.get(i).and_then(auth_note) {
             let _ = writeln!(out, "    auth: {note}");
         }
+        if let (UpstreamState::Up, Some(cfg)) = (catalog.state(i), upstreams.get(i)) {
+            out.push_str(&openapi_skipped(cfg));
+        }
     }
     for (key, why) in skipped {
         let _ = writeln!(out, "  {key}: skipped ({why})");
@@ -247,6 +250,26 @@ fn problems(path: &Path, catalog: &Catalog) -> Vec<String> {
         problems.push(format!("{file}: upstreams.{m}"));
     }
     problems
+}
+
+/// The operations of an OpenAPI upstream that did not become tools, each with why (those that
+/// did are the tool lines).
+fn openapi_skipped(cfg: &UpstreamConfig) -> String {
+    let manifold_config::Transport::OpenApi(openapi) = &cfg.transport else {
+        return String::new();
+    };
+    let mut out = String::new();
+    match manifold_upstream::openapi_operations(openapi) {
+        Ok((_, skipped)) => {
+            for (operation, why) in skipped {
+                let _ = writeln!(out, "    operation {operation}: skipped ({why})");
+            }
+        }
+        Err(problem) => {
+            let _ = writeln!(out, "    operations: {problem}");
+        }
+    }
+    out
 }
 
 /// How an upstream with `auth` is authorized, and what its catalog is read with.

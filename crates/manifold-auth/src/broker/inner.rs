@@ -68,7 +68,7 @@ fn auth_upstreams(upstreams: &[UpstreamConfig]) -> HashMap<String, Upstream> {
                     },
                 )
             }),
-            Transport::Stdio(_) => None,
+            Transport::Stdio(_) | Transport::OpenApi(_) => None,
         })
         .collect()
 }

@@ -132,6 +132,11 @@ impl UpstreamActor {
                     (s.conn, Link::Http(s.client))
                 })
             }
+            Transport::OpenApi(cfg) => {
+                let exited = Box::new(exited);
+                let conn = crate::openapi::connect(cfg, &self.key, self.timing, events, exited)?;
+                Ok((conn, Link::OpenApi))
+            }
         }
     }
 

@@ -1,0 +1,162 @@
+//! The MCP server an OpenAPI upstream plays: the session era's handshake with tools only,
+//! `tools/list` from the converted operations, and `tools/call` as the operation's HTTP request.
+
+use std::sync::Arc;
+
+use manifold_openapi::{ArgError, HttpRequest, Operation};
+use manifold_protocol::Envelope;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::load::Service;
+use super::Back;
+
+/// The revision answered to `initialize`: the session era's.
+const PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// Answers what Manifold sends until the connection closes; each call runs as a task of its
+/// own, so a slow service does not hold the others back.
+pub(crate) async fn serve(
+    service: Arc<Service>,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    back: Back,
+) {
+    let mut calls = tokio::task::JoinSet::new();
+    while let Some(line) = rx.recv().await {
+        let Ok(env) = Envelope::decode(trim(&line)) else {
+            continue;
+        };
+        let (Some(method), Some(id)) = (env.method.as_deref(), env.id) else {
+            // Answers and notifications (`initialized`, cancellations) need nothing.
+            continue;
+        };
+        let id = id.to_owned();
+        match method {
+            "initialize" => back.push(&result(&id, &initialize())),
+            "ping" => back.push(&result(&id, "{}")),
+            "tools/list" => back.push(&result(&id, &service.list)),
+            "tools/call" => {
+                let params = env.params.map(str::to_owned);
+                let (service, back) = (Arc::clone(&service), back.clone());
+                calls.spawn(async move {
+                    let line = call(&service, &id, params.as_deref()).await;
+                    back.push(&line);
+                });
+            }
+            _ => back.push(&error(&id, -32601, &format!("method not found: {method}"))),
+        }
+        // Finished calls are reaped as the loop goes, so the set does not grow.
+        while calls.try_join_next().is_some() {}
+    }
+}
+
+fn trim(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\n").unwrap_or(line)
+}
+
+fn initialize() -> String {
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "openapi", "version": env!("CARGO_PKG_VERSION")},
+    })
+    .to_string()
+}
+
+fn result(id: &str, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+}
+
+fn error(id: &str, code: i64, message: &str) -> String {
+    let error = json!({"code": code, "message": message});
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#)
+}
+
+/// One call: the arguments checked and the request built (a wrong argument is -32602 naming
+/// it, and the service never sees it), then sent, and the answer mapped.
+async fn call(service: &Service, id: &str, params: Option<&str>) -> String {
+    let params: Value = params
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or(Value::Null);
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return error(id, -32602, "tools/call needs the tool's `name`");
+    };
+    let Some(op) = service.by_name.get(name).map(|&i| &service.tools[i]) else {
+        return error(id, -32602, &format!("unknown tool: {name}"));
+    };
+    let arguments = params.get("arguments").unwrap_or(&Value::Null);
+    let request = match op.request(arguments) {
+        Ok(request) => request,
+        Err(problem) => return error(id, -32602, &invalid(&problem)),
+    };
+    let mapped = match send(service, request).await {
+        Ok((status, content_type, body)) => op.map_response(
+            status,
+            content_type.as_deref(),
+            &body,
+            service.max_response_bytes,
+        ),
+        Err(problem) => failed(op, &problem),
+    };
+    result(id, &mapped.to_string())
+}
+
+fn invalid(problem: &ArgError) -> String {
+    match problem.parameter() {
+        Some(name) => format!("invalid argument `{name}`: {problem}"),
+        None => format!("invalid arguments: {problem}"),
+    }
+}
+
+/// A request that got no answer (refused, timed out, cut off) is a tool error, as a 5xx is.
+fn failed(op: &Operation, problem: &str) -> Value {
+    let text = format!("{} {} failed: {problem}", op.method, op.path);
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// Sends the request and reads its answer, at most one byte over the cap (so that the
+/// mapping sees the answer was longer and says so).
+async fn send(
+    service: &Service,
+    request: HttpRequest,
+) -> Result<(u16, Option<String>, Vec<u8>), String> {
+    let method = reqwest::Method::from_bytes(request.method.as_bytes())
+        .map_err(|e| format!("method {}: {e}", request.method))?;
+    let mut builder = service.client.request(method, &request.url);
+    for (name, value) in service.headers.iter().chain(&request.headers) {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    if let Some(content_type) = &request.content_type {
+        builder = builder.header(reqwest::header::CONTENT_TYPE, content_type.as_str());
+    }
+    if let Some(body) = request.body {
+        builder = builder.body(body);
+    }
+    let mut response = builder.send().await.map_err(describe)?;
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let limit = service.max_response_bytes.saturating_add(1);
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(describe)? {
+        let room = limit - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= limit {
+            break;
+        }
+    }
+    Ok((status, content_type, body))
+}
+
+fn describe(e: reqwest::Error) -> String {
+    if e.is_timeout() {
+        "the service did not answer in time".to_owned()
+    } else if e.is_redirect() {
+        format!("redirected too often or elsewhere: {e}")
+    } else {
+        e.to_string()
+    }
+}
