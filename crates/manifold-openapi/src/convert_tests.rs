@@ -170,7 +170,7 @@ fn filters_and_renames_apply_and_skips_say_why() {
         .map(|s| format!("{}: {}", s.operation, s.reason))
         .collect();
     assert!(
-        reasons.contains(&"POST /pets (createPet): excluded by Method(\"post\")".to_string()),
+        reasons.contains(&"POST /pets (createPet): excluded by \"method:post\"".to_string()),
         "{reasons:?}"
     );
     assert!(

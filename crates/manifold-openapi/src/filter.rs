@@ -16,6 +16,19 @@ pub enum Filter {
     Path(String),
 }
 
+/// A filter reads as it is written in a config: `operationId:ID`, `tag:TAG`, `method:GET`,
+/// `path:/glob`.
+impl std::fmt::Display for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Filter::OperationId(id) => write!(f, "operationId:{id}"),
+            Filter::Tag(tag) => write!(f, "tag:{tag}"),
+            Filter::Method(method) => write!(f, "method:{method}"),
+            Filter::Path(glob) => write!(f, "path:{glob}"),
+        }
+    }
+}
+
 /// How a description is converted.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -75,7 +88,7 @@ impl Options {
             return Some("not matched by `include`".to_string());
         }
         let hit = self.exclude.iter().find(|f| f.matches(op))?;
-        Some(format!("excluded by {hit:?}"))
+        Some(format!("excluded by \"{hit}\""))
     }
 }
 
@@ -122,7 +135,7 @@ mod tests {
         assert_eq!(options.rejects(&facts("/i", "get")), None);
         assert_eq!(
             options.rejects(&facts("/i", "delete")).as_deref(),
-            Some("excluded by Method(\"DELETE\")")
+            Some("excluded by \"method:DELETE\"")
         );
         let only = Options {
             include: vec![Filter::OperationId("other".into())],

@@ -66,8 +66,7 @@ impl Operation {
         }
         if body.len() > cap {
             return error(format!(
-                "the answer is {} bytes of {media}, over the cap of {cap} bytes",
-                body.len()
+                "the answer ({media}) is longer than the cap of {cap} bytes"
             ));
         }
         binary_result(&media, body)
@@ -83,8 +82,7 @@ fn is_binary(media: &str) -> bool {
 
 /// Text cut at a character boundary within `max` bytes.
 fn cut_text(body: &[u8], max: usize) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(max)]).into_owned();
-    let text = text.trim_end_matches('\u{fffd}').to_string();
+    let text = prefix(body, max);
     if body.len() > max {
         format!("{text}\n[cut: {} of {} bytes shown]", max, body.len())
     } else {
@@ -92,14 +90,18 @@ fn cut_text(body: &[u8], max: usize) -> String {
     }
 }
 
+/// The first `max` bytes of `body` as text, without a character the cut split.
+fn prefix(body: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(max)]);
+    text.trim_end_matches('\u{fffd}').to_string()
+}
+
 /// A JSON answer cut could not be parsed, and would not match the output schema: an error.
-/// Text is cut with a note and is still a result.
+/// Text is cut with a note and is still a result. The note gives no total: a caller reads at
+/// most one byte past the cap, so the answer's full length is not known.
 fn over_cap(media: &str, body: &[u8], cap: usize) -> Value {
-    let note = format!(
-        "the answer is {} bytes, over the cap of {cap} bytes: cut",
-        body.len()
-    );
-    let shown = cut_text(body, cap);
+    let note = format!("the answer is longer than the cap of {cap} bytes: cut to it");
+    let shown = prefix(body, cap);
     if media.contains("json") {
         return error(format!("{note}\n{shown}"));
     }

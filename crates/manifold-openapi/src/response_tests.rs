@@ -57,11 +57,11 @@ fn errors_html_and_oversized_bodies_say_so() {
     assert!(r["content"][0]["text"]
         .as_str()
         .unwrap()
-        .starts_with("the answer is 13 bytes, over the cap of 4 bytes: cut"));
+        .starts_with("the answer is longer than the cap of 4 bytes: cut to it\n[1,2"));
     let r = op.map_response(200, Some("text/plain"), b"abcdefgh", 4);
     assert_eq!(
         r["content"][0]["text"],
-        "abcd\n[cut: 4 of 8 bytes shown]\n[the answer is 8 bytes, over the cap of 4 bytes: cut]"
+        "abcd\n[the answer is longer than the cap of 4 bytes: cut to it]"
     );
     let r = op.map_response(
         200,

@@ -133,6 +133,7 @@ async fn send(
         builder = builder.body(body);
     }
     let mut response = builder.send().await.map_err(describe)?;
+    refuse_redirect(&response)?;
     let status = response.status().as_u16();
     let content_type = response
         .headers()
@@ -149,6 +150,27 @@ async fn send(
         }
     }
     Ok((status, content_type, body))
+}
+
+/// A redirect still in hand was not followed: the client follows only those within the
+/// origin, so it points elsewhere. Its answer is not the operation's, so the call fails with
+/// where it pointed, rather than passing the redirect off as a result.
+fn refuse_redirect(response: &reqwest::Response) -> Result<(), String> {
+    if !response.status().is_redirection() {
+        return Ok(());
+    }
+    let Some(location) = response.headers().get(reqwest::header::LOCATION) else {
+        return Ok(());
+    };
+    let location = location.to_str().unwrap_or("an unreadable location");
+    let target = response
+        .url()
+        .join(location)
+        .map_or_else(|_| location.to_owned(), |url| url.to_string());
+    Err(format!(
+        "HTTP {}: redirected to {target}, another origin, which is not followed",
+        response.status()
+    ))
 }
 
 fn describe(e: reqwest::Error) -> String {
