@@ -268,6 +268,15 @@ fn output_schema(doc: &Document, found: &Found<'_>) -> Result<(Option<Value>, bo
 /// `structuredContent` is; a schema of no single type gives no output schema.
 fn shaped(schema: Value, defs: Map<String, Value>) -> Option<Value> {
     let mut out = match declared_type(&schema, &defs)? {
+        // A shared object is a `$ref` at the root; MCP hosts (the official SDKs among them)
+        // require the output schema's own `type` to be "object", so it is said beside the ref.
+        "object" if schema.get("type").is_none() => {
+            let mut schema = schema;
+            if let Some(members) = schema.as_object_mut() {
+                members.insert("type".to_owned(), json!("object"));
+            }
+            schema
+        }
         "object" => schema,
         "array" | "string" | "number" | "integer" | "boolean" => {
             json!({"type": "object", "properties": {"result": schema}, "required": ["result"]})
