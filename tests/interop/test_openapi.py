@@ -143,7 +143,8 @@ async def test_calls_send_path_query_and_body_and_map_answers(petstore: Prism, s
         assert "id" in placed, placed
     seen = petstore.requests()
     assert ("GET", "/store/order/5") in seen and ("POST", "/store/order") in seen, seen
-    assert ("GET", "/pet/findByStatus?status=available") in seen, seen
+    # Prism logs paths without their query; its validation (status is required) saw no fault.
+    assert ("GET", "/pet/findByStatus") in seen, seen
     assert petstore.violations() == [], petstore.logs_tail()
 
 

@@ -122,7 +122,12 @@ async fn send(
 ) -> Result<(u16, Option<String>, Vec<u8>), String> {
     let method = reqwest::Method::from_bytes(request.method.as_bytes())
         .map_err(|e| format!("method {}: {e}", request.method))?;
-    let mut builder = service.client.request(method, &request.url);
+    // JSON first: it is what the answer's mapping and the output schema are made for, and a
+    // service offering XML too (the Petstore does) would otherwise pick for itself.
+    let mut builder = service
+        .client
+        .request(method, &request.url)
+        .header(reqwest::header::ACCEPT, "application/json, */*;q=0.8");
     for (name, value) in service.headers.iter().chain(&request.headers) {
         builder = builder.header(name.as_str(), value.as_str());
     }
