@@ -12,6 +12,7 @@ mod first_exchange;
 mod hostile;
 mod lifecycle;
 mod openapi;
+mod openapi_auth;
 mod pinning;
 mod protocol;
 mod reload;
