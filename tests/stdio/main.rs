@@ -12,6 +12,7 @@ mod first_exchange;
 mod hostile;
 mod lifecycle;
 mod openapi;
+mod openapi_auth;
 mod openapi_faults;
 mod pinning;
 mod protocol;

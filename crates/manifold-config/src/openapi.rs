@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::error::child;
 use crate::schema::RawUpstream;
 use crate::validate::{duration, resolve_path, Ctx};
-use crate::ConfigError;
+use crate::{ConfigError, Secret, UpstreamAuth};
 
 /// The default time a call's HTTP request may take, answer included.
 pub const DEFAULT_OPENAPI_TIMEOUT: Duration = Duration::from_secs(30);
@@ -35,6 +35,12 @@ pub struct OpenApiConfig {
     /// Sent with every request to the service, after interpolation. Values may be secrets: the
     /// Debug impl redacts them.
     pub headers: BTreeMap<String, String>,
+    /// The value of each security scheme of the description, by scheme name
+    /// (`[upstreams.NAME.security]`): an API key, a bearer token, or `user:password` for basic.
+    pub security: BTreeMap<String, Secret>,
+    /// Where the bearer token of the description's OAuth 2 and OpenID Connect schemes comes
+    /// from (`[upstreams.NAME.auth]`, the modes of HTTP upstreams); `None`: from `security`.
+    pub auth: Option<UpstreamAuth>,
 }
 
 /// Where the description is read from.
@@ -57,9 +63,8 @@ pub enum OperationFilter {
 }
 
 /// Keys of HTTP and process upstreams that an OpenAPI upstream does not take.
-const NOT_FOR_OPENAPI: [&str; 7] = [
+const NOT_FOR_OPENAPI: [&str; 6] = [
     "transport",
-    "auth",
     "connect_timeout_ms",
     "args",
     "env",
@@ -76,6 +81,7 @@ pub(crate) fn stray_key(raw: &RawUpstream) -> Option<&'static str> {
         ("renames", !raw.renames.is_empty()),
         ("timeout", raw.timeout.is_some()),
         ("max_response_bytes", raw.max_response_bytes.is_some()),
+        ("security", !raw.security.is_empty()),
     ]
     .into_iter()
     .find_map(|(key, set)| set.then_some(key))
@@ -97,7 +103,6 @@ pub(crate) fn openapi(
     for key in NOT_FOR_OPENAPI {
         let set = match key {
             "transport" => raw.transport.is_some(),
-            "auth" => raw.auth.is_some(),
             "connect_timeout_ms" => raw.connect_timeout_ms.is_some(),
             "args" => !raw.args.is_empty(),
             "env" => !raw.env.is_empty(),
@@ -142,7 +147,31 @@ pub(crate) fn openapi(
         max_response_bytes: usize::try_from(max_response_bytes)
             .map_err(|_| ctx.err(child(path, "max_response_bytes"), "is too large"))?,
         headers: crate::validate::headers(ctx, path, &raw.headers)?,
+        security: security(ctx, &child(path, "security"), &raw.security)?,
+        auth: raw
+            .auth
+            .as_ref()
+            .map(|auth| crate::credentials::upstream_auth(ctx, &child(path, "auth"), auth))
+            .transpose()?,
     })
+}
+
+/// The scheme values, interpolated (`${ENV}`); an empty one is a mistake, not "no value".
+fn security(
+    ctx: &Ctx<'_>,
+    key: &str,
+    raw: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, Secret>, ConfigError> {
+    raw.iter()
+        .map(|(scheme, value)| {
+            let at = child(key, scheme);
+            let value = ctx.interpolate(&at, value)?;
+            if value.is_empty() {
+                return Err(ctx.err(at, "must not be empty"));
+            }
+            Ok((scheme.clone(), Secret::new(value)))
+        })
+        .collect()
 }
 
 fn http_url(ctx: &Ctx<'_>, key: &str, url: &str) -> Result<String, ConfigError> {

@@ -50,6 +50,8 @@ impl fmt::Debug for OpenApiConfig {
             .field("timeout", &self.timeout)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("headers", &RedactedEnv(&self.headers))
+            .field("security", &self.security)
+            .field("auth", &self.auth)
             .finish()
     }
 }

@@ -92,6 +92,8 @@ pub(crate) struct RawUpstream {
     #[serde(default)]
     pub(crate) headers: BTreeMap<String, String>,
     pub(crate) auth: Option<crate::credentials::RawAuth>,
+    #[serde(default)]
+    pub(crate) security: BTreeMap<String, String>,
     pub(crate) connect_timeout_ms: Option<u64>,
     pub(crate) required: Option<bool>,
     pub(crate) isolation: Option<String>,

@@ -76,6 +76,7 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
         }
         if let (UpstreamState::Up, Some(cfg)) = (catalog.state(i), upstreams.get(i)) {
             out.push_str(&openapi_skipped(cfg));
+            out.push_str(&openapi_unconfigured(cfg));
         }
     }
     for (key, why) in skipped {
@@ -267,6 +268,25 @@ fn openapi_skipped(cfg: &UpstreamConfig) -> String {
         }
         Err(problem) => {
             let _ = writeln!(out, "    operations: {problem}");
+        }
+    }
+    out
+}
+
+/// The security schemes of an OpenAPI upstream that no value is configured for: the
+/// operations that need them fail until one is.
+fn openapi_unconfigured(cfg: &UpstreamConfig) -> String {
+    let manifold_config::Transport::OpenApi(openapi) = &cfg.transport else {
+        return String::new();
+    };
+    let mut out = String::new();
+    if let Ok(schemes) = manifold_upstream::openapi_unconfigured_schemes(openapi) {
+        for scheme in schemes {
+            let _ = writeln!(
+                out,
+                "    security scheme {scheme}: not configured (set upstreams.{}.security.{scheme})",
+                cfg.key
+            );
         }
     }
     out

@@ -4,12 +4,16 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use manifold_config::{OpenApiConfig, OpenApiSource, OperationFilter};
 use manifold_openapi::{Filter, Operation, Options, Skipped};
 use tokio::runtime::Runtime;
 use url::Url;
+
+use super::security::Keys;
+use crate::credential::Credential;
 
 /// The largest description (or document a `$ref` reaches) read; GitHub's whole REST
 /// description is about 12 MB.
@@ -27,11 +31,16 @@ pub(crate) struct Service {
     pub(crate) client: reqwest::Client,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) max_response_bytes: usize,
+    pub(crate) keys: Keys,
 }
 
 /// Loads and converts the description `cfg` names; blocks the calling thread (not a task of
-/// `runtime`) while documents are fetched.
-pub(crate) fn service(runtime: &Runtime, cfg: &OpenApiConfig) -> Result<Service, String> {
+/// `runtime`) while documents are fetched. `credential` gives the OAuth 2 schemes' token.
+pub(crate) fn service(
+    runtime: &Runtime,
+    cfg: &OpenApiConfig,
+    credential: Option<Arc<dyn Credential>>,
+) -> Result<Service, String> {
     let client = client(cfg.timeout)?;
     let (bytes, base) = match &cfg.source {
         OpenApiSource::File(path) => {
@@ -67,6 +76,10 @@ pub(crate) fn service(runtime: &Runtime, cfg: &OpenApiConfig) -> Result<Service,
         client,
         headers: cfg.headers.clone().into_iter().collect(),
         max_response_bytes: cfg.max_response_bytes,
+        keys: Keys {
+            values: cfg.security.clone(),
+            credential,
+        },
     })
 }
 
@@ -172,6 +185,25 @@ impl manifold_openapi::Fetch for Fetcher<'_> {
     }
 }
 
+/// The security schemes the operations of `cfg`'s description ask for that have no value
+/// (`[upstreams.NAME.security]`) and no token source (`auth`), for `check`.
+pub fn unconfigured_schemes(cfg: &OpenApiConfig) -> Result<Vec<String>, String> {
+    let cfg = cfg.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("could not start a runtime: {e}"))?;
+        // Whether a token can be had is the broker's to say; `auth` is taken as a source.
+        let service = service(&runtime, &cfg, None)?;
+        Ok(service
+            .keys
+            .unconfigured(service.tools.iter(), cfg.auth.is_some()))
+    })
+    .join()
+    .unwrap_or_else(|_| Err("loading the description failed".to_owned()))
+}
+
 /// The tool names a description gives, and the operations it skipped with why.
 pub type Operations = (Vec<String>, Vec<(String, String)>);
 
@@ -190,7 +222,7 @@ fn operations_now(cfg: &OpenApiConfig) -> Result<Operations, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("could not start a runtime: {e}"))?;
-    let service = service(&runtime, cfg)?;
+    let service = service(&runtime, cfg, None)?;
     let tools = service.tools.iter().map(|op| op.name.clone()).collect();
     let skipped = service
         .skipped

@@ -19,9 +19,10 @@ use crate::outbound::Outbound;
 use crate::pipe::WriteError;
 
 mod load;
+mod security;
 mod serve;
 
-pub use load::operations;
+pub use load::{operations, unconfigured_schemes};
 
 /// The wire to the upstream's thread: lines go to it over a channel.
 struct OpenApiWire {
@@ -70,13 +71,15 @@ impl Back {
 }
 
 /// Starts a connection to the service `cfg` describes. `exited` is called once, from the
-/// upstream's thread, when the connection has ended, with why.
+/// upstream's thread, when the connection has ended, with why. `credential` gives the bearer
+/// token of the description's OAuth 2 schemes (`[upstreams.NAME.auth]`).
 pub(crate) fn connect(
     cfg: &OpenApiConfig,
     key: &str,
     timing: Timing,
     events: Box<dyn Events>,
     exited: Box<dyn FnOnce(String) + Send>,
+    credential: Option<Arc<dyn crate::Credential>>,
 ) -> Result<Arc<Connection>, String> {
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let wire = OpenApiWire {
@@ -95,7 +98,7 @@ pub(crate) fn connect(
     std::thread::Builder::new()
         .name(format!("openapi-{key}"))
         .spawn(move || {
-            let reason = match load::service(&runtime, &cfg) {
+            let reason = match load::service(&runtime, &cfg, credential) {
                 Ok(service) => {
                     tracing::info!(upstream = %name, tools = service.tools.len(),
                         skipped = service.skipped.len(), "OpenAPI description loaded");

@@ -89,16 +89,57 @@ async fn call(service: &Service, id: &str, params: Option<&str>) -> String {
         Ok(request) => request,
         Err(problem) => return error(id, -32602, &invalid(&problem)),
     };
-    let mapped = match send(service, request).await {
-        Ok((status, content_type, body)) => op.map_response(
-            status,
-            content_type.as_deref(),
-            &body,
+    let mapped = match secured(service, op, request).await {
+        Ok(answer) => op.map_response(
+            answer.status,
+            answer.content_type.as_deref(),
+            &answer.body,
             service.max_response_bytes,
         ),
         Err(problem) => failed(op, &problem),
     };
     result(id, &mapped.to_string())
+}
+
+/// Sends `request` with what its operation's security asks for; an operation whose schemes
+/// have no value is refused before any request. A token of the upstream's credential that the
+/// service refuses (401, or 403 asking for more scope) is told to it once, and the request
+/// sent again with the fresh one.
+async fn secured(
+    service: &Service,
+    op: &Operation,
+    request: HttpRequest,
+) -> Result<Answer, String> {
+    let keys = &service.keys;
+    let needs = keys.choose(op)?;
+    let credential = match &keys.credential {
+        Some(credential) if keys.uses_credential(needs) => credential,
+        _ => {
+            let mut request = request;
+            keys.apply(needs, None, &mut request);
+            return send(service, request).await;
+        }
+    };
+    let token = credential.token().await.map_err(|why| why.reason)?;
+    let mut first = request.clone();
+    keys.apply(needs, Some(&token), &mut first);
+    let answer = send(service, first).await?;
+    let refused = answer.status == 401
+        || (answer.status == 403
+            && answer
+                .challenge
+                .as_deref()
+                .is_some_and(|c| c.contains("insufficient_scope")));
+    if !refused {
+        return Ok(answer);
+    }
+    let fresh = credential
+        .rejected(&token, answer.status, answer.challenge.as_deref())
+        .await
+        .map_err(|why| why.reason)?;
+    let mut again = request;
+    keys.apply(needs, Some(&fresh), &mut again);
+    send(service, again).await
 }
 
 fn invalid(problem: &ArgError) -> String {
@@ -114,12 +155,18 @@ fn failed(op: &Operation, problem: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 
+/// What the service answered, its body read at most one byte over the cap.
+struct Answer {
+    status: u16,
+    content_type: Option<String>,
+    /// `WWW-Authenticate`, for a refused token.
+    challenge: Option<String>,
+    body: Vec<u8>,
+}
+
 /// Sends the request and reads its answer, at most one byte over the cap (so that the
 /// mapping sees the answer was longer and says so).
-async fn send(
-    service: &Service,
-    request: HttpRequest,
-) -> Result<(u16, Option<String>, Vec<u8>), String> {
+async fn send(service: &Service, request: HttpRequest) -> Result<Answer, String> {
     let method = reqwest::Method::from_bytes(request.method.as_bytes())
         .map_err(|e| format!("method {}: {e}", request.method))?;
     // JSON first: it is what the answer's mapping and the output schema are made for, and a
@@ -140,11 +187,15 @@ async fn send(
     let mut response = builder.send().await.map_err(describe)?;
     refuse_redirect(&response)?;
     let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let header = |name| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let content_type = header(reqwest::header::CONTENT_TYPE);
+    let challenge = header(reqwest::header::WWW_AUTHENTICATE);
     let limit = service.max_response_bytes.saturating_add(1);
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(describe)? {
@@ -154,7 +205,12 @@ async fn send(
             break;
         }
     }
-    Ok((status, content_type, body))
+    Ok(Answer {
+        status,
+        content_type,
+        challenge,
+        body,
+    })
 }
 
 /// A redirect still in hand was not followed: the client follows only those within the
