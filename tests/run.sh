@@ -64,7 +64,7 @@ fi
 # would cost a second build of the same code), then fuzzes on.
 CARGO_TARGET_DIR="$PWD/fuzz/target" bash fuzz/run.sh all 30000 -verbosity=0
 
-step "install interop peers (PyPI: mcp, mcp-server-time, requests; npm: server-everything, server-memory, server-filesystem, oidc-provider, the TypeScript SDK server)"
+step "install interop peers (PyPI: mcp, mcp-server-time, requests, FastAPI; npm: server-everything, server-memory, server-filesystem, oidc-provider, the TypeScript SDK server, Prism with the Petstore and GitHub REST descriptions)"
 bash tests/interop/install.sh
 
 step "deployment kit: Dockerfile, Kubernetes manifests, Prometheus and Grafana config (offline; tools into .venv)"

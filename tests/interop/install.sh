@@ -2,13 +2,17 @@
 # Installs the third-party peers and clients of Manifold's interoperability tests:
 #   <repo>/.venv                   Python venv with the pinned packages of requirements.txt
 #                                  (official MCP Python SDK client, mcp-server-time, pytest,
-#                                  requests)
+#                                  requests, FastAPI for openapi_service.py)
 #   tests/interop/node_modules     @modelcontextprotocol/server-everything, server-memory and
 #                                  server-filesystem (the last two for the tool search
 #                                  benchmark's real catalogs), oidc-provider (the OAuth
-#                                  authorization server of the upstream credential tests), and
+#                                  authorization server of the upstream credential tests),
 #                                  @modelcontextprotocol/server (the TypeScript SDK whose
-#                                  ext/skills builds skills_server.mjs), from package-lock.json
+#                                  ext/skills builds skills_server.mjs), and for the OpenAPI
+#                                  tests @stoplight/prism-cli (the mock server that validates
+#                                  every request), @readme/oas-examples (Petstore) and
+#                                  @octokit/openapi (GitHub's REST description), from
+#                                  package-lock.json
 #
 # Idempotent: each half is skipped when its stamp file matches the current pin file, so a
 # second run takes well under a second. Needs python3 >= 3.10 (with the venv module), Node.js
@@ -58,14 +62,21 @@ command -v npm >/dev/null 2>&1 || die "npm not found (Debian: apt-get install np
 # v2 @modelcontextprotocol/server) needs >= 20.
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \
     || die "node $(node --version) is too old: the pinned server-everything needs Node.js >= 20"
+# Prism is pinned at 5.14.2, the last release that runs on Node.js 20 (5.15.10 and later need
+# 24.14); package.json's overrides hold its own packages (prism-core, prism-http,
+# prism-http-server) at the releases that go with it, since their later ones need 24 too.
 
 lock="$here/package-lock.json"
 [ -f "$lock" ] || die "$lock is missing"
 entry="$here/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 oidc="$here/node_modules/oidc-provider/package.json"
 skills="$here/node_modules/@modelcontextprotocol/server/dist/ext/skills/index.mjs"
+prism="$here/node_modules/@stoplight/prism-cli/dist/index.js"
+petstore="$here/node_modules/@readme/oas-examples/3.0/json/petstore.json"
+github="$here/node_modules/@octokit/openapi/generated/api.github.com.json"
 nstamp="$here/node_modules/.interop-package-lock.json"
-if [ -f "$entry" ] && [ -f "$oidc" ] && [ -f "$skills" ] && [ -f "$nstamp" ] && cmp -s "$lock" "$nstamp"; then
+if [ -f "$entry" ] && [ -f "$oidc" ] && [ -f "$skills" ] && [ -f "$prism" ] && [ -f "$petstore" ] \
+    && [ -f "$github" ] && [ -f "$nstamp" ] && cmp -s "$lock" "$nstamp"; then
     echo "install.sh: $here/node_modules is up to date"
 else
     echo "install.sh: npm ci in $here"
@@ -74,6 +85,12 @@ else
     [ -f "$entry" ] || die "$entry missing after npm ci"
     [ -f "$oidc" ] || die "$oidc missing after npm ci"
     [ -f "$skills" ] || die "$skills missing after npm ci"
+    for f in "$prism" "$petstore" "$github"; do
+        [ -f "$f" ] || die "$f missing after npm ci"
+    done
+    # @octokit/openapi also ships the GitHub Enterprise descriptions (about 300 MB); the tests
+    # use only api.github.com's, as published and fully dereferenced, so the rest is removed.
+    rm -f "$here/node_modules/@octokit/openapi/generated/"{ghec,ghes-}*.json
     cp "$lock" "$nstamp"
 fi
 

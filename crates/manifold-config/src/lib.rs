@@ -22,6 +22,7 @@ mod discovery;
 mod error;
 mod glob;
 mod interpolate;
+mod openapi;
 mod pinning;
 mod policy;
 mod redact;
@@ -45,6 +46,10 @@ pub use credentials::{
 };
 pub use discovery::{DiscoveryMode, DiscoverySettings, DEFAULT_MAX_TOOLS};
 pub use glob::glob_match;
+pub use openapi::{
+    OpenApiConfig, OpenApiSource, OperationFilter, DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_OPENAPI_TIMEOUT,
+};
 pub use pinning::{lock_path, OnChange, OnNew, PinningSettings, DEFAULT_LOCK_FILE};
 pub use policy::{
     auth_required, parse_per, redact_url, AuthConfig, JwtConfig, KeyHash, LimitBackend,
@@ -333,6 +338,8 @@ pub enum Isolation {
 pub enum Transport {
     Stdio(StdioConfig),
     Http(HttpConfig),
+    /// An HTTP service described by OpenAPI, served as tools by Manifold itself.
+    OpenApi(OpenApiConfig),
 }
 
 /// An upstream reached over HTTP.

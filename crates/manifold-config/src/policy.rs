@@ -499,11 +499,11 @@ fn team(
     for (upstream, values) in raw.headers {
         let up_path = child(&child(path, "headers"), &upstream);
         match upstreams.iter().find(|u| u.key == upstream) {
-            Some(u) if matches!(u.transport, Transport::Http(_)) => {}
+            Some(u) if matches!(u.transport, Transport::Http(_) | Transport::OpenApi(_)) => {}
             Some(_) => {
                 return Err(ctx.err(
                     up_path,
-                    "is not an HTTP upstream; per-team headers are sent to HTTP upstreams",
+                    "is not an HTTP or OpenAPI upstream; per-team headers are sent to those",
                 ))
             }
             None => return Err(ctx.err(up_path, "names no upstream")),

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::{HttpConfig, StdioConfig};
+use crate::{HttpConfig, OpenApiConfig, StdioConfig};
 
 /// Shows the env keys with every value replaced by `<redacted>`.
 struct RedactedEnv<'a>(&'a std::collections::BTreeMap<String, String>);
@@ -34,6 +34,23 @@ impl fmt::Debug for HttpConfig {
             .field("kind", &self.kind)
             .field("headers", &RedactedEnv(&self.headers))
             .field("connect_timeout", &self.connect_timeout)
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl fmt::Debug for OpenApiConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenApiConfig")
+            .field("source", &self.source)
+            .field("base_url", &self.base_url)
+            .field("include", &self.include)
+            .field("exclude", &self.exclude)
+            .field("renames", &self.renames)
+            .field("timeout", &self.timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("headers", &RedactedEnv(&self.headers))
+            .field("security", &self.security)
             .field("auth", &self.auth)
             .finish()
     }

@@ -78,10 +78,22 @@ pub(crate) struct RawNames {
 pub(crate) struct RawUpstream {
     pub(crate) command: Option<String>,
     pub(crate) url: Option<String>,
+    pub(crate) openapi: Option<String>,
+    pub(crate) base_url: Option<String>,
+    #[serde(default)]
+    pub(crate) include: Vec<String>,
+    #[serde(default)]
+    pub(crate) exclude: Vec<String>,
+    #[serde(default)]
+    pub(crate) renames: BTreeMap<String, String>,
+    pub(crate) timeout: Option<String>,
+    pub(crate) max_response_bytes: Option<u64>,
     pub(crate) transport: Option<String>,
     #[serde(default)]
     pub(crate) headers: BTreeMap<String, String>,
     pub(crate) auth: Option<crate::credentials::RawAuth>,
+    #[serde(default)]
+    pub(crate) security: BTreeMap<String, String>,
     pub(crate) connect_timeout_ms: Option<u64>,
     pub(crate) required: Option<bool>,
     pub(crate) isolation: Option<String>,

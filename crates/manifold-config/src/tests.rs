@@ -106,14 +106,14 @@ fn check_display(err: &ConfigError, file: &str) {
 pub(crate) fn stdio(config: &Config, index: usize) -> &crate::StdioConfig {
     match &config.upstreams[index].transport {
         Transport::Stdio(stdio) => stdio,
-        Transport::Http(http) => panic!("upstream {index} is an HTTP upstream: {http:?}"),
+        other => panic!("upstream {index} is not a process: {other:?}"),
     }
 }
 
 pub(crate) fn http(config: &Config, index: usize) -> &crate::HttpConfig {
     match &config.upstreams[index].transport {
         Transport::Http(http) => http,
-        Transport::Stdio(stdio) => panic!("upstream {index} is a process: {stdio:?}"),
+        other => panic!("upstream {index} is not an HTTP upstream: {other:?}"),
     }
 }
 
@@ -200,26 +200,30 @@ fn load_uses_the_process_environment() {
 
 #[test]
 fn shipped_example_configs_load() {
-    // The repository's examples must stay valid; they only use variables set everywhere, or
-    // given here. (The certificate files of secure.toml are read by `manifold check`.)
+    // The repository's examples must stay valid, every one of them; the variables they read
+    // are given here. (The certificate files of secure.toml are read by `manifold check`.)
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
     let env = |name: &str| match name {
         "HOME" => Some("/home/me".to_owned()),
-        "MANIFOLD_API_KEY" => Some("example-key-0123456789abcdef".to_owned()),
-        _ => None,
+        "MANIFOLD_TOKEN_KEY" => Some("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".to_owned()),
+        // Secrets the examples read (API keys, client secrets) are given stand-ins, distinct
+        // by name since two teams may not share a key.
+        _ => Some(format!("example-{name}-0123456789abcdef")),
     };
-    for name in [
-        "demo.toml",
-        "secure.toml",
-        "claude_desktop_config.json",
-        "reference-servers.toml",
-    ] {
-        let path = dir.join(name);
-        if path.exists() {
-            let config = crate::load_with_env(&path, &env).unwrap_or_else(|e| panic!("{e}"));
-            assert!(!config.upstreams.is_empty(), "{name}");
+    let mut loaded = Vec::new();
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.ends_with(".toml") || name.ends_with(".json")) {
+            continue;
         }
+        let config = crate::load_with_env(&path, &env).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!config.upstreams.is_empty(), "{name}");
+        loaded.push(name);
     }
+    // Every example is loaded, the OpenAPI one among them.
+    assert!(loaded.iter().any(|n| n == "openapi.toml"), "{loaded:?}");
 }
 
 #[test]

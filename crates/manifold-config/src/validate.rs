@@ -493,6 +493,10 @@ fn era(
             ))
         }
     };
+    // The in-process server of an OpenAPI upstream speaks the session era.
+    if matches!(transport, Transport::OpenApi(_)) {
+        return Ok(EraChoice::Session);
+    }
     if let (EraChoice::Stateless, Transport::Http(http)) = (era, transport) {
         if http.kind == HttpKind::Sse {
             return Err(ctx.err(
@@ -530,6 +534,15 @@ fn isolation(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<Isolation, 
 
 /// `command` (a child process over stdio) or `url` (HTTP), exactly one.
 fn transport(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<Transport, ConfigError> {
+    if let Some(source) = &raw.openapi {
+        return crate::openapi::openapi(ctx, path, source, raw).map(Transport::OpenApi);
+    }
+    if let Some(key) = crate::openapi::stray_key(raw) {
+        return Err(ctx.err(
+            child(path, key),
+            "applies to OpenAPI upstreams (`openapi`) only",
+        ));
+    }
     match (&raw.command, &raw.url) {
         (Some(_), Some(_)) => Err(ctx.err(
             path,
@@ -537,7 +550,8 @@ fn transport(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<Transport, 
         )),
         (None, None) => Err(ctx.err(
             child(path, "command"),
-            "required key is missing (or give `url` for an HTTP upstream)",
+            "required key is missing (or give `url` for an HTTP upstream, or `openapi` for a \
+             service an OpenAPI description describes)",
         )),
         (Some(command), None) => {
             for key in ["transport", "headers", "connect_timeout_ms", "auth"] {
@@ -606,10 +620,31 @@ fn http(
             ))
         }
     };
+    let headers = headers(ctx, path, &raw.headers)?;
+    let connect = raw.connect_timeout_ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
+    check_min(ctx, &child(path, "connect_timeout_ms"), connect, 1)?;
+    let auth = raw
+        .auth
+        .as_ref()
+        .map(|auth| crate::credentials::upstream_auth(ctx, &child(path, "auth"), auth))
+        .transpose()?;
+    Ok(HttpConfig {
+        url,
+        kind,
+        headers,
+        connect_timeout: Duration::from_millis(connect),
+        auth,
+    })
+}
+
+/// Static headers of an HTTP or OpenAPI upstream, checked and interpolated.
+pub(crate) fn headers(
+    ctx: &Ctx<'_>,
+    path: &str,
+    raw: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
     let headers_key = child(path, "headers");
-    let headers = raw
-        .headers
-        .iter()
+    raw.iter()
         .map(|(name, value)| {
             let key = child(&headers_key, name);
             let valid = !name.is_empty()
@@ -625,21 +660,7 @@ fn http(
             }
             Ok((name.clone(), value))
         })
-        .collect::<Result<_, _>>()?;
-    let connect = raw.connect_timeout_ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
-    check_min(ctx, &child(path, "connect_timeout_ms"), connect, 1)?;
-    let auth = raw
-        .auth
-        .as_ref()
-        .map(|auth| crate::credentials::upstream_auth(ctx, &child(path, "auth"), auth))
-        .transpose()?;
-    Ok(HttpConfig {
-        url,
-        kind,
-        headers,
-        connect_timeout: Duration::from_millis(connect),
-        auth,
-    })
+        .collect()
 }
 
 fn restart(ctx: &Ctx<'_>, path: &str, raw: &RawUpstream) -> Result<RestartPolicy, ConfigError> {

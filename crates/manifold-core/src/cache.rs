@@ -300,8 +300,12 @@ impl UpstreamCache {
             counters: [Family::Tools, Family::Resources]
                 .map(|f| metrics().cache(f.label(), &u.key)),
             served: AtomicBool::new(false),
-            per_caller: matches!(&u.transport, manifold_config::Transport::Http(h)
-                if h.auth.as_ref().is_some_and(manifold_config::UpstreamAuth::per_caller)),
+            per_caller: match &u.transport {
+                manifold_config::Transport::Http(h) => h.auth.as_ref(),
+                manifold_config::Transport::OpenApi(o) => o.auth.as_ref(),
+                manifold_config::Transport::Stdio(_) => None,
+            }
+            .is_some_and(manifold_config::UpstreamAuth::per_caller),
         }
     }
 }

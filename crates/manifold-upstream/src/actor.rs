@@ -59,6 +59,9 @@ enum Link {
     Process(u32),
     /// An HTTP server: the client opens its stream once the handshake is done.
     Http(Arc<http::Client>),
+    /// An OpenAPI service served by a thread of the upstream's own: closing the connection
+    /// ends it.
+    OpenApi,
     /// A script in this process (tests): closing the connection ends it.
     #[cfg(any(test, feature = "scripted"))]
     Scripted,

@@ -93,6 +93,7 @@ fn transport_label(cfg: &UpstreamConfig) -> &'static str {
         manifold_config::Transport::Stdio(_) => "stdio",
         manifold_config::Transport::Http(h) if h.kind == manifold_config::HttpKind::Sse => "sse",
         manifold_config::Transport::Http(_) => "http",
+        manifold_config::Transport::OpenApi(_) => "openapi",
     }
 }
 
@@ -282,8 +283,12 @@ impl Isolation {
         let Some(cfg) = configs.get(index) else {
             return false;
         };
-        matches!(&cfg.transport, manifold_config::Transport::Http(h)
-            if h.auth.as_ref().is_some_and(manifold_config::UpstreamAuth::per_caller))
+        let auth = match &cfg.transport {
+            manifold_config::Transport::Http(h) => h.auth.as_ref(),
+            manifold_config::Transport::OpenApi(o) => o.auth.as_ref(),
+            manifold_config::Transport::Stdio(_) => None,
+        };
+        auth.is_some_and(manifold_config::UpstreamAuth::per_caller)
     }
 
     /// How many connections of its own upstream `index` may have, if it gives each session one.
@@ -392,13 +397,26 @@ fn spawn(
     hub: Arc<Hub>,
     variant: Variant<'_>,
 ) -> UpstreamHandle {
-    if let (Some(headers), manifold_config::Transport::Http(http)) =
+    // On an OpenAPI upstream, a team's `security.SCHEME` replaces that scheme's value.
+    if let (Some(headers), manifold_config::Transport::OpenApi(openapi)) =
         (variant.headers, &mut cfg.transport)
     {
         for (name, value) in headers {
-            http.headers
-                .retain(|existing, _| !existing.eq_ignore_ascii_case(name));
-            http.headers.insert(name.clone(), value.clone());
+            if let Some(scheme) = name.strip_prefix("security.") {
+                let value = manifold_config::Secret::new(value.clone());
+                openapi.security.insert(scheme.to_owned(), value);
+            }
+        }
+    }
+    let own = match &mut cfg.transport {
+        manifold_config::Transport::Http(http) => Some(&mut http.headers),
+        manifold_config::Transport::OpenApi(openapi) => Some(&mut openapi.headers),
+        manifold_config::Transport::Stdio(_) => None,
+    };
+    if let (Some(headers), Some(own)) = (variant.headers, own) {
+        for (name, value) in headers.iter().filter(|(n, _)| !n.starts_with("security.")) {
+            own.retain(|existing, _| !existing.eq_ignore_ascii_case(name));
+            own.insert(name.clone(), value.clone());
         }
     }
     // Only the shared connection's breaker is the upstream's in metrics.

@@ -20,6 +20,7 @@ mod handshake;
 mod health;
 mod http;
 mod hub;
+mod openapi;
 mod outbound;
 mod param_headers;
 mod pending;
@@ -37,6 +38,8 @@ pub use handle::{Isolation, UpstreamHandle};
 pub use health::BreakerView;
 pub use hub::{Hub, Listener};
 pub use manifold_telemetry::BreakerState;
+pub use openapi::operations as openapi_operations;
+pub use openapi::unconfigured_schemes as openapi_unconfigured_schemes;
 pub use outbound::Outbound;
 pub use pending::{
     guards_held, Answer, Exchange, Finish, Forward, Peer, RequestKey, ServerReply, ServerRequest,

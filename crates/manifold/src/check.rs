@@ -74,6 +74,10 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
         if let Some(note) = upstreams.get(i).and_then(auth_note) {
             let _ = writeln!(out, "    auth: {note}");
         }
+        if let (UpstreamState::Up, Some(cfg)) = (catalog.state(i), upstreams.get(i)) {
+            out.push_str(&openapi_skipped(cfg));
+            out.push_str(&openapi_unconfigured(cfg));
+        }
     }
     for (key, why) in skipped {
         let _ = writeln!(out, "  {key}: skipped ({why})");
@@ -247,6 +251,45 @@ fn problems(path: &Path, catalog: &Catalog) -> Vec<String> {
         problems.push(format!("{file}: upstreams.{m}"));
     }
     problems
+}
+
+/// The operations of an OpenAPI upstream that did not become tools, each with why (those that
+/// did are the tool lines).
+fn openapi_skipped(cfg: &UpstreamConfig) -> String {
+    let manifold_config::Transport::OpenApi(openapi) = &cfg.transport else {
+        return String::new();
+    };
+    let mut out = String::new();
+    match manifold_upstream::openapi_operations(openapi) {
+        Ok((_, skipped)) => {
+            for (operation, why) in skipped {
+                let _ = writeln!(out, "    operation {operation}: skipped ({why})");
+            }
+        }
+        Err(problem) => {
+            let _ = writeln!(out, "    operations: {problem}");
+        }
+    }
+    out
+}
+
+/// The security schemes of an OpenAPI upstream that no value is configured for: the
+/// operations that need them fail until one is.
+fn openapi_unconfigured(cfg: &UpstreamConfig) -> String {
+    let manifold_config::Transport::OpenApi(openapi) = &cfg.transport else {
+        return String::new();
+    };
+    let mut out = String::new();
+    if let Ok(schemes) = manifold_upstream::openapi_unconfigured_schemes(openapi) {
+        for scheme in schemes {
+            let _ = writeln!(
+                out,
+                "    security scheme {scheme}: not configured (set upstreams.{}.security.{scheme})",
+                cfg.key
+            );
+        }
+    }
+    out
 }
 
 /// How an upstream with `auth` is authorized, and what its catalog is read with.

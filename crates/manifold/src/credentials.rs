@@ -174,10 +174,11 @@ pub fn store(settings: &CredentialsSettings) -> anyhow::Result<Arc<dyn TokenStor
 
 /// Whether some upstream has `[upstreams.NAME.auth]`: only then is there a broker.
 pub fn wanted(config: &Config) -> bool {
-    config
-        .upstreams
-        .iter()
-        .any(|u| matches!(&u.transport, manifold_config::Transport::Http(h) if h.auth.is_some()))
+    config.upstreams.iter().any(|u| match &u.transport {
+        manifold_config::Transport::Http(h) => h.auth.is_some(),
+        manifold_config::Transport::OpenApi(o) => o.auth.is_some(),
+        manifold_config::Transport::Stdio(_) => false,
+    })
 }
 
 /// The credential broker of a configuration with upstream `auth`; `None` without.

@@ -68,6 +68,19 @@ fn auth_upstreams(upstreams: &[UpstreamConfig]) -> HashMap<String, Upstream> {
                     },
                 )
             }),
+            // The service's base URL is the resource its tokens are for; without one, the
+            // description's location stands for the service.
+            Transport::OpenApi(openapi) => openapi.auth.clone().map(|auth| {
+                let url = match (&openapi.base_url, &openapi.source) {
+                    (Some(url), _) | (None, manifold_config::OpenApiSource::Url(url)) => {
+                        url.clone()
+                    }
+                    (None, manifold_config::OpenApiSource::File(path)) => {
+                        path.display().to_string()
+                    }
+                };
+                (u.key.clone(), Upstream { url, auth })
+            }),
             Transport::Stdio(_) => None,
         })
         .collect()

@@ -64,7 +64,8 @@ fn command_is_required_and_non_empty() {
         (key.as_str(), problem.as_str()),
         (
             "upstreams.up.command",
-            "required key is missing (or give `url` for an HTTP upstream)"
+            "required key is missing (or give `url` for an HTTP upstream, or `openapi` for a \
+             service an OpenAPI description describes)"
         )
     );
     let (key, problem) = toml_err("[upstreams.up]\ncommand = \"\"\n");
@@ -177,7 +178,7 @@ fn unknown_keys_are_named_with_their_path() {
     let (key, problem) = toml_err("[upstreams.time]\ncomand = \"x\"\n");
     assert_eq!(key, "upstreams.time.comand");
     assert!(
-        problem.starts_with("unknown key; expected one of command, url, transport"),
+        problem.starts_with("unknown key; expected one of command, url, openapi"),
         "{problem}"
     );
     let cases = [

@@ -132,6 +132,23 @@ impl UpstreamActor {
                     (s.conn, Link::Http(s.client))
                 })
             }
+            Transport::OpenApi(cfg) => {
+                let exited = Box::new(exited);
+                let credential = match (&self.credential, &self.role, &cfg.auth) {
+                    (Some(own), _, _) => Some(Arc::clone(own)),
+                    (None, Role::Shared, Some(_)) => self.hub.shared_credential(&self.key),
+                    _ => None,
+                };
+                let conn = crate::openapi::connect(
+                    cfg,
+                    &self.key,
+                    self.timing,
+                    events,
+                    exited,
+                    credential,
+                )?;
+                Ok((conn, Link::OpenApi))
+            }
         }
     }
 

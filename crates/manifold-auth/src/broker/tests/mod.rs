@@ -204,7 +204,7 @@ pub fn upstream(key: &str, url: &str, auth: UpstreamAuth) -> UpstreamConfig {
     let mut upstream = config.upstreams.into_iter().next().unwrap();
     match &mut upstream.transport {
         Transport::Http(http) => http.auth = Some(auth),
-        Transport::Stdio(_) => unreachable!(),
+        Transport::Stdio(_) | Transport::OpenApi(_) => unreachable!(),
     }
     upstream
 }

@@ -1,0 +1,207 @@
+//! OpenAPI upstreams: a tiny description served by an HTTP server in the test becomes tools;
+//! calls reach the service with their path, query and body, wrong arguments never do, error
+//! answers are tool errors, and a description that fails to load fails its upstream alone.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+use manifold_testkit::process::*;
+use manifold_testkit::stdio::Manifold;
+use serde_json::{json, Value};
+
+/// The description: `servers` is relative, so it is resolved against the description's URL.
+fn description() -> Value {
+    let object = json!({"type": "object"});
+    json!({
+        "openapi": "3.0.3",
+        "info": {"title": "pets", "version": "1"},
+        "servers": [{"url": "/api"}],
+        "paths": {
+            "/pets/{petId}/notes": {
+                "parameters": [{"name": "petId", "in": "path", "required": true,
+                                "schema": {"type": "integer"}}],
+                "post": {
+                    "operationId": "addNote",
+                    "summary": "Adds a note to a pet",
+                    "parameters": [{"name": "verbose", "in": "query",
+                                    "schema": {"type": "boolean"}}],
+                    "requestBody": {"required": true, "content": {"application/json": {
+                        "schema": {"type": "object", "required": ["text"],
+                                   "properties": {"text": {"type": "string"}}}}}},
+                    "responses": {"200": {"description": "ok",
+                        "content": {"application/json": {"schema": object}}}}
+                }
+            },
+            "/pets/{petId}": {
+                "delete": {"operationId": "deletePet",
+                    "parameters": [{"name": "petId", "in": "path", "required": true,
+                                    "schema": {"type": "integer"}}],
+                    "responses": {"204": {"description": "gone"}}}
+            },
+            "/missing": {
+                "get": {"operationId": "getMissing",
+                    "responses": {"200": {"description": "ok",
+                        "content": {"application/json": {"schema": object}}}}}
+            }
+        }
+    })
+}
+
+/// Serves the description at `/openapi.json`, echoes every request under `/api/pets` as JSON,
+/// and answers 404 to anything else; one request a connection, from a thread that lives as
+/// long as the test process.
+pub(super) fn service() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            answer(stream);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A request read off `stream`: its method, target (path and query) and body.
+pub(super) fn read_request(stream: &mut TcpStream) -> Option<(String, String, String)> {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+        if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&request[..head_end]).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap_or(0))
+        })
+        .unwrap_or(0);
+    while request.len() < head_end + length {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let body = String::from_utf8_lossy(&request[head_end..]).into_owned();
+    let mut first = head.lines().next().unwrap_or_default().split(' ');
+    let method = first.next().unwrap_or("").to_owned();
+    let target = first.next().unwrap_or("").to_owned();
+    Some((method, target, body))
+}
+
+fn answer(mut stream: TcpStream) {
+    let Some((method, target, body)) = read_request(&mut stream) else {
+        return;
+    };
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let (status, text) = match path {
+        "/openapi.json" => (200, description().to_string()),
+        p if p.starts_with("/api/pets") => {
+            let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            let echo = json!({"method": method, "path": path, "query": query, "body": body});
+            (200, echo.to_string())
+        }
+        _ => (404, r#"{"message":"no such thing"}"#.to_owned()),
+    };
+    let response = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{text}",
+        if status == 200 { "OK" } else { "Not Found" },
+        text.len()
+    );
+    let _ = stream.write_all(response.as_bytes());
+}
+
+pub(super) fn config(base: &str) -> String {
+    format!("[upstreams.pets]\nopenapi = \"{base}/openapi.json\"\nexclude = [\"operationId:deletePet\"]\n")
+}
+
+fn call(m: &mut Manifold, name: &str, arguments: Value) -> Value {
+    m.request("tools/call", json!({"name": name, "arguments": arguments}))
+}
+
+#[test]
+fn openapi_operations_are_tools_and_a_call_sends_path_query_and_body() {
+    let base = service();
+    let mut m = Manifold::ready(&config(&base));
+    let list = m.request("tools/list", json!({}));
+    let mut names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["pets__addNote", "pets__getMissing"], "{list}");
+    let args = json!({"petId": 7, "verbose": true, "body": {"text": "hi"}});
+    let r = call(&mut m, "pets__addNote", args);
+    let echo = &r["result"]["structuredContent"];
+    assert_eq!(echo["method"], "POST", "{r}");
+    assert_eq!(echo["path"], "/api/pets/7/notes", "{r}");
+    assert_eq!(echo["query"], "verbose=true", "{r}");
+    assert_eq!(echo["body"], json!({"text": "hi"}), "{r}");
+}
+
+#[test]
+fn openapi_wrong_argument_is_invalid_params_and_a_404_is_a_tool_error() {
+    let base = service();
+    let mut m = Manifold::ready(&config(&base));
+    let r = call(
+        &mut m,
+        "pets__addNote",
+        json!({"petId": "seven", "body": {"text": "x"}}),
+    );
+    assert_eq!(error_code(&r), -32602, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("petId"),
+        "{r}"
+    );
+    let r = call(&mut m, "pets__getMissing", json!({}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(text_of(&r).contains("404"), "{r}");
+}
+
+#[test]
+fn openapi_description_that_fails_to_load_fails_its_upstream_alone() {
+    let dir = TempDir::new("openapi-missing");
+    let text = format!(
+        "[upstreams.pets]\nopenapi = \"nowhere.yaml\"\n{}",
+        named_fixture("alpha")
+    );
+    let config = dir.write("c.toml", &text);
+    let (code, out, err) = run_manifold(&["check", "--config", config.to_str().unwrap()], &[]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(out.contains("alpha__echo -> alpha:echo"), "{out}");
+    assert!(
+        err.contains("upstreams.pets: ") && err.contains("nowhere.yaml"),
+        "{out}{err}"
+    );
+    let mut m = Manifold::ready(&text);
+    let list = m.request("tools/list", json!({}));
+    assert!(list.to_string().contains("alpha__echo"), "{list}");
+    assert!(m.stderr().contains("nowhere.yaml"), "{}", m.stderr());
+}
+
+#[test]
+fn check_lists_openapi_tools_and_each_skipped_operation_with_why() {
+    let base = service();
+    let dir = TempDir::new("openapi-check");
+    let config = dir.write("c.toml", &config(&base));
+    let (code, out, err) = run_manifold(&["check", "--config", config.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("pets__addNote -> pets:addNote"), "{out}");
+    // The filter reads as the config wrote it.
+    assert!(
+        out.contains("(deletePet): skipped (excluded by \"operationId:deletePet\")"),
+        "{out}"
+    );
+}
