@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # A one-off build: incremental compilation state would only take disk space.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says how long the run has taken so far, so a slow part shows in CI's log.
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 step "format and lints"
 cargo fmt --all -- --check
@@ -85,3 +86,5 @@ bash tests/conformance/client_auth.sh
 # (headers, request metadata and state, SSE retry, schemas, skills) beside the SDK's client.
 step "conformance, client side: the suite's other client scenarios with the SDK's client and through Manifold"
 bash tests/conformance/client_scenarios.sh
+
+step "all passed"
