@@ -4,6 +4,8 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use manifold_testkit::process::*;
@@ -52,14 +54,21 @@ fn description() -> Value {
 /// and answers 404 to anything else; one request a connection, from a thread that lives as
 /// long as the test process.
 pub(super) fn service() -> String {
+    counted_service().0
+}
+
+/// The same service, with how many times its description was fetched.
+fn counted_service() -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
+    let fetched = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&fetched);
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            answer(stream);
+            answer(stream, &count);
         }
     });
-    format!("http://{addr}")
+    (format!("http://{addr}"), fetched)
 }
 
 /// A request read off `stream`: its method, target (path and query) and body.
@@ -98,13 +107,16 @@ pub(super) fn read_request(stream: &mut TcpStream) -> Option<(String, String, St
     Some((method, target, body))
 }
 
-fn answer(mut stream: TcpStream) {
+fn answer(mut stream: TcpStream, fetched: &AtomicUsize) {
     let Some((method, target, body)) = read_request(&mut stream) else {
         return;
     };
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let (status, text) = match path {
-        "/openapi.json" => (200, description().to_string()),
+        "/openapi.json" => {
+            fetched.fetch_add(1, Ordering::SeqCst);
+            (200, description().to_string())
+        }
         p if p.starts_with("/api/pets") => {
             let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
             let echo = json!({"method": method, "path": path, "query": query, "body": body});
@@ -204,4 +216,17 @@ fn check_lists_openapi_tools_and_each_skipped_operation_with_why() {
         out.contains("(deletePet): skipped (excluded by \"operationId:deletePet\")"),
         "{out}"
     );
+}
+
+#[test]
+fn check_fetches_an_openapi_description_once() {
+    let (base, fetched) = counted_service();
+    let dir = TempDir::new("openapi-check-once");
+    let config = dir.write("c.toml", &config(&base));
+    let (code, out, err) = run_manifold(&["check", "--config", config.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The tools, the skipped operation and the schemes all come from the one load.
+    assert!(out.contains("pets__addNote -> pets:addNote"), "{out}");
+    assert!(out.contains("(deletePet): skipped"), "{out}");
+    assert_eq!(fetched.load(Ordering::SeqCst), 1, "{out}{err}");
 }

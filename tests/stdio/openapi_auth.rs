@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
+use manifold_testkit::http::{Host, Server};
 use manifold_testkit::process::*;
 use manifold_testkit::stdio::Manifold;
 use serde_json::{json, Value};
@@ -27,7 +28,9 @@ fn description() -> Value {
             "cookieKey": {"type": "apiKey", "in": "cookie", "name": "session"},
             "token": {"type": "http", "scheme": "bearer"},
             "login": {"type": "http", "scheme": "basic"},
-            "partner": {"type": "apiKey", "in": "header", "name": "X-Partner"}
+            "partner": {"type": "apiKey", "in": "header", "name": "X-Partner"},
+            "machine": {"type": "oauth2", "flows": {"clientCredentials": {
+                "tokenUrl": "/token", "scopes": {"vault:read": "read"}}}}
         }},
         "paths": {
             "/header": operation("byHeader", "headerKey"),
@@ -35,13 +38,17 @@ fn description() -> Value {
             "/cookie": operation("byCookie", "cookieKey"),
             "/bearer": operation("byBearer", "token"),
             "/basic": operation("byBasic", "login"),
-            "/partner": operation("byPartner", "partner")
+            "/partner": operation("byPartner", "partner"),
+            "/machine": operation("byMachine", "machine")
         }
     })
 }
 
-/// Serves the description and echoes, for every request under `/api`, its path, query and the
-/// credential headers it came with.
+/// The access token the test's token endpoint issues for a client credentials grant.
+const ISSUED: &str = "cc-token-7";
+
+/// Serves the description, a token endpoint at `/token` (client credentials only), and echoes,
+/// for every request under `/api`, its path, query and the credential headers it came with.
 fn service() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -57,13 +64,16 @@ fn answer(mut stream: TcpStream) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let mut request = Vec::new();
     let mut buf = [0u8; 4096];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+    let head_end = loop {
+        if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
         match stream.read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => request.extend_from_slice(&buf[..n]),
         }
-    }
-    let head = String::from_utf8_lossy(&request).into_owned();
+    };
+    let head = String::from_utf8_lossy(&request[..head_end]).into_owned();
     let target = head.split(' ').nth(1).unwrap_or("").to_owned();
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let header = |name: &str| {
@@ -74,15 +84,36 @@ fn answer(mut stream: TcpStream) {
             })
             .unwrap_or_default()
     };
+    let length: usize = header("content-length").parse().unwrap_or(0);
+    while request.len() < head_end + length {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let body = String::from_utf8_lossy(&request[head_end..]).into_owned();
     let text = if path == "/openapi.json" {
         description().to_string()
+    } else if path == "/token" {
+        if !body.contains("grant_type=client_credentials") {
+            return respond(
+                &mut stream,
+                "400 Bad Request",
+                r#"{"error":"unsupported_grant_type"}"#,
+            );
+        }
+        json!({"access_token": ISSUED, "token_type": "Bearer", "expires_in": 3600}).to_string()
     } else {
         json!({"path": path, "query": query, "x-api-key": header("x-api-key"),
                "cookie": header("cookie"), "authorization": header("authorization")})
         .to_string()
     };
+    respond(&mut stream, "200 OK", &text);
+}
+
+fn respond(stream: &mut TcpStream, status: &str, text: &str) {
     let response = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n{text}",
         text.len()
     );
@@ -146,4 +177,67 @@ fn check_says_which_openapi_schemes_have_no_value() {
         "{out}"
     );
     assert!(!out.contains("headerKey: not configured"), "{out}");
+}
+
+#[test]
+fn openapi_oauth2_scheme_gets_the_token_of_the_upstreams_client_credentials() {
+    let base = service();
+    let config = format!(
+        "{}[upstreams.vault.auth]\nmode = \"client_credentials\"\nclient_id = \"manifold\"\n\
+         client_secret = \"cc-secret\"\ntoken_endpoint = \"{base}/token\"\n",
+        config(&base)
+    );
+    let mut m = Manifold::ready(&config);
+    let seen = echo(&mut m, "vault__byMachine");
+    assert_eq!(seen["authorization"], format!("Bearer {ISSUED}"), "{seen}");
+    // The other schemes keep their own values beside it.
+    assert_eq!(
+        echo(&mut m, "vault__byBearer")["authorization"],
+        "Bearer tok-4"
+    );
+}
+
+#[test]
+fn a_teams_security_header_replaces_that_schemes_value_for_its_callers_only() {
+    let base = service();
+    let config = format!(
+        "[teams.red]\napi_keys = [\"red-key-0123456789abcdef\"]\n\
+         headers.vault = {{ \"security.token\" = \"red-tok\" }}\n\n\
+         [teams.blue]\napi_keys = [\"blue-key-0123456789abcdef\"]\n\n{}",
+        config(&base)
+    );
+    let server = Server::start(&config);
+    let mut red = server.ready_host_with_key("red-key-0123456789abcdef");
+    let mut blue = server.ready_host_with_key("blue-key-0123456789abcdef");
+    let call = |host: &mut Host| {
+        let r = host.request(
+            "tools/call",
+            json!({"name": "vault__byBearer", "arguments": {}}),
+        );
+        assert_ne!(r["result"]["isError"], true, "{r}");
+        r["result"]["structuredContent"].clone()
+    };
+    // Interleaved: neither team's call goes out with the other's value.
+    for round in 0..2 {
+        assert_eq!(
+            call(&mut red)["authorization"],
+            "Bearer red-tok",
+            "round {round}"
+        );
+        assert_eq!(
+            call(&mut blue)["authorization"],
+            "Bearer tok-4",
+            "round {round}"
+        );
+    }
+    // Only the overridden scheme changes: red's other schemes keep the upstream's values.
+    let r = red.request(
+        "tools/call",
+        json!({"name": "vault__byHeader", "arguments": {}}),
+    );
+    assert_eq!(r["result"]["structuredContent"]["x-api-key"], "hk-1", "{r}");
+    assert!(
+        !server.stderr().contains("red-tok"),
+        "a scheme value in the log"
+    );
 }

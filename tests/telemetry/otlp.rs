@@ -32,6 +32,9 @@ use serde_json::{json, Value};
 use manifold_testkit::http::{messages_of, FixtureHttp, Server};
 use manifold_testkit::process::*;
 
+#[path = "otlp/openapi.rs"]
+mod openapi;
+
 // ---------------------------------------------------------------------------------------
 // The OTLP receiver.
 

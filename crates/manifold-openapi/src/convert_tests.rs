@@ -238,3 +238,12 @@ fn relative_servers_resolve_against_the_description_url_with_variable_defaults()
     assert_eq!(c.tools[0].server_url, "https://api.example.com/other");
     assert_eq!(c.tools[1].server_url, "https://eu.example.com/api");
 }
+
+#[test]
+fn a_shared_object_output_schema_says_type_object_beside_its_ref() {
+    let c = convert(&doc(PETS), &Options::default()).unwrap();
+    let output = tool(&c, "showPetById")["outputSchema"].clone();
+    assert_eq!(output["type"], "object", "{output}");
+    assert_eq!(output["$ref"], "#/$defs/Pet", "{output}");
+    assert_eq!(output["$defs"]["Pet"]["type"], "object", "{output}");
+}

@@ -306,3 +306,70 @@ pub fn current_ids() -> Option<(String, String)> {
     sc.is_valid()
         .then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
 }
+
+/// The span of one HTTP request an OpenAPI upstream makes for a tool call: a client span whose
+/// parent is the trace context Manifold sent with the call (the upstream hop's span), if any.
+/// Its name and attributes are set when the request ends ([`http_done`]).
+pub fn http_client(parent: Option<&Carrier>) -> Span {
+    let span = tracing::debug_span!(
+        target: SPAN_TARGET,
+        parent: None,
+        "http.client",
+        otel.name = Empty,
+        otel.kind = "client",
+        otel.status_code = Empty,
+        http.request.method = Empty,
+        url.template = Empty,
+        server.address = Empty,
+        server.port = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
+    );
+    if let Some(parent) = parent.filter(|_| trace::active()) {
+        let _ = span.set_parent(parent.extract());
+    }
+    span
+}
+
+/// How an HTTP request of an OpenAPI upstream went, for its span. Only the route template is
+/// named: the filled path, the query and header values may hold identifiers or secrets of the
+/// caller, so none of them is ever an attribute.
+pub struct HttpDone<'a> {
+    /// Upper case, as sent.
+    pub method: &'a str,
+    /// The path template of the operation (`/pets/{petId}`).
+    pub template: &'a str,
+    pub address: &'a str,
+    pub port: Option<u16>,
+    /// The answer's status; `None` when there was no answer.
+    pub status: Option<u16>,
+    /// Why the request failed: the status code for 4xx and 5xx answers, else what went
+    /// wrong (`timeout`, `connect`, ...).
+    pub error: Option<&'a str>,
+}
+
+/// Records an HTTP request's name, attributes and status on its span.
+pub fn http_done(span: &Span, done: &HttpDone<'_>) {
+    if span.is_disabled() {
+        return;
+    }
+    let mut a = Attrs {
+        name: format!("{} {}", done.method, done.template),
+        list: Vec::with_capacity(6),
+        error: None,
+    };
+    a.push("http.request.method", Val::Str(done.method.to_owned()));
+    a.push("url.template", Val::Str(done.template.to_owned()));
+    a.push("server.address", Val::Str(done.address.to_owned()));
+    if let Some(port) = done.port {
+        a.push("server.port", Val::Int(i64::from(port)));
+    }
+    if let Some(status) = done.status {
+        a.push("http.response.status_code", Val::Int(i64::from(status)));
+    }
+    if let Some(error) = done.error {
+        a.push("error.type", Val::Str(error.to_owned()));
+        a.error = Some(error.to_owned());
+    }
+    a.apply(span);
+}

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, ArbiterHandle};
@@ -18,6 +18,7 @@ use crate::actor::{Reconfigure, RefreshStale, Role, Shutdown, UpstreamActor};
 use crate::connection::{Connection, Timing};
 use crate::health::{Breaker, BreakerView};
 use crate::hub::Hub;
+use crate::openapi::OpenApiReport;
 use crate::pending::Peer;
 
 /// A cheap, cloneable handle to one upstream (or one session's connection to it).
@@ -41,6 +42,8 @@ pub(crate) struct Published {
     /// How it is reached, as configured: an index into [`TRANSPORTS`] (a reload may change
     /// it).
     transport: AtomicU8,
+    /// What the last load of an OpenAPI upstream's description found beyond its tools.
+    openapi: Mutex<Option<Arc<OpenApiReport>>>,
 }
 
 /// The transports' labels, as metrics and spans name them.
@@ -60,6 +63,7 @@ impl Published {
             stale_at: AtomicU64::new(u64::MAX),
             breaker,
             transport: AtomicU8::new(0),
+            openapi: Mutex::new(None),
         });
         published.set_transport(cfg);
         published
@@ -80,6 +84,10 @@ impl Published {
 
     pub(crate) fn load(&self) -> Option<Arc<Connection>> {
         self.current.load_full()
+    }
+
+    pub(crate) fn set_openapi(&self, report: OpenApiReport) {
+        *self.openapi.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(report));
     }
 
     pub(crate) fn store(&self, conn: Option<Arc<Connection>>) {
@@ -164,6 +172,17 @@ impl UpstreamHandle {
     /// How Manifold reaches it: `stdio`, `http` (Streamable HTTP, or its fallback) or `sse`.
     pub fn transport(&self) -> &'static str {
         TRANSPORTS[usize::from(self.published.transport.load(Ordering::Relaxed)) % TRANSPORTS.len()]
+    }
+
+    /// What the last load of an OpenAPI upstream's description found beyond its tools (the
+    /// operations skipped, the schemes without a value); `None` for other upstreams, and
+    /// before a description has loaded.
+    pub fn openapi_report(&self) -> Option<Arc<OpenApiReport>> {
+        self.published
+            .openapi
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The live connection, or `None` while the upstream is down or restarting.
@@ -401,12 +420,7 @@ fn spawn(
     if let (Some(headers), manifold_config::Transport::OpenApi(openapi)) =
         (variant.headers, &mut cfg.transport)
     {
-        for (name, value) in headers {
-            if let Some(scheme) = name.strip_prefix("security.") {
-                let value = manifold_config::Secret::new(value.clone());
-                openapi.security.insert(scheme.to_owned(), value);
-            }
-        }
+        crate::openapi::team_security(&mut openapi.security, headers);
     }
     let own = match &mut cfg.transport {
         manifold_config::Transport::Http(http) => Some(&mut http.headers),

@@ -38,8 +38,7 @@ pub use handle::{Isolation, UpstreamHandle};
 pub use health::BreakerView;
 pub use hub::{Hub, Listener};
 pub use manifold_telemetry::BreakerState;
-pub use openapi::operations as openapi_operations;
-pub use openapi::unconfigured_schemes as openapi_unconfigured_schemes;
+pub use openapi::OpenApiReport;
 pub use outbound::Outbound;
 pub use pending::{
     guards_held, Answer, Exchange, Finish, Forward, Peer, RequestKey, ServerReply, ServerRequest,

@@ -11,6 +11,7 @@ use manifold_config::{CacheRule, CacheScope, UpstreamConfig};
 use manifold_core::cache;
 use manifold_protocol::version::Era;
 use manifold_protocol::RawObject;
+use manifold_upstream::UpstreamHandle;
 
 use crate::{pin, run};
 
@@ -34,8 +35,8 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
         println!("ok: {} (not started)", path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let (report, problems) = run::with_started(&config, &defs, |catalog| {
-        let mut out = render(catalog, &config.skipped, &config.upstreams);
+    let (report, problems) = run::with_started(&config, &defs, |catalog, handles| {
+        let mut out = render(catalog, &config.skipped, &config.upstreams, handles);
         out.push_str(&render_extensions(catalog));
         out.push_str(&unknown_cached_tools(catalog, &config.upstreams));
         let mut problems = problems(path, catalog);
@@ -56,7 +57,12 @@ pub fn check(path: &Path, no_start: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::FAILURE)
 }
 
-fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[UpstreamConfig]) -> String {
+fn render(
+    catalog: &Catalog,
+    skipped: &[(String, String)],
+    upstreams: &[UpstreamConfig],
+    handles: &[UpstreamHandle],
+) -> String {
     let mut out = String::new();
     let defs = catalog.defs();
     let _ = writeln!(out, "upstreams:");
@@ -74,9 +80,10 @@ fn render(catalog: &Catalog, skipped: &[(String, String)], upstreams: &[Upstream
         if let Some(note) = upstreams.get(i).and_then(auth_note) {
             let _ = writeln!(out, "    auth: {note}");
         }
-        if let (UpstreamState::Up, Some(cfg)) = (catalog.state(i), upstreams.get(i)) {
-            out.push_str(&openapi_skipped(cfg));
-            out.push_str(&openapi_unconfigured(cfg));
+        if let (UpstreamState::Up, Some(handle)) =
+            (catalog.state(i), handles.iter().find(|h| h.index() == i))
+        {
+            out.push_str(&openapi_report(handle));
         }
     }
     for (key, why) in skipped {
@@ -253,41 +260,24 @@ fn problems(path: &Path, catalog: &Catalog) -> Vec<String> {
     problems
 }
 
-/// The operations of an OpenAPI upstream that did not become tools, each with why (those that
-/// did are the tool lines).
-fn openapi_skipped(cfg: &UpstreamConfig) -> String {
-    let manifold_config::Transport::OpenApi(openapi) = &cfg.transport else {
-        return String::new();
-    };
+/// What an OpenAPI upstream's load of its description found beyond its tools: the operations
+/// that did not become tools, each with why (those that did are the tool lines), and the
+/// security schemes no value is configured for (the operations that need them fail until one
+/// is). It is the upstream's own load, so `check` fetches the description once.
+fn openapi_report(handle: &UpstreamHandle) -> String {
     let mut out = String::new();
-    match manifold_upstream::openapi_operations(openapi) {
-        Ok((_, skipped)) => {
-            for (operation, why) in skipped {
-                let _ = writeln!(out, "    operation {operation}: skipped ({why})");
-            }
-        }
-        Err(problem) => {
-            let _ = writeln!(out, "    operations: {problem}");
-        }
+    let Some(report) = handle.openapi_report() else {
+        return out;
+    };
+    for (operation, why) in &report.skipped {
+        let _ = writeln!(out, "    operation {operation}: skipped ({why})");
     }
-    out
-}
-
-/// The security schemes of an OpenAPI upstream that no value is configured for: the
-/// operations that need them fail until one is.
-fn openapi_unconfigured(cfg: &UpstreamConfig) -> String {
-    let manifold_config::Transport::OpenApi(openapi) = &cfg.transport else {
-        return String::new();
-    };
-    let mut out = String::new();
-    if let Ok(schemes) = manifold_upstream::openapi_unconfigured_schemes(openapi) {
-        for scheme in schemes {
-            let _ = writeln!(
-                out,
-                "    security scheme {scheme}: not configured (set upstreams.{}.security.{scheme})",
-                cfg.key
-            );
-        }
+    for scheme in &report.unconfigured {
+        let _ = writeln!(
+            out,
+            "    security scheme {scheme}: not configured (set upstreams.{}.security.{scheme})",
+            handle.key()
+        );
     }
     out
 }

@@ -16,7 +16,7 @@ use crate::run;
 pub fn pin(path: &Path) -> anyhow::Result<ExitCode> {
     let (config, defs) = run::load_unpinned(path)?;
     let lock_path = manifold_config::lock_path(&config.source, config.pinning.as_ref());
-    let lock = run::with_started(&config, &defs, |catalog| lock_of(path, catalog))?;
+    let lock = run::with_started(&config, &defs, |catalog, _| lock_of(path, catalog))?;
     let text = lock.render().context("cannot write the lock file")?;
     write_atomically(&lock_path, &text)?;
     let tools: usize = lock.upstreams.values().map(|p| p.tools.len()).sum();

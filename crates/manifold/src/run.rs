@@ -134,7 +134,7 @@ fn pin_to(cpus: &[usize]) -> anyhow::Result<()> {
 pub fn with_started<T>(
     config: &Config,
     defs: &Arc<[UpstreamDef]>,
-    f: impl FnOnce(&Catalog) -> T,
+    f: impl FnOnce(&Catalog, &[UpstreamHandle]) -> T,
 ) -> T {
     // Upstreams with `auth` are read with what the token store keeps (an operator's shared
     // login, client credentials); without it they are reported as needing authorization.
@@ -146,7 +146,7 @@ pub fn with_started<T>(
     system.block_on(async move {
         let (hub, handles) = start_upstreams(config, defs, broker.as_ref());
         hub.wait_settled(config.server.startup_timeout).await;
-        let out = f(&hub.catalog());
+        let out = f(&hub.catalog(), &handles);
         stop_upstreams(&handles).await;
         out
     })

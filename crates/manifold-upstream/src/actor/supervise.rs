@@ -146,6 +146,7 @@ impl UpstreamActor {
                     events,
                     exited,
                     credential,
+                    Arc::clone(&self.published),
                 )?;
                 Ok((conn, Link::OpenApi))
             }

@@ -185,49 +185,28 @@ impl manifold_openapi::Fetch for Fetcher<'_> {
     }
 }
 
-/// The security schemes the operations of `cfg`'s description ask for that have no value
-/// (`[upstreams.NAME.security]`) and no token source (`auth`), for `check`.
-pub fn unconfigured_schemes(cfg: &OpenApiConfig) -> Result<Vec<String>, String> {
-    let cfg = cfg.clone();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("could not start a runtime: {e}"))?;
-        // Whether a token can be had is the broker's to say; `auth` is taken as a source.
-        let service = service(&runtime, &cfg, None)?;
-        Ok(service
-            .keys
-            .unconfigured(service.tools.iter(), cfg.auth.is_some()))
-    })
-    .join()
-    .unwrap_or_else(|_| Err("loading the description failed".to_owned()))
+/// What `manifold check` says of an OpenAPI upstream beyond its tools, from the upstream's own
+/// load of the description (so that `check` fetches it once).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenApiReport {
+    /// The operations that did not become tools, each with why.
+    pub skipped: Vec<(String, String)>,
+    /// The security schemes the operations ask for that have no value in
+    /// `[upstreams.NAME.security]` (nor, for OAuth 2, a token source in `auth`), sorted.
+    pub unconfigured: Vec<String>,
 }
 
-/// The tool names a description gives, and the operations it skipped with why.
-pub type Operations = (Vec<String>, Vec<(String, String)>);
-
-/// The tools a description gives and the operations it skipped with why, for `check`: loads
-/// the description as the upstream would, on a thread of its own (so that it may be called
-/// from within a runtime).
-pub fn operations(cfg: &OpenApiConfig) -> Result<Operations, String> {
-    let cfg = cfg.clone();
-    std::thread::spawn(move || operations_now(&cfg))
-        .join()
-        .unwrap_or_else(|_| Err("loading the description failed".to_owned()))
-}
-
-fn operations_now(cfg: &OpenApiConfig) -> Result<Operations, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("could not start a runtime: {e}"))?;
-    let service = service(&runtime, cfg, None)?;
-    let tools = service.tools.iter().map(|op| op.name.clone()).collect();
-    let skipped = service
-        .skipped
-        .into_iter()
-        .map(|s| (s.operation, s.reason))
-        .collect();
-    Ok((tools, skipped))
+impl Service {
+    /// The report of this load; `token_source`: the upstream has `auth`, whose token the
+    /// OAuth 2 schemes take (whether one can be had is the broker's to say).
+    pub(crate) fn report(&self, token_source: bool) -> OpenApiReport {
+        OpenApiReport {
+            skipped: self
+                .skipped
+                .iter()
+                .map(|s| (s.operation.clone(), s.reason.clone()))
+                .collect(),
+            unconfigured: self.keys.unconfigured(self.tools.iter(), token_source),
+        }
+    }
 }

@@ -12,27 +12,42 @@
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use manifold_config::OpenApiConfig;
+use manifold_telemetry::trace::Carrier;
 use tokio::sync::mpsc;
 
 use crate::connection::{Connection, Events, Timing, Wire};
+use crate::handle::Published;
 use crate::outbound::Outbound;
 use crate::pipe::WriteError;
 
 mod load;
 mod security;
+mod send;
 mod serve;
 
-pub use load::{operations, unconfigured_schemes};
+pub use load::OpenApiReport;
+pub(crate) use security::team_security;
+
+/// What reaches the upstream's thread: a line, with the trace context Manifold wrote into it
+/// (the parent of the call's HTTP request span), so that the line is not read for it again.
+pub(crate) struct Inbound {
+    line: Vec<u8>,
+    trace: Option<Carrier>,
+}
 
 /// The wire to the upstream's thread: lines go to it over a channel.
 struct OpenApiWire {
-    tx: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Inbound>>>,
 }
 
 impl Wire for OpenApiWire {
     fn send(&self, msg: Outbound) -> Result<(), WriteError> {
         let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        match tx.as_ref().map(|tx| tx.send(msg.line.to_vec())) {
+        let inbound = Inbound {
+            line: msg.line.to_vec(),
+            trace: msg.trace,
+        };
+        match tx.as_ref().map(|tx| tx.send(inbound)) {
             Some(Ok(())) => Ok(()),
             _ => Err(WriteError::Closed),
         }
@@ -72,7 +87,8 @@ impl Back {
 
 /// Starts a connection to the service `cfg` describes. `exited` is called once, from the
 /// upstream's thread, when the connection has ended, with why. `credential` gives the bearer
-/// token of the description's OAuth 2 schemes (`[upstreams.NAME.auth]`).
+/// token of the description's OAuth 2 schemes (`[upstreams.NAME.auth]`). What the load finds
+/// beyond the tools is published in `published`, for `check`.
 pub(crate) fn connect(
     cfg: &OpenApiConfig,
     key: &str,
@@ -80,8 +96,9 @@ pub(crate) fn connect(
     events: Box<dyn Events>,
     exited: Box<dyn FnOnce(String) + Send>,
     credential: Option<Arc<dyn crate::Credential>>,
+    published: Arc<Published>,
 ) -> Result<Arc<Connection>, String> {
-    let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (tx, rx) = mpsc::unbounded_channel::<Inbound>();
     let wire = OpenApiWire {
         tx: Mutex::new(Some(tx)),
     };
@@ -102,6 +119,7 @@ pub(crate) fn connect(
                 Ok(service) => {
                     tracing::info!(upstream = %name, tools = service.tools.len(),
                         skipped = service.skipped.len(), "OpenAPI description loaded");
+                    published.set_openapi(service.report(cfg.auth.is_some()));
                     runtime.block_on(serve::serve(Arc::new(service), rx, back));
                     "the connection was closed".to_owned()
                 }

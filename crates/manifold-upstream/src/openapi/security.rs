@@ -133,6 +133,19 @@ impl Keys {
     }
 }
 
+/// A team's values for an upstream's schemes: each of the team's `headers.<upstream>` keys
+/// written `security.SCHEME` replaces that scheme's value on the team's connection.
+pub(crate) fn team_security(
+    values: &mut BTreeMap<String, Secret>,
+    team_headers: &BTreeMap<String, String>,
+) {
+    for (name, value) in team_headers {
+        if let Some(scheme) = name.strip_prefix("security.") {
+            values.insert(scheme.to_owned(), Secret::new(value.clone()));
+        }
+    }
+}
+
 fn is_oauth(need: &SecurityNeed) -> bool {
     matches!(
         need,
@@ -191,3 +204,7 @@ fn encode(text: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+#[path = "security_tests.rs"]
+mod tests;

@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use manifold_openapi::{ArgError, HttpRequest, Operation};
 use manifold_protocol::Envelope;
+use manifold_telemetry::trace::Carrier;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::load::Service;
-use super::Back;
+use super::send::{send, Answer};
+use super::{Back, Inbound};
 
 /// The revision answered to `initialize`: the session era's.
 const PROTOCOL_VERSION: &str = "2025-11-25";
@@ -18,11 +20,11 @@ const PROTOCOL_VERSION: &str = "2025-11-25";
 /// own, so a slow service does not hold the others back.
 pub(crate) async fn serve(
     service: Arc<Service>,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut rx: mpsc::UnboundedReceiver<Inbound>,
     back: Back,
 ) {
     let mut calls = tokio::task::JoinSet::new();
-    while let Some(line) = rx.recv().await {
+    while let Some(Inbound { line, trace }) = rx.recv().await {
         let Ok(env) = Envelope::decode(trim(&line)) else {
             continue;
         };
@@ -39,7 +41,7 @@ pub(crate) async fn serve(
                 let params = env.params.map(str::to_owned);
                 let (service, back) = (Arc::clone(&service), back.clone());
                 calls.spawn(async move {
-                    let line = call(&service, &id, params.as_deref()).await;
+                    let line = call(&service, &id, params.as_deref(), trace.as_ref()).await;
                     back.push(&line);
                 });
             }
@@ -74,7 +76,12 @@ fn error(id: &str, code: i64, message: &str) -> String {
 
 /// One call: the arguments checked and the request built (a wrong argument is -32602 naming
 /// it, and the service never sees it), then sent, and the answer mapped.
-async fn call(service: &Service, id: &str, params: Option<&str>) -> String {
+async fn call(
+    service: &Service,
+    id: &str,
+    params: Option<&str>,
+    trace: Option<&Carrier>,
+) -> String {
     let params: Value = params
         .and_then(|p| serde_json::from_str(p).ok())
         .unwrap_or(Value::Null);
@@ -89,7 +96,7 @@ async fn call(service: &Service, id: &str, params: Option<&str>) -> String {
         Ok(request) => request,
         Err(problem) => return error(id, -32602, &invalid(&problem)),
     };
-    let mapped = match secured(service, op, request).await {
+    let mapped = match secured(service, op, request, trace).await {
         Ok(answer) => op.map_response(
             answer.status,
             answer.content_type.as_deref(),
@@ -109,6 +116,7 @@ async fn secured(
     service: &Service,
     op: &Operation,
     request: HttpRequest,
+    trace: Option<&Carrier>,
 ) -> Result<Answer, String> {
     let keys = &service.keys;
     let needs = keys.choose(op)?;
@@ -117,13 +125,13 @@ async fn secured(
         _ => {
             let mut request = request;
             keys.apply(needs, None, &mut request);
-            return send(service, request).await;
+            return send(service, op, request, trace).await;
         }
     };
     let token = credential.token().await.map_err(|why| why.reason)?;
     let mut first = request.clone();
     keys.apply(needs, Some(&token), &mut first);
-    let answer = send(service, first).await?;
+    let answer = send(service, op, first, trace).await?;
     let refused = answer.status == 401
         || (answer.status == 403
             && answer
@@ -139,7 +147,7 @@ async fn secured(
         .map_err(|why| why.reason)?;
     let mut again = request;
     keys.apply(needs, Some(&fresh), &mut again);
-    send(service, again).await
+    send(service, op, again, trace).await
 }
 
 fn invalid(problem: &ArgError) -> String {
@@ -153,93 +161,4 @@ fn invalid(problem: &ArgError) -> String {
 fn failed(op: &Operation, problem: &str) -> Value {
     let text = format!("{} {} failed: {problem}", op.method, op.path);
     json!({"content": [{"type": "text", "text": text}], "isError": true})
-}
-
-/// What the service answered, its body read at most one byte over the cap.
-struct Answer {
-    status: u16,
-    content_type: Option<String>,
-    /// `WWW-Authenticate`, for a refused token.
-    challenge: Option<String>,
-    body: Vec<u8>,
-}
-
-/// Sends the request and reads its answer, at most one byte over the cap (so that the
-/// mapping sees the answer was longer and says so).
-async fn send(service: &Service, request: HttpRequest) -> Result<Answer, String> {
-    let method = reqwest::Method::from_bytes(request.method.as_bytes())
-        .map_err(|e| format!("method {}: {e}", request.method))?;
-    // JSON first: it is what the answer's mapping and the output schema are made for, and a
-    // service offering XML too (the Petstore does) would otherwise pick for itself.
-    let mut builder = service
-        .client
-        .request(method, &request.url)
-        .header(reqwest::header::ACCEPT, "application/json, */*;q=0.8");
-    for (name, value) in service.headers.iter().chain(&request.headers) {
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    if let Some(content_type) = &request.content_type {
-        builder = builder.header(reqwest::header::CONTENT_TYPE, content_type.as_str());
-    }
-    if let Some(body) = request.body {
-        builder = builder.body(body);
-    }
-    let mut response = builder.send().await.map_err(describe)?;
-    refuse_redirect(&response)?;
-    let status = response.status().as_u16();
-    let header = |name| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    let content_type = header(reqwest::header::CONTENT_TYPE);
-    let challenge = header(reqwest::header::WWW_AUTHENTICATE);
-    let limit = service.max_response_bytes.saturating_add(1);
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(describe)? {
-        let room = limit - body.len();
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if body.len() >= limit {
-            break;
-        }
-    }
-    Ok(Answer {
-        status,
-        content_type,
-        challenge,
-        body,
-    })
-}
-
-/// A redirect still in hand was not followed: the client follows only those within the
-/// origin, so it points elsewhere. Its answer is not the operation's, so the call fails with
-/// where it pointed, rather than passing the redirect off as a result.
-fn refuse_redirect(response: &reqwest::Response) -> Result<(), String> {
-    if !response.status().is_redirection() {
-        return Ok(());
-    }
-    let Some(location) = response.headers().get(reqwest::header::LOCATION) else {
-        return Ok(());
-    };
-    let location = location.to_str().unwrap_or("an unreadable location");
-    let target = response
-        .url()
-        .join(location)
-        .map_or_else(|_| location.to_owned(), |url| url.to_string());
-    Err(format!(
-        "HTTP {}: redirected to {target}, another origin, which is not followed",
-        response.status()
-    ))
-}
-
-fn describe(e: reqwest::Error) -> String {
-    if e.is_timeout() {
-        "the service did not answer in time".to_owned()
-    } else if e.is_redirect() {
-        format!("redirected too often or elsewhere: {e}")
-    } else {
-        e.to_string()
-    }
 }
