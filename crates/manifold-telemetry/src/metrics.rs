@@ -108,7 +108,7 @@ pub struct OpLabels {
     pub tool: Option<Arc<str>>,
     pub upstream: Option<Arc<str>>,
     pub team: Arc<str>,
-    /// A [`HostTransport`] label for hosts; `stdio`, `http` or `sse` for upstreams too.
+    /// A [`HostTransport`] label for hosts; `stdio`, `http`, `sse` or `openapi` for upstreams.
     pub transport: &'static str,
     pub outcome: Outcome,
 }

@@ -13,10 +13,12 @@ use crate::metrics::{HostTransport, Outcome};
 use crate::names::SPAN_TARGET;
 use crate::trace::{self, Carrier};
 
-/// `network.transport`: a pipe for stdio, TCP for both HTTP transports.
+/// `network.transport`: a pipe for stdio, TCP for both HTTP transports, in-process for an
+/// OpenAPI upstream (its own HTTP requests are client spans of their own).
 fn network_transport(transport: &str) -> &'static str {
     match transport {
         "stdio" => "pipe",
+        "openapi" => "inproc",
         _ => "tcp",
     }
 }

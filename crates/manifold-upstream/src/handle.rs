@@ -46,8 +46,9 @@ pub(crate) struct Published {
     openapi: Mutex<Option<Arc<OpenApiReport>>>,
 }
 
-/// The transports' labels, as metrics and spans name them.
-const TRANSPORTS: [&str; 3] = ["stdio", "http", "sse"];
+/// The transports' labels, as metrics and spans name them (`openapi`: an in-process server
+/// that makes HTTP requests of its own).
+const TRANSPORTS: [&str; 4] = ["stdio", "http", "sse", "openapi"];
 
 /// A monotonic clock in milliseconds, cheap to compare against from any thread.
 pub(crate) fn clock_ms(at: Instant) -> u64 {

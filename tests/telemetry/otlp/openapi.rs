@@ -159,6 +159,8 @@ fn openapi_requests_are_client_spans_named_by_the_route_template_without_its_val
         hex(&hop.span_id),
         "a child of the upstream hop's span"
     );
+    // The hop to the in-process OpenAPI upstream crosses no network of its own.
+    assert_eq!(attr(&hop, "network.transport").as_deref(), Some("inproc"));
     let port = pets.port.to_string();
     assert_attrs(
         &rest,
