@@ -7,7 +7,8 @@
 //!
 //! A description that cannot be loaded ends the connection with the reason, as a process that
 //! exits would: the upstream is down (the reason in the log and in `check`), is retried with
-//! backoff, and the other upstreams are not affected.
+//! backoff, and the other upstreams are not affected. A reload has the description read
+//! again by the running server (`reread`), which tells of changed tools as MCP servers do.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -19,8 +20,11 @@ use crate::outbound::Outbound;
 use crate::pipe::WriteError;
 
 mod load;
+mod reread;
 mod security;
 mod serve;
+
+pub(crate) use reread::REREAD;
 
 pub use load::{operations, unconfigured_schemes};
 
@@ -102,7 +106,8 @@ pub(crate) fn connect(
                 Ok(service) => {
                     tracing::info!(upstream = %name, tools = service.tools.len(),
                         skipped = service.skipped.len(), "OpenAPI description loaded");
-                    runtime.block_on(serve::serve(Arc::new(service), rx, back));
+                    let source = reread::Source::new(cfg, name);
+                    runtime.block_on(serve::serve(Arc::new(service), source, rx, back));
                     "the connection was closed".to_owned()
                 }
                 Err(problem) => {

@@ -9,44 +9,73 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::load::Service;
+use super::reread::{Read, Source, REREAD};
 use super::Back;
 
 /// The revision answered to `initialize`: the session era's.
 const PROTOCOL_VERSION: &str = "2025-11-25";
 
 /// Answers what Manifold sends until the connection closes; each call runs as a task of its
-/// own, so a slow service does not hold the others back.
+/// own, so a slow service does not hold the others back. Between messages, a reading of the
+/// description asked for earlier may replace what is served (see `reread`).
 pub(crate) async fn serve(
-    service: Arc<Service>,
+    mut service: Arc<Service>,
+    mut source: Source,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     back: Back,
 ) {
     let mut calls = tokio::task::JoinSet::new();
-    while let Some(line) = rx.recv().await {
+    let (read_tx, mut read_rx) = mpsc::unbounded_channel::<Read>();
+    loop {
+        let line = tokio::select! {
+            line = rx.recv() => match line {
+                Some(line) => line,
+                None => break,
+            },
+            Some(read) = read_rx.recv() => {
+                service = source.settle(service, read, &back);
+                continue;
+            }
+        };
         let Ok(env) = Envelope::decode(trim(&line)) else {
             continue;
         };
-        let (Some(method), Some(id)) = (env.method.as_deref(), env.id) else {
-            // Answers and notifications (`initialized`, cancellations) need nothing.
+        let Some(method) = env.method.as_deref() else {
             continue;
         };
-        let id = id.to_owned();
-        match method {
-            "initialize" => back.push(&result(&id, &initialize())),
-            "ping" => back.push(&result(&id, "{}")),
-            "tools/list" => back.push(&result(&id, &service.list)),
-            "tools/call" => {
-                let params = env.params.map(str::to_owned);
-                let (service, back) = (Arc::clone(&service), back.clone());
-                calls.spawn(async move {
-                    let line = call(&service, &id, params.as_deref()).await;
-                    back.push(&line);
-                });
-            }
-            _ => back.push(&error(&id, -32601, &format!("method not found: {method}"))),
+        match env.id {
+            Some(id) => answer(&service, &back, &mut calls, (method, id, env.params)),
+            // Notifications need nothing (`initialized`, cancellations), but Manifold's own
+            // asking for the description to be read again.
+            None if method == REREAD => source.reread(&service, read_tx.clone()),
+            None => {}
         }
         // Finished calls are reaped as the loop goes, so the set does not grow.
         while calls.try_join_next().is_some() {}
+    }
+}
+
+/// Answers one request: (method, id, params).
+fn answer(
+    service: &Arc<Service>,
+    back: &Back,
+    calls: &mut tokio::task::JoinSet<()>,
+    (method, id, params): (&str, &str, Option<&str>),
+) {
+    let id = id.to_owned();
+    match method {
+        "initialize" => back.push(&result(&id, &initialize())),
+        "ping" => back.push(&result(&id, "{}")),
+        "tools/list" => back.push(&result(&id, &service.list)),
+        "tools/call" => {
+            let params = params.map(str::to_owned);
+            let (service, back) = (Arc::clone(service), back.clone());
+            calls.spawn(async move {
+                let line = call(&service, &id, params.as_deref()).await;
+                back.push(&line);
+            });
+        }
+        _ => back.push(&error(&id, -32601, &format!("method not found: {method}"))),
     }
 }
 
@@ -57,7 +86,8 @@ fn trim(line: &[u8]) -> &[u8] {
 fn initialize() -> String {
     json!({
         "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": {"tools": {}},
+        // Its tools change when a reload reads a changed description.
+        "capabilities": {"tools": {"listChanged": true}},
         "serverInfo": {"name": "openapi", "version": env!("CARGO_PKG_VERSION")},
     })
     .to_string()
