@@ -14,6 +14,7 @@ mod lifecycle;
 mod openapi;
 mod openapi_auth;
 mod openapi_faults;
+mod openapi_policy;
 mod pinning;
 mod protocol;
 mod reload;

@@ -2,7 +2,7 @@
 //! key by key, so that only what changed takes effect. Pure: applying the changes is the
 //! binary's and the server's business.
 
-use crate::{Config, ServerSettings, TelemetryConfig, UpstreamConfig};
+use crate::{Config, ServerSettings, TelemetryConfig, Transport, UpstreamConfig};
 
 /// What differs between the running configuration and a new one.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -17,7 +17,8 @@ pub struct Changes {
     /// old one's place while the old one finishes its calls in flight.
     pub restarted: Vec<String>,
     /// Upstreams whose place in the catalog changed (prefixes, filters, renames, per-tool
-    /// timeouts), or their caches or `required`: applied in place, the connection kept.
+    /// timeouts), or their caches or `required`: applied in place, the connection kept. And
+    /// every OpenAPI upstream not restarted: its description is read again, in place.
     pub updated: Vec<String>,
     /// `[teams]`: views, API keys, claims, headers, limits, discovery.
     pub teams: bool,
@@ -76,7 +77,7 @@ fn upstream_changes(old: &[UpstreamConfig], new: &[UpstreamConfig], changes: &mu
         match old.iter().find(|o| o.key == n.key) {
             None => changes.added.push(n.key.clone()),
             Some(o) if needs_restart(o, n) => changes.restarted.push(n.key.clone()),
-            Some(o) if in_place(o, n) => changes.updated.push(n.key.clone()),
+            Some(o) if in_place(o, n) || rereads(n) => changes.updated.push(n.key.clone()),
             Some(_) => {}
         }
     }
@@ -97,6 +98,12 @@ pub fn needs_restart(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
         || old.max_message_bytes != new.max_message_bytes
         || old.isolation != new.isolation
         || old.era != new.era
+}
+
+/// Whether a reload that keeps the upstream's connection has it read its description again:
+/// an OpenAPI upstream's tools come from a document that may have changed since it was read.
+pub fn rereads(upstream: &UpstreamConfig) -> bool {
+    matches!(upstream.transport, Transport::OpenApi(_))
 }
 
 /// Whether the settings that apply without a new connection changed.

@@ -78,8 +78,10 @@ struct UpstreamCache {
     /// Bumped with the epoch and on every `resources/updated`: a fill that saw it change is
     /// not stored.
     changes: AtomicU64,
-    /// The tools of the current catalog slice that `cache` applies to (read-only and
-    /// closed-world), worked out once per slice.
+    /// Which tools `cache` covers by their annotations.
+    hints: HintRule,
+    /// The tools of the current catalog slice that `cache` applies to, worked out once per
+    /// slice.
     hinted: Mutex<Option<(Arc<UpstreamSlice>, Arc<ToolNames>)>>,
     counters: [Arc<CacheCounters>; 2],
     /// Whether it has served since this process started: its changes from then on are
@@ -296,6 +298,7 @@ impl UpstreamCache {
             resources: u.caches.resources.as_ref().map(rule),
             epoch: AtomicU64::new(0),
             changes: AtomicU64::new(0),
+            hints: HintRule::of(u),
             hinted: Mutex::new(None),
             counters: [Family::Tools, Family::Resources]
                 .map(|f| metrics().cache(f.label(), &u.key)),
@@ -377,7 +380,7 @@ impl Cache {
                 // An index always names the same upstream (a reload only adds to them).
                 let kept = previous
                     .and_then(|p| p.upstreams.get(i))
-                    .filter(|c| c.config == u.caches);
+                    .filter(|c| c.config == u.caches && c.hints == HintRule::of(u));
                 match kept {
                     Some(kept) => Arc::clone(kept),
                     None => Arc::new(UpstreamCache::new(u, &common, released)),
@@ -751,7 +754,7 @@ impl UpstreamCache {
                     slice
                         .tools
                         .iter()
-                        .filter_map(|t| read_only_closed_world(t.get()))
+                        .filter_map(|t| self.hints.covers(t.get()))
                         .collect(),
                 );
                 *hinted = Some((Arc::clone(slice), Arc::clone(&tools)));
@@ -769,29 +772,55 @@ impl UpstreamCache {
     }
 }
 
-/// The rule of `caches` that covers a tool, given its descriptor as the upstream lists it:
-/// its own `tool_cache` entry, else the upstream's `cache` when the tool is read-only and
-/// closed-world.
+/// The rule of `u`'s caches that covers a tool, given its descriptor as the upstream lists
+/// it: its own `tool_cache` entry, else the upstream's `cache` when the tool's annotations
+/// say it may be kept (see [`HintRule`]).
 /// (The choice `Cache::plan` makes per request, from the hints it works out once per catalog.)
-pub fn tool_rule<'c>(caches: &'c UpstreamCaches, tool: &str) -> Option<&'c CacheRule> {
+pub fn tool_rule<'c>(u: &'c UpstreamConfig, tool: &str) -> Option<&'c CacheRule> {
     let name = RawObject::parse(tool).ok()?.get_str("name")?.into_owned();
-    caches.tools.get(&name).or_else(|| {
-        caches
+    u.caches.tools.get(&name).or_else(|| {
+        u.caches
             .read_only_tools
             .as_ref()
-            .filter(|_| read_only_closed_world(tool).is_some())
+            .filter(|_| HintRule::of(u).covers(tool).is_some())
     })
 }
 
-/// The name of a tool whose annotations say it changes nothing (`readOnlyHint: true`) and
-/// reaches no open world (`openWorldHint: false`; the protocol's default is true).
-fn read_only_closed_world(tool: &str) -> Option<Box<str>> {
-    let tool = RawObject::parse(tool).ok()?;
-    let hints = RawObject::parse(tool.get("annotations")?).ok()?;
-    let flag = |k: &str| hints.get(k).map(str::trim);
-    (flag("readOnlyHint") == Some("true") && flag("openWorldHint") == Some("false"))
-        .then(|| tool.get_str("name").map(|n| n.into()))
-        .flatten()
+/// Which tools an upstream's `cache` covers, by their annotations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintRule {
+    /// Tools that change nothing (`readOnlyHint: true`) and reach no open world
+    /// (`openWorldHint: false`; the protocol's default is true): an MCP server's answer to
+    /// such a call depends on its arguments alone.
+    ReadOnlyClosedWorld,
+    /// Every read-only tool: an OpenAPI upstream's GET and HEAD operations. Each of its
+    /// tools calls a service out there, so all are marked open-world; yet what a GET
+    /// answers is what HTTP lets caches keep, and the operator's `ttl` bounds it.
+    ReadOnly,
+}
+
+impl HintRule {
+    /// The rule for upstream `u`.
+    pub fn of(u: &UpstreamConfig) -> Self {
+        match u.transport {
+            manifold_config::Transport::OpenApi(_) => HintRule::ReadOnly,
+            _ => HintRule::ReadOnlyClosedWorld,
+        }
+    }
+
+    /// The name of `tool` when this rule covers it.
+    fn covers(self, tool: &str) -> Option<Box<str>> {
+        let tool = RawObject::parse(tool).ok()?;
+        let hints = RawObject::parse(tool.get("annotations")?).ok()?;
+        let flag = |k: &str| hints.get(k).map(str::trim);
+        let world = match self {
+            HintRule::ReadOnlyClosedWorld => flag("openWorldHint") == Some("false"),
+            HintRule::ReadOnly => true,
+        };
+        (flag("readOnlyHint") == Some("true") && world)
+            .then(|| tool.get_str("name").map(|n| n.into()))
+            .flatten()
+    }
 }
 
 enum Directive {
@@ -826,16 +855,32 @@ mod tests {
     fn only_read_only_closed_world_tools_are_hinted() {
         let tool = |hints: &str| format!(r#"{{"name":"t","annotations":{hints}}}"#);
         let yes = tool(r#"{"readOnlyHint":true,"openWorldHint":false}"#);
-        assert_eq!(read_only_closed_world(&yes).as_deref(), Some("t"));
+        let rule = HintRule::ReadOnlyClosedWorld;
+        assert_eq!(rule.covers(&yes).as_deref(), Some("t"));
         for no in [
             r#"{"readOnlyHint":true}"#,
             r#"{"readOnlyHint":true,"openWorldHint":true}"#,
             r#"{"readOnlyHint":false,"openWorldHint":false}"#,
             r#"{}"#,
         ] {
-            assert_eq!(read_only_closed_world(&tool(no)), None, "{no}");
+            assert_eq!(rule.covers(&tool(no)), None, "{no}");
         }
-        assert_eq!(read_only_closed_world(r#"{"name":"t"}"#), None);
+        assert_eq!(rule.covers(r#"{"name":"t"}"#), None);
+    }
+
+    #[test]
+    fn an_openapi_upstreams_read_only_tools_are_hinted_whatever_their_world() {
+        let tool = |hints: &str| format!(r#"{{"name":"t","annotations":{hints}}}"#);
+        let rule = HintRule::ReadOnly;
+        for yes in [
+            r#"{"readOnlyHint":true,"openWorldHint":true}"#,
+            r#"{"readOnlyHint":true}"#,
+        ] {
+            assert_eq!(rule.covers(&tool(yes)).as_deref(), Some("t"), "{yes}");
+        }
+        let post = tool(r#"{"readOnlyHint":false,"openWorldHint":true}"#);
+        assert_eq!(rule.covers(&post), None);
+        assert_eq!(rule.covers(&tool("{}")), None);
     }
 
     #[test]

@@ -250,6 +250,22 @@ impl UpstreamHandle {
         self.addr.do_send(Reconfigure { cfg, timing, drain });
     }
 
+    /// Has an OpenAPI upstream read its description again (a reload): when its tools changed,
+    /// the catalog follows as after a `list_changed`; a description that can no longer be read
+    /// leaves the tools it had. A stopped one is started now instead, which reads it anyway.
+    /// For OpenAPI upstreams only (the caller knows the configuration): the notification is
+    /// Manifold's own, which no other server knows.
+    pub fn reread_description(&self) {
+        match self.connection() {
+            Some(conn) => {
+                if let Err(e) = conn.notify(crate::openapi::REREAD, None) {
+                    tracing::warn!(upstream = %self.key, "its description was not read again: {e}");
+                }
+            }
+            None => self.restart_if_down(),
+        }
+    }
+
     /// Starts a stopped connection now rather than after its backoff: what it lacked (a
     /// token) may be there now. A running one is left alone.
     pub fn restart_if_down(&self) {

@@ -181,15 +181,15 @@ fn cache_rule<'c>(
     upstream: usize,
     original: &str,
 ) -> Option<&'c CacheRule> {
-    let caches = &upstreams.get(upstream)?.caches;
+    let config = upstreams.get(upstream)?;
     match kind {
         Kind::Tools => catalog
             .slice(upstream)?
             .tools
             .iter()
             .find(|t| tool_name(t.get()).as_deref() == Some(original))
-            .and_then(|t| cache::tool_rule(caches, t.get())),
-        Kind::Resources | Kind::ResourceTemplates => caches.resources.as_ref(),
+            .and_then(|t| cache::tool_rule(config, t.get())),
+        Kind::Resources | Kind::ResourceTemplates => config.caches.resources.as_ref(),
         Kind::Prompts | Kind::Skills => None,
     }
 }

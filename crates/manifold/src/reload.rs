@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use manifold_catalog::UpstreamDef;
-use manifold_config::reload::{changes, needs_restart, Changes};
+use manifold_config::reload::{changes, needs_restart, rereads, Changes};
 use manifold_config::{Config, UpstreamConfig};
-use manifold_core::cache::Cache;
+use manifold_core::cache::{Cache, HintRule};
 use manifold_core::layer::Layer;
 use manifold_core::policy::LimitLayer;
 use manifold_core::router::Reload;
@@ -166,6 +166,7 @@ impl Reloader {
             added,
             restarted: slots.restarted,
             removed: slots.removed,
+            reread: slots.reread,
             teams: config.teams.clone(),
             discovery: config.discovery.clone(),
             layers,
@@ -223,6 +224,8 @@ struct Slots {
     configs: Vec<UpstreamConfig>,
     restarted: Vec<usize>,
     removed: Vec<usize>,
+    /// OpenAPI upstreams kept as they were: their descriptions are read again.
+    reread: Vec<usize>,
 }
 
 impl Slots {
@@ -232,6 +235,7 @@ impl Slots {
             configs: state.configs.clone(),
             restarted: Vec::new(),
             removed: Vec::new(),
+            reread: Vec::new(),
         }
     }
 
@@ -253,6 +257,8 @@ impl Slots {
                 Some(j) => {
                     if needs_restart(&self.configs[i], &upstreams[j]) {
                         self.restarted.push(i);
+                    } else if rereads(&upstreams[j]) {
+                        self.reread.push(i);
                     }
                     self.defs[i] = new_defs[j].clone();
                     self.configs[i] = upstreams[j].clone();
@@ -278,14 +284,16 @@ impl Slots {
         added
     }
 
-    /// Whether any upstream's caches differ from `before` (more upstreams count as a change).
+    /// Whether any upstream's caches differ from `before` (more upstreams count as a change),
+    /// or which of its tools `cache` covers (an upstream that became an OpenAPI one, or
+    /// stopped being one).
     fn caches_changed(&self, before: &[UpstreamConfig]) -> bool {
         self.configs.len() != before.len()
             || self
                 .configs
                 .iter()
                 .zip(before)
-                .any(|(a, b)| a.caches != b.caches)
+                .any(|(a, b)| a.caches != b.caches || HintRule::of(a) != HintRule::of(b))
     }
 }
 
@@ -365,9 +373,16 @@ fn fingerprint(files: &[PathBuf]) -> u64 {
 }
 
 /// The files a configuration is read from: the file itself, the pinning lock file, the TLS
-/// certificate and key.
+/// certificate and key, and OpenAPI descriptions read from files.
 pub fn watched_files(config: &Config) -> Vec<PathBuf> {
     let mut files = vec![config.source.clone()];
+    for u in &config.upstreams {
+        if let manifold_config::Transport::OpenApi(o) = &u.transport {
+            if let manifold_config::OpenApiSource::File(path) = &o.source {
+                files.push(path.clone());
+            }
+        }
+    }
     if config.pinning.is_some() {
         files.push(manifold_config::lock_path(
             &config.source,

@@ -100,3 +100,23 @@ fn server_and_trace_settings_wait_for_a_restart() {
     );
     assert!(c.telemetry, "the log level applies at once");
 }
+
+#[test]
+fn an_openapi_upstream_rereads_its_description_and_restarts_on_its_own_keys() {
+    let pets = "[upstreams.pets]\nopenapi = \"https://pets.example/openapi.json\"\n";
+    let c = diff(pets, pets);
+    assert_eq!(c.updated, ["pets"], "its description is read again");
+    assert!(c.restarted.is_empty());
+    for change in [
+        "base_url = \"https://other.example\"",
+        "exclude = [\"method:DELETE\"]",
+        "renames = { a = \"b\" }",
+        "timeout = \"5s\"",
+        "max_response_bytes = 10",
+        "headers = { X = \"1\" }",
+    ] {
+        let c = diff(pets, &format!("{pets}{change}\n"));
+        assert_eq!(c.restarted, ["pets"], "{change}");
+        assert!(c.updated.is_empty(), "{change}");
+    }
+}

@@ -33,6 +33,9 @@ pub struct Reload {
     pub restarted: Vec<usize>,
     /// Upstreams (by index) removed.
     pub removed: Vec<usize>,
+    /// OpenAPI upstreams (by index) kept with the same connection settings: their
+    /// description is read again.
+    pub reread: Vec<usize>,
     pub teams: Vec<TeamConfig>,
     /// `[discovery]`.
     pub discovery: manifold_config::DiscoverySettings,
@@ -90,6 +93,14 @@ impl Router {
             if let (Some(handle), Some(cfg)) = (upstreams.get(i), reload.configs.get(i)) {
                 handle.reconfigure(cfg.clone(), reload.timing, reload.drain);
             }
+            leaving.extend(self.pool.take_own(i));
+        }
+        for &i in &reload.reread {
+            if let Some(handle) = upstreams.get(i) {
+                handle.reread_description();
+            }
+            // The connections of sessions and teams serve the description they read when
+            // they started: they make way for new ones, which read it afresh.
             leaving.extend(self.pool.take_own(i));
         }
         for name in headers_changed {

@@ -7,7 +7,8 @@
 //!
 //! A description that cannot be loaded ends the connection with the reason, as a process that
 //! exits would: the upstream is down (the reason in the log and in `check`), is retried with
-//! backoff, and the other upstreams are not affected.
+//! backoff, and the other upstreams are not affected. A reload has the description read
+//! again by the running server (`reread`), which tells of changed tools as MCP servers do.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -21,11 +22,13 @@ use crate::outbound::Outbound;
 use crate::pipe::WriteError;
 
 mod load;
+mod reread;
 mod security;
 mod send;
 mod serve;
 
 pub use load::OpenApiReport;
+pub(crate) use reread::REREAD;
 pub(crate) use security::team_security;
 
 /// What reaches the upstream's thread: a line, with the trace context Manifold wrote into it
@@ -120,7 +123,8 @@ pub(crate) fn connect(
                     tracing::info!(upstream = %name, tools = service.tools.len(),
                         skipped = service.skipped.len(), "OpenAPI description loaded");
                     published.set_openapi(service.report(cfg.auth.is_some()));
-                    runtime.block_on(serve::serve(Arc::new(service), rx, back));
+                    let source = reread::Source::new(cfg, name, published);
+                    runtime.block_on(serve::serve(Arc::new(service), source, rx, back));
                     "the connection was closed".to_owned()
                 }
                 Err(problem) => {

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::load::Service;
+use super::reread::{Read, Source, REREAD};
 use super::send::{send, Answer};
 use super::{Back, Inbound};
 
@@ -17,38 +18,83 @@ use super::{Back, Inbound};
 const PROTOCOL_VERSION: &str = "2025-11-25";
 
 /// Answers what Manifold sends until the connection closes; each call runs as a task of its
-/// own, so a slow service does not hold the others back.
+/// own, so a slow service does not hold the others back. Between messages, a reading of the
+/// description asked for earlier may replace what is served (see `reread`).
 pub(crate) async fn serve(
-    service: Arc<Service>,
+    mut service: Arc<Service>,
+    mut source: Source,
     mut rx: mpsc::UnboundedReceiver<Inbound>,
     back: Back,
 ) {
     let mut calls = tokio::task::JoinSet::new();
-    while let Some(Inbound { line, trace }) = rx.recv().await {
+    let (read_tx, mut read_rx) = mpsc::unbounded_channel::<Read>();
+    loop {
+        let Inbound { line, trace } = tokio::select! {
+            inbound = rx.recv() => match inbound {
+                Some(inbound) => inbound,
+                None => break,
+            },
+            Some(read) = read_rx.recv() => {
+                service = source.settle(service, read, &back);
+                continue;
+            }
+        };
         let Ok(env) = Envelope::decode(trim(&line)) else {
             continue;
         };
-        let (Some(method), Some(id)) = (env.method.as_deref(), env.id) else {
-            // Answers and notifications (`initialized`, cancellations) need nothing.
+        let Some(method) = env.method.as_deref() else {
             continue;
         };
-        let id = id.to_owned();
-        match method {
-            "initialize" => back.push(&result(&id, &initialize())),
-            "ping" => back.push(&result(&id, "{}")),
-            "tools/list" => back.push(&result(&id, &service.list)),
-            "tools/call" => {
-                let params = env.params.map(str::to_owned);
-                let (service, back) = (Arc::clone(&service), back.clone());
-                calls.spawn(async move {
-                    let line = call(&service, &id, params.as_deref(), trace.as_ref()).await;
-                    back.push(&line);
-                });
+        match env.id {
+            Some(id) => {
+                let request = Request {
+                    method,
+                    id,
+                    params: env.params,
+                    trace,
+                };
+                answer(&service, &back, &mut calls, request);
             }
-            _ => back.push(&error(&id, -32601, &format!("method not found: {method}"))),
+            // Notifications need nothing (`initialized`, cancellations), but Manifold's own
+            // asking for the description to be read again.
+            None if method == REREAD => source.reread(&service, read_tx.clone()),
+            None => {}
         }
         // Finished calls are reaped as the loop goes, so the set does not grow.
         while calls.try_join_next().is_some() {}
+    }
+}
+
+/// One request from Manifold, with the trace context its line carried.
+struct Request<'a> {
+    method: &'a str,
+    id: &'a str,
+    params: Option<&'a str>,
+    trace: Option<Carrier>,
+}
+
+/// Answers one request.
+fn answer(
+    service: &Arc<Service>,
+    back: &Back,
+    calls: &mut tokio::task::JoinSet<()>,
+    request: Request<'_>,
+) {
+    let id = request.id.to_owned();
+    match request.method {
+        "initialize" => back.push(&result(&id, &initialize())),
+        "ping" => back.push(&result(&id, "{}")),
+        "tools/list" => back.push(&result(&id, &service.list)),
+        "tools/call" => {
+            let params = request.params.map(str::to_owned);
+            let trace = request.trace;
+            let (service, back) = (Arc::clone(service), back.clone());
+            calls.spawn(async move {
+                let line = call(&service, &id, params.as_deref(), trace.as_ref()).await;
+                back.push(&line);
+            });
+        }
+        method => back.push(&error(&id, -32601, &format!("method not found: {method}"))),
     }
 }
 
@@ -59,7 +105,8 @@ fn trim(line: &[u8]) -> &[u8] {
 fn initialize() -> String {
     json!({
         "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": {"tools": {}},
+        // Its tools change when a reload reads a changed description.
+        "capabilities": {"tools": {"listChanged": true}},
         "serverInfo": {"name": "openapi", "version": env!("CARGO_PKG_VERSION")},
     })
     .to_string()
