@@ -251,22 +251,12 @@ impl Document {
     }
 }
 
-/// Decodes `%XX` escapes of a URI fragment; `None` when an escape or the result is malformed.
+/// Decodes the `%XX` escapes of a URI fragment; `None` when the result is not UTF-8.
 fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    let decoded = percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .ok()?;
+    Some(decoded.into_owned())
 }
 
 #[cfg(test)]
