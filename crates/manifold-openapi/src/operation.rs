@@ -146,12 +146,7 @@ fn rename_collisions(params: &mut [Param], has_body: bool) {
 
 /// The media types a body can be sent as, preferred first.
 fn body_rank(media: &str) -> Option<u8> {
-    let media = media
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let media = essence(media);
     match media.as_str() {
         "application/json" => Some(0),
         m if m.ends_with("+json") => Some(1),
@@ -224,13 +219,19 @@ fn input_schema(params: &[Param], body: Option<&Body>, defs: &Map<String, Value>
     schema
 }
 
-fn is_json(media: &str) -> bool {
-    let media = media
+/// A media type without its parameters, lowercased: `application/json; charset=utf-8` is
+/// `application/json`.
+fn essence(media: &str) -> String {
+    media
         .split(';')
         .next()
         .unwrap_or("")
         .trim()
-        .to_ascii_lowercase();
+        .to_ascii_lowercase()
+}
+
+fn is_json(media: &str) -> bool {
+    let media = essence(media);
     media == "application/json" || media.ends_with("+json")
 }
 

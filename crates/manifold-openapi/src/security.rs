@@ -148,7 +148,8 @@ fn flows(scheme: &Value) -> Vec<OAuthFlow> {
         .collect()
 }
 
-fn strings(value: &Value) -> Vec<String> {
+/// The strings of a JSON array (others, and anything not an array, give none).
+pub(crate) fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
         .map(|a| {

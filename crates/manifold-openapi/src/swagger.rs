@@ -116,15 +116,7 @@ fn rewrite_refs(value: &mut Value) {
 }
 
 fn media_list(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    value.map(crate::security::strings).unwrap_or_default()
 }
 
 fn path_item(item: &mut Value, consumes: &[String], produces: &[String]) {
