@@ -72,7 +72,7 @@ step "deployment kit: Dockerfile, Kubernetes manifests, Prometheus and Grafana c
 MANIFOLD_BIN="$PWD/target/debug/manifold" bash tests/deploy/check.sh
 
 step "interop: official Python SDK client against Manifold fronting real servers, stdio and HTTP"
-MANIFOLD_BIN="$PWD/target/debug/manifold" .venv/bin/python -m pytest tests/interop -q
+MANIFOLD_BIN="$PWD/target/debug/manifold" .venv/bin/python -m pytest tests/interop -q --durations=12
 
 step "conformance: the official suite against the fixture and the SDK's skills server directly and through Manifold"
 bash tests/conformance/run.sh
