@@ -15,6 +15,9 @@
 #   bench/run.sh soak             a steady mix of requests over HTTP for 30 s, every answer checked,
 #                                 Manifold's memory, descriptors and threads sampled (not in `all`;
 #                                 add --soak-seconds 600 for the 10-minute record)
+#   bench/run.sh openapi          OpenAPI upstreams: GitHub's description loaded, converted and
+#                                 served, and a converted call beside a direct HTTP request (not
+#                                 in `all`; needs bash tests/interop/install.sh)
 #   bench/run.sh http --quick     further flags go to manifold-load (see --help)
 #   bench/run.sh http --no-peer   the HTTP scenarios without building or running the peer
 # The peer (the mcp-proxy crate, pinned below) is built once into bench/.cache/mcp-proxy by

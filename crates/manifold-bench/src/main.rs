@@ -11,6 +11,7 @@ mod mcp;
 mod otlp;
 mod procstat;
 mod report;
+mod rest;
 mod scenario;
 mod session;
 mod setup;
@@ -66,6 +67,10 @@ enum Scenario {
     /// or unexpected answer, or on descriptors, threads or children that do not stay flat.
     /// Not part of `all`.
     Soak,
+    /// OpenAPI upstreams: GitHub's REST description loaded, converted and served (sizes,
+    /// time, memory, schema bytes), and a converted call beside a direct HTTP request to the
+    /// same local service, over stdio and HTTP. Needs tests/interop/install.sh; not in `all`.
+    Openapi,
 }
 
 impl Scenario {
@@ -77,7 +82,11 @@ impl Scenario {
         let all = self == Scenario::All
             && !matches!(
                 one,
-                Scenario::Replicas | Scenario::Faults | Scenario::Search | Scenario::Soak
+                Scenario::Replicas
+                    | Scenario::Faults
+                    | Scenario::Search
+                    | Scenario::Soak
+                    | Scenario::Openapi
             );
         all || self == one || (self == Scenario::Http && http)
     }
@@ -85,7 +94,7 @@ impl Scenario {
 
 type Run = fn(&Setup, &Plan) -> Result<Value>;
 
-const RUNS: [(Scenario, &str, Run); 15] = [
+const RUNS: [(Scenario, &str, Run); 16] = [
     (Scenario::Latency, "latency", scenario::latency),
     (Scenario::Throughput, "throughput", scenario::throughput),
     (Scenario::List, "list", scenario::list),
@@ -109,6 +118,7 @@ const RUNS: [(Scenario, &str, Run); 15] = [
     (Scenario::Faults, "faults", scenario::faults),
     (Scenario::Search, "search", scenario::search),
     (Scenario::Soak, "soak", scenario::soak),
+    (Scenario::Openapi, "openapi", scenario::openapi),
 ];
 
 #[derive(Debug, Parser)]
@@ -167,6 +177,13 @@ struct Cli {
     /// A server blocked this many seconds in one send or receive is killed.
     #[arg(long, default_value_t = 60)]
     stall_secs: u64,
+    /// The description the `openapi` scenario loads (default: GitHub's, as
+    /// tests/interop/install.sh installs it, from the repository root).
+    #[arg(long)]
+    openapi_description: Option<PathBuf>,
+    /// Run as the REST service of the `openapi` scenario instead (the load generator starts it).
+    #[arg(long, hide = true)]
+    serve_rest: bool,
     /// Run as the HTTP floor server instead (the load generator starts it; see `floor`).
     #[arg(long, hide = true)]
     serve_floor: bool,
@@ -176,6 +193,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = if cli.serve_floor {
         floor::serve()
+    } else if cli.serve_rest {
+        rest::serve()
     } else {
         run(&cli)
     };
@@ -215,6 +234,9 @@ fn run(cli: &Cli) -> Result<()> {
         needs_manifold,
     )?;
     setup.manifold_cpus.clone_from(&cli.manifold_cpus);
+    if let Some(path) = &cli.openapi_description {
+        setup.openapi_description.clone_from(path);
+    }
     if let Some(peer) = &cli.peer {
         let found = std::fs::canonicalize(peer)
             .with_context(|| format!("peer {} not found", peer.display()))?;

@@ -129,6 +129,10 @@ impl Upstream {
     }
 }
 
+/// GitHub's REST description as tests/interop/install.sh installs it, from the repository root.
+pub const GITHUB_DESCRIPTION: &str =
+    "tests/interop/node_modules/@octokit/openapi/generated/api.github.com.json";
+
 /// Paths of the programs under test and a scratch directory, removed at the end.
 pub struct Setup {
     pub manifold: PathBuf,
@@ -140,6 +144,8 @@ pub struct Setup {
     pub limits: Limits,
     /// `server.cpus` for every Manifold started; empty for none.
     pub manifold_cpus: Vec<usize>,
+    /// The large real description the `openapi` scenario loads (GitHub's REST description).
+    pub openapi_description: PathBuf,
     dir: PathBuf,
 }
 
@@ -176,6 +182,7 @@ impl Setup {
             manifold_before: None,
             limits,
             manifold_cpus: Vec::new(),
+            openapi_description: PathBuf::from(GITHUB_DESCRIPTION),
             dir,
         })
     }
@@ -370,7 +377,13 @@ impl Setup {
         Ok(self.server(label, &me, vec!["--serve-floor".into()], "/mcp"))
     }
 
-    fn server(&self, label: &str, program: &Path, args: Vec<String>, path: &str) -> ServerSpec {
+    /// A file of the scratch directory (removed at the end).
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `program` with `args`, a server listening on 127.0.0.1, its MCP endpoint at `path`.
+    pub fn server(&self, label: &str, program: &Path, args: Vec<String>, path: &str) -> ServerSpec {
         ServerSpec {
             label: label.into(),
             program: program.into(),

@@ -198,6 +198,27 @@ fn duplicate_operation_ids_after_sanitizing_are_an_error_naming_both() {
 }
 
 #[test]
+fn long_operation_ids_sharing_a_head_stay_distinct_tools() {
+    // GitHub's description has two operationIds that agree on their first 64 characters
+    // (the PATCH and PUT of an organization's custom property definitions).
+    let head = "orgs/custom-properties-for-repos-create-or-update-organization-";
+    let d = doc(&format!(
+        "openapi: 3.0.3\npaths:\n  /a: {{patch: {{operationId: '{head}definitions', responses: {{}}}}}}\n  /b: {{put: {{operationId: '{head}definition', responses: {{}}}}}}\n"
+    ));
+    let conversion = convert(&d, &Options::default()).unwrap();
+    let names: Vec<&str> = conversion.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names.len(), 2);
+    assert_ne!(names[0], names[1]);
+    for name in names {
+        assert_eq!(name.len(), 64, "{name}");
+        assert!(
+            name.starts_with("orgs_custom-properties-for-repos-create-or-"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn descriptions_are_bounded_and_caps_skip_with_a_reason() {
     let long = "é".repeat(2000);
     let d = doc(&format!("openapi: 3.1.0\npaths:\n  /a: {{get: {{summary: '{long}', responses: {{}}}}}}\n  /b: {{get: {{responses: {{}}}}}}\n"));

@@ -183,6 +183,10 @@ fn cache_rule<'c>(
 ) -> Option<&'c CacheRule> {
     let config = upstreams.get(upstream)?;
     match kind {
+        // Finding the tool parses each of the upstream's definitions in turn, for every tool
+        // listed: an upstream of a thousand large tools (an OpenAPI description) would take
+        // minutes, so the search is made only when a tool rule could apply.
+        Kind::Tools if caches.tools.is_empty() && caches.read_only_tools.is_none() => None,
         Kind::Tools => catalog
             .slice(upstream)?
             .tools
