@@ -86,8 +86,13 @@ def manifold_check(config_toml: str) -> str:
 async def test_every_operation_is_a_tool_or_skipped_with_why_and_calls_reach_prism(
     github: Prism, description: dict[str, Any]
 ) -> None:
-    checked = manifold_check(config(github))
+    # With `cache`, check also marks each GET operation cached (and no other), a rule decided
+    # per listed tool from its own definition.
+    checked = manifold_check(config(github, 'cache = { ttl = "1m" }'))
     assert "github (prefix" in checked and ": up" in checked, checked[:2000]
+    marks = {m[0]: m[1] for m in re.findall(r"^  (github__\S+) -> github:\S+(.*)$", checked, re.M)}
+    assert "[cached 60s" in marks["github__repos_get"], marks["github__repos_get"]
+    assert "[cached" not in marks["github__issues_create"], marks["github__issues_create"]
     check_tools = dict(_TOOL_LINE.findall(checked))
     skipped = _SKIPPED_LINE.findall(checked)
     assert all(why.strip() for _op, why in skipped), skipped

@@ -772,13 +772,12 @@ impl UpstreamCache {
     }
 }
 
-/// The rule of `u`'s caches that covers a tool, given its descriptor as the upstream lists
-/// it: its own `tool_cache` entry, else the upstream's `cache` when the tool's annotations
-/// say it may be kept (see [`HintRule`]).
+/// The rule of `u`'s caches that covers its tool `name` (as the upstream names it), given the
+/// tool's descriptor (only its annotations are read): its own `tool_cache` entry, else the
+/// upstream's `cache` when the annotations say it may be kept (see [`HintRule`]).
 /// (The choice `Cache::plan` makes per request, from the hints it works out once per catalog.)
-pub fn tool_rule<'c>(u: &'c UpstreamConfig, tool: &str) -> Option<&'c CacheRule> {
-    let name = RawObject::parse(tool).ok()?.get_str("name")?.into_owned();
-    u.caches.tools.get(&name).or_else(|| {
+pub fn tool_rule<'c>(u: &'c UpstreamConfig, name: &str, tool: &str) -> Option<&'c CacheRule> {
+    u.caches.tools.get(name).or_else(|| {
         u.caches
             .read_only_tools
             .as_ref()

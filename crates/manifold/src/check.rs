@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use manifold_catalog::{Catalog, Kind, NameOrigin, UpstreamState};
+use manifold_catalog::{Catalog, Item, Kind, NameOrigin, UpstreamState};
 use manifold_config::{CacheRule, CacheScope, UpstreamConfig};
 use manifold_core::cache;
 use manifold_protocol::version::Era;
@@ -103,7 +103,7 @@ fn render(
                 NameOrigin::Shortened => "  [shortened]",
                 NameOrigin::Renamed => "  [renamed]",
             };
-            let cached = cache_note(catalog, upstreams, kind, item.upstream, &item.original);
+            let cached = cache_note(catalog, upstreams, kind, item);
             let _ = writeln!(
                 out,
                 "  {} -> {}:{}{note}{cached}",
@@ -147,14 +147,8 @@ fn render_extensions(catalog: &Catalog) -> String {
 /// outweighs whatever the upstream's answers say of themselves, or, where no rule covers a
 /// resource of a stateless-era upstream, that upstream's own hints (`ttlMs`, `cacheScope`),
 /// which Manifold keeps nothing by and passes on to hosts.
-fn cache_note(
-    catalog: &Catalog,
-    upstreams: &[UpstreamConfig],
-    kind: Kind,
-    upstream: usize,
-    original: &str,
-) -> String {
-    if let Some(rule) = cache_rule(catalog, upstreams, kind, upstream, original) {
+fn cache_note(catalog: &Catalog, upstreams: &[UpstreamConfig], kind: Kind, item: &Item) -> String {
+    if let Some(rule) = cache_rule(upstreams, kind, item) {
         let scope = match rule.scope {
             CacheScope::Team => "per team",
             CacheScope::Shared => "shared",
@@ -162,7 +156,7 @@ fn cache_note(
         return format!("  [cached {:?}, {scope}: config]", rule.ttl);
     }
     let stateless = catalog
-        .slice(upstream)
+        .slice(item.upstream)
         .and_then(|s| s.era())
         .is_some_and(|e| e == Era::Stateless);
     match kind {
@@ -173,36 +167,19 @@ fn cache_note(
     }
 }
 
-/// The cache rule that covers an item, if any.
+/// The cache rule that covers a listed item, if any: a tool's is decided by its original name
+/// and the annotations of its listed definition (the one the host sees, the name aside).
 fn cache_rule<'c>(
-    catalog: &Catalog,
     upstreams: &'c [UpstreamConfig],
     kind: Kind,
-    upstream: usize,
-    original: &str,
+    item: &Item,
 ) -> Option<&'c CacheRule> {
-    let config = upstreams.get(upstream)?;
+    let config = upstreams.get(item.upstream)?;
     match kind {
-        // Finding the tool parses each of the upstream's definitions in turn, for every tool
-        // listed: an upstream of a thousand large tools (an OpenAPI description) would take
-        // minutes, so the search is made only when a tool rule could apply.
-        Kind::Tools if caches.tools.is_empty() && caches.read_only_tools.is_none() => None,
-        Kind::Tools => catalog
-            .slice(upstream)?
-            .tools
-            .iter()
-            .find(|t| tool_name(t.get()).as_deref() == Some(original))
-            .and_then(|t| cache::tool_rule(config, t.get())),
+        Kind::Tools => cache::tool_rule(config, &item.original, &item.raw),
         Kind::Resources | Kind::ResourceTemplates => config.caches.resources.as_ref(),
         Kind::Prompts | Kind::Skills => None,
     }
-}
-
-fn tool_name(tool: &str) -> Option<String> {
-    RawObject::parse(tool)
-        .ok()?
-        .get_str("name")
-        .map(|n| n.into_owned())
 }
 
 /// Warnings (not failures: tools may come later) for `tool_cache` entries that name no tool
@@ -213,6 +190,9 @@ fn unknown_cached_tools(catalog: &Catalog, upstreams: &[UpstreamConfig]) -> Stri
         let (Some(slice), UpstreamState::Up) = (catalog.slice(i), catalog.state(i)) else {
             continue;
         };
+        if u.caches.tools.is_empty() {
+            continue;
+        }
         let names: Vec<String> = slice
             .tools
             .iter()
@@ -227,6 +207,13 @@ fn unknown_cached_tools(catalog: &Catalog, upstreams: &[UpstreamConfig]) -> Stri
         }
     }
     out
+}
+
+fn tool_name(tool: &str) -> Option<String> {
+    RawObject::parse(tool)
+        .ok()?
+        .get_str("name")
+        .map(|n| n.into_owned())
 }
 
 /// Everything that makes `check` fail, each naming the file, the key and the problem.
