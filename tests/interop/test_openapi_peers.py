@@ -16,7 +16,7 @@ import pytest
 import requests
 import yaml
 
-from openapi_peers import (
+from openapi_peers import (  # petstore, service: fixtures the tests take by name
     GITHUB,
     GITHUB_DEREF,
     PEER_REQUEST_TIMEOUT_S,
@@ -26,8 +26,9 @@ from openapi_peers import (
     PETSTORE_SWAGGER_20,
     OpenApiService,
     Prism,
-    openapi_service,
+    petstore,
     prism,
+    service,
 )
 
 METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
@@ -52,18 +53,6 @@ def get(url: str, **kw: Any) -> requests.Response:
 
 def violations_header(r: requests.Response) -> list[dict[str, Any]]:
     return json.loads(r.headers.get("sl-violations", "[]"))
-
-
-@pytest.fixture(scope="module")
-def petstore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prism]:
-    with prism(PETSTORE_30, tmp_path_factory.mktemp("prism-petstore")) as mock:
-        yield mock
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenApiService]:
-    with openapi_service(tmp_path_factory.mktemp("openapi-service")) as svc:
-        yield svc
 
 
 def test_the_petstore_descriptions_are_published_in_every_version_and_format() -> None:
@@ -120,23 +109,6 @@ def test_prism_refuses_a_request_the_petstore_forbids_with_its_validation_error(
     assert any("orderid must be integer" in v for v in found), found
     assert any("photoUrls" in v for v in found), found
     assert any("security" in v for v in found), found
-
-
-def test_prism_serves_githubs_description(tmp_path: Path) -> None:
-    with prism(GITHUB, tmp_path) as mock:
-        print(f"Prism served GitHub's description after {mock.started_in:.1f} s", file=sys.stderr)
-        r = get(f"{mock.url}/repos/octocat/hello-world", headers=JSON)
-        assert r.status_code == 200, r.text
-        assert r.json()["full_name"] == "octocat/Hello-World"
-        assert mock.violations() == [], mock.logs_tail()
-        r = get(f"{mock.url}/repos/octocat/hello-world/issues", params={"state": "weird"}, headers=JSON)
-        assert r.status_code == 422
-        assert [v["location"] for v in violations_header(r)] == [["request", "query", "state"]]
-        assert any("state must be equal to one of the allowed values" in v for v in mock.violations())
-        proc = mock.proc
-    assert proc.poll() is not None, "Prism still runs after its block"
-    with pytest.raises(requests.ConnectionError):
-        get(f"{mock.url}/repos/octocat/hello-world", headers=JSON)
 
 
 def test_the_service_publishes_a_description_that_parses(service: OpenApiService) -> None:

