@@ -49,6 +49,7 @@ fn secrets_stay_out_of_debug(config: &Config) {
         let values = match &mut other {
             Transport::Stdio(stdio) => stdio.env.values_mut(),
             Transport::Http(http) => http.headers.values_mut(),
+            Transport::OpenApi(api) => api.headers.values_mut(),
         };
         for value in values {
             value.push_str("-changed");
