@@ -104,7 +104,8 @@ fn response_path(c: &mut Criterion) {
     let one = serde_json::to_vec(&issue(7)).unwrap();
     let thirty = serde_json::to_vec(&(1..=30).map(issue).collect::<Vec<_>>()).unwrap();
     let ct = Some("application/json; charset=utf-8");
-    let mapped = list.map_response(200, ct, &thirty, DEFAULT_RESPONSE_CAP);
+    let mapped: serde_json::Value =
+        serde_json::from_str(&list.map_response(200, ct, &thirty, DEFAULT_RESPONSE_CAP)).unwrap();
     assert_eq!(
         mapped["structuredContent"]["result"]
             .as_array()

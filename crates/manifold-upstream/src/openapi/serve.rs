@@ -152,7 +152,7 @@ async fn call(
         ),
         Err(problem) => failed(op, &problem),
     };
-    result(id, &mapped.to_string())
+    result(id, &mapped)
 }
 
 /// Sends `request` with what its operation's security asks for; an operation whose schemes
@@ -205,7 +205,7 @@ fn invalid(problem: &ArgError) -> String {
 }
 
 /// A request that got no answer (refused, timed out, cut off) is a tool error, as a 5xx is.
-fn failed(op: &Operation, problem: &str) -> Value {
+fn failed(op: &Operation, problem: &str) -> String {
     let text = format!("{} {} failed: {problem}", op.method, op.path);
-    json!({"content": [{"type": "text", "text": text}], "isError": true})
+    json!({"content": [{"type": "text", "text": text}], "isError": true}).to_string()
 }
