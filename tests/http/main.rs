@@ -7,6 +7,7 @@
 mod auth;
 mod cache;
 mod cache_hints;
+mod console;
 mod discovery;
 mod drain;
 mod extensions;

@@ -95,7 +95,8 @@ pub(super) fn data(
 
 /// Serves the admin endpoints alone on `addr` (one worker: scrapes and probes are rare);
 /// `/readyz` fails once `drain` has begun; `POST /reload` calls `reload`. With `consents`,
-/// also the connections an operator manages (see [`crate::credentials`]).
+/// also the connections an operator manages (see [`crate::credentials`]); and the web
+/// console under `/console/` (see [`crate::console`]).
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
@@ -106,6 +107,7 @@ pub fn serve(
     let metrics = MetricsAccess::on_admin(router.settings());
     let token = router.settings().metrics_token;
     let connections = consents.map(|c| AdminConsents::new(c, token));
+    let console = crate::console::Console::data(Arc::clone(&router));
     let admin = web::Data::new(Admin {
         router,
         drain: Arc::clone(drain),
@@ -116,7 +118,9 @@ pub fn serve(
     let server = HttpServer::new(move || {
         App::new()
             .app_data(admin.clone())
+            .app_data(console.clone())
             .configure(routes)
+            .configure(crate::console::routes)
             .route("/reload", web::post().to(reload_config))
             .configure(|cfg| {
                 if let Some(connections) = &connections {

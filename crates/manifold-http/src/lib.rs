@@ -15,6 +15,7 @@
 
 mod admin;
 mod admission;
+mod console;
 pub mod credentials;
 pub mod drain;
 mod legacy;

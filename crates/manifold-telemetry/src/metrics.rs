@@ -113,6 +113,13 @@ pub struct OpLabels {
     pub outcome: Outcome,
 }
 
+/// Tool calls sent to one upstream, and those of them that failed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    pub calls: u64,
+    pub errors: u64,
+}
+
 /// Counters of one upstream, shared by all its connections (a restart or a session's own
 /// connection adds to the same ones).
 pub struct UpstreamCounters {
@@ -407,6 +414,37 @@ impl Metrics {
 
     pub fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Tool calls sent to each upstream and how many of them failed (any outcome but `ok`),
+    /// by upstream key, over the process's life: what the console's overview shows.
+    pub fn upstream_calls(&self) -> BTreeMap<Arc<str>, CallCounts> {
+        let mut by_upstream: BTreeMap<Arc<str>, CallCounts> = BTreeMap::new();
+        for (labels, histogram) in self.client_ops.series() {
+            let Some(upstream) = labels.upstream else {
+                continue;
+            };
+            if labels.method != "tools/call" {
+                continue;
+            }
+            let n = histogram.snapshot().cumulative.last().copied().unwrap_or(0);
+            let counts = by_upstream.entry(upstream).or_default();
+            counts.calls += n;
+            if labels.outcome.is_error() {
+                counts.errors += n;
+            }
+        }
+        by_upstream
+    }
+
+    /// Times upstream `key` was started again; 0 for one never seen (no series is made).
+    pub fn upstream_restarts(&self, key: &str) -> u64 {
+        let all = self
+            .upstreams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.get(key)
+            .map_or(0, |c| c.restarts.load(Ordering::Relaxed))
     }
 
     /// A host request was answered (or cancelled).

@@ -1,0 +1,116 @@
+//! The console's pages: templates compiled into the binary, filled by plain substitution with
+//! every value escaped, and the embedded stylesheet and script.
+
+use actix_web::http::header;
+use actix_web::HttpResponse;
+
+const LAYOUT: &str = include_str!("templates/layout.html");
+pub(super) const LOGIN: &str = include_str!("templates/login.html");
+pub(super) const OVERVIEW: &str = include_str!("templates/overview.html");
+pub(super) const STYLESHEET: &str = include_str!("assets/console.css");
+pub(super) const REFRESH_SCRIPT: &str = include_str!("assets/refresh.js");
+
+/// Text made safe to place in HTML, in an element or a quoted attribute.
+pub(super) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `template` with each `{{name}}` replaced by its value, in one pass over the template (a
+/// value is never read for placeholders). Values are HTML already: callers escape what came
+/// from outside with [`escape`]; a placeholder without a value is left out.
+pub(super) fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let name = &after[..end];
+        if let Some((_, value)) = values.iter().find(|(n, _)| *n == name) {
+            out.push_str(value);
+        }
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What the header of a page shows once logged in: the pages, and a logout form carrying
+/// the login's CSRF token.
+pub(super) fn nav(csrf: Option<&str>) -> String {
+    let Some(csrf) = csrf else {
+        return String::new();
+    };
+    format!(
+        "<nav><a href=\"/console/\">Overview</a></nav>\n\
+         <form method=\"post\" action=\"/console/logout\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <button type=\"submit\" id=\"logout\">Log out</button></form>",
+        escape(csrf)
+    )
+}
+
+/// A whole page. `refresh` is how often, in seconds, the embedded script reloads it (0:
+/// never, and the script is left out).
+pub(super) fn page(title: &str, nav: &str, body: &str, refresh: u32) -> String {
+    let script = if refresh > 0 {
+        "<script src=\"/console/assets/refresh.js\"></script>"
+    } else {
+        ""
+    };
+    fill(
+        LAYOUT,
+        &[
+            ("title", &escape(title)),
+            ("refresh", &refresh.to_string()),
+            ("nav", nav),
+            ("body", body),
+            ("script", script),
+        ],
+    )
+}
+
+/// An HTML answer.
+pub(super) fn html(mut builder: actix_web::HttpResponseBuilder, text: String) -> HttpResponse {
+    builder.content_type("text/html; charset=utf-8").body(text)
+}
+
+/// A 303 to `location` (after a form, or to the login page).
+pub(super) fn see_other(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, location))
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_from_outside_cannot_open_markup() {
+        assert_eq!(
+            escape("<script>\"x\" & 'y'</script>"),
+            "&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/script&gt;"
+        );
+    }
+
+    #[test]
+    fn every_placeholder_is_filled() {
+        let filled = fill("<p>{{a}} and {{b}}</p>", &[("a", "{{b}}"), ("b", "2")]);
+        assert_eq!(filled, "<p>{{b}} and 2</p>");
+    }
+}
