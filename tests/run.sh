@@ -65,13 +65,22 @@ fi
 # would cost a second build of the same code), then fuzzes on.
 CARGO_TARGET_DIR="$PWD/fuzz/target" bash fuzz/run.sh all 30000 -verbosity=0
 
-step "install interop peers (PyPI: mcp, mcp-server-time, requests, FastAPI; npm: server-everything, server-memory, server-filesystem, oidc-provider, the TypeScript SDK server, Prism with the Petstore and GitHub REST descriptions)"
+step "install interop peers (PyPI: mcp, mcp-server-time, requests, FastAPI, selenium; npm: server-everything, server-memory, server-filesystem, oidc-provider, the TypeScript SDK server, Prism with the Petstore and GitHub REST descriptions)"
 bash tests/interop/install.sh
+
+step "install Chromium and chromedriver (Debian packages: the web console's browser tests drive them)"
+# Installed rather than unpacked under tests/.cache: Chromium needs some hundred shared
+# libraries of its own (GTK, NSS, fonts, ...) that only apt resolves. Neither starts a service.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver
+fi
 
 step "deployment kit: Dockerfile, Kubernetes manifests, Prometheus and Grafana config (offline; tools into .venv)"
 MANIFOLD_BIN="$PWD/target/debug/manifold" bash tests/deploy/check.sh
 
-step "interop: official Python SDK client against Manifold fronting real servers, stdio and HTTP"
+step "interop: official Python SDK client against Manifold fronting real servers, stdio and HTTP; the web console in headless Chromium"
 MANIFOLD_BIN="$PWD/target/debug/manifold" .venv/bin/python -m pytest tests/interop -q --durations=12
 
 step "conformance: the official suite against the fixture and the SDK's skills server directly and through Manifold"

@@ -221,3 +221,24 @@ fn without_an_admin_token_there_is_no_console() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert!(r.text().unwrap().contains("server.metrics_token"));
 }
+
+#[test]
+fn a_post_whose_body_is_no_form_is_refused_for_its_missing_csrf_token() {
+    let server = console_server();
+    let c = browser();
+    let cookie = log_in(&server, &c);
+    let r = c
+        .post(server.admin_url("/console/logout"))
+        .header("cookie", &cookie)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = c
+        .post(server.admin_url("/console/logout"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/json")
+        .body("{\"csrf\":\"x\"}")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+}

@@ -2,7 +2,10 @@
 # Installs the third-party peers and clients of Manifold's interoperability tests:
 #   <repo>/.venv                   Python venv with the pinned packages of requirements.txt
 #                                  (official MCP Python SDK client, mcp-server-time, pytest,
-#                                  requests, FastAPI for openapi_service.py)
+#                                  requests, FastAPI for openapi_service.py, selenium
+#                                  for the web console's browser tests, which also need
+#                                  Debian's chromium and chromium-driver: tests/run.sh
+#                                  installs those)
 #   tests/interop/node_modules     @modelcontextprotocol/server-everything, server-memory and
 #                                  server-filesystem (the last two for the tool search
 #                                  benchmark's real catalogs), oidc-provider (the OAuth

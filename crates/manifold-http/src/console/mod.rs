@@ -209,8 +209,9 @@ async fn login_page(req: HttpRequest, console: web::Data<Console>) -> HttpRespon
 /// token: whoever can post the admin token may log in anyway.
 async fn log_in(
     console: web::Data<Console>,
-    form: web::Form<HashMap<String, String>>,
+    form: Option<web::Form<HashMap<String, String>>>,
 ) -> HttpResponse {
+    let form = form.map(web::Form::into_inner).unwrap_or_default();
     let Some(token) = &console.token else {
         return no_console();
     };
@@ -237,12 +238,14 @@ async fn log_in(
     answer
 }
 
-/// `POST /console/logout`: ends the login and clears its cookie.
+/// `POST /console/logout`: ends the login and clears its cookie. A body that is no form
+/// counts as an empty one (refused for its missing CSRF token, like any other).
 async fn log_out(
     req: HttpRequest,
     console: web::Data<Console>,
-    form: web::Form<HashMap<String, String>>,
+    form: Option<web::Form<HashMap<String, String>>>,
 ) -> HttpResponse {
+    let form = form.map(web::Form::into_inner).unwrap_or_default();
     let access = match check_post(&req, &console, &form) {
         Ok(access) => access,
         Err(refusal) => return refusal,
