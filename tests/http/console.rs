@@ -5,6 +5,7 @@ use reqwest::blocking::{Client, Response};
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
 use reqwest::redirect::Policy;
 use reqwest::StatusCode;
+use serde_json::json;
 
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
@@ -106,6 +107,10 @@ fn the_admin_token_as_bearer_or_a_login_shows_the_overview() {
             .unwrap();
         r.status() == StatusCode::OK && r.text().unwrap().contains("state-up\">up")
     });
+    // One call that works and one that fails, as the overview counts them.
+    let mut host = server.ready_host();
+    assert!(host.call("alpha__echo", json!({"text": "a"}))["result"].is_object());
+    host.call("alpha__fail", json!({}));
     let cookie = log_in(&server, &c);
     let page = c
         .get(server.admin_url("/console/"))
@@ -114,7 +119,14 @@ fn the_admin_token_as_bearer_or_a_login_shows_the_overview() {
         .unwrap()
         .text()
         .unwrap();
-    assert!(page.contains("data-upstream=\"alpha\""), "{page}");
+    let alpha = page
+        .lines()
+        .find(|l| l.contains("data-upstream=\"alpha\""))
+        .expect("alpha's row");
+    assert!(
+        alpha.ends_with("<td class=\"num\">2</td><td class=\"num\">1</td></tr>"),
+        "two calls, one error: {alpha}"
+    );
     assert!(page.contains("data-upstream=\"broken\""), "{page}");
     assert!(page.contains("state-down\">down"), "{page}");
     assert!(
