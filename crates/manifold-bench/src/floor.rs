@@ -24,16 +24,22 @@ const IDLE: Duration = Duration::from_secs(120);
 
 /// Serves until killed (or `MAX_CONNECTIONS` connections).
 pub fn serve() -> Result<()> {
+    serve_each("floor", connection)
+}
+
+/// Listens on 127.0.0.1 (a port of the OS's choosing, found in /proc like any server's) and
+/// serves each connection on a thread of its own with `connection`, until killed or
+/// `MAX_CONNECTIONS` connections: the host reconnects after idling, and the old connection may
+/// not be closed yet. `name` labels the threads and the errors.
+pub fn serve_each(name: &'static str, connection: fn(TcpStream) -> Result<()>) -> Result<()> {
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot listen")?;
     for stream in listener.incoming().take(MAX_CONNECTIONS) {
         let stream = stream.context("accept failed")?;
-        // A thread per connection: the host reconnects after idling, and the old connection
-        // may not be closed yet.
         std::thread::Builder::new()
-            .name("floor-conn".into())
+            .name(format!("{name}-conn"))
             .spawn(move || {
                 if let Err(e) = connection(stream) {
-                    eprintln!("floor: {e:#}");
+                    eprintln!("{name}: {e:#}");
                 }
             })
             .context("cannot start a connection thread")?;

@@ -7,16 +7,15 @@
 //! a thread per connection, and is ended by SIGTERM like the others.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::mcp;
 use crate::target::HttpReader;
+use crate::{floor, mcp};
 
-/// Connections accepted at most, and requests per connection: every loop is bounded.
-const MAX_CONNECTIONS: usize = 100_000;
+/// Requests per connection at most: every loop is bounded.
 const MAX_REQUESTS: usize = 100_000_000;
 /// A connection with no request for this long is closed.
 const IDLE: Duration = Duration::from_secs(120);
@@ -50,21 +49,9 @@ pub const PATH: &str = "/items/7?verbose=true";
 /// The JSON body of every answer (the id is always 7 in the scenario).
 pub const ITEM: &str = r#"{"id":7,"name":"hammer","price":12.5,"tags":["tools","hand"]}"#;
 
-/// Serves until killed (or `MAX_CONNECTIONS` connections).
+/// Serves until killed (see [`floor::serve_each`]).
 pub fn serve() -> Result<()> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("cannot listen")?;
-    for stream in listener.incoming().take(MAX_CONNECTIONS) {
-        let stream = stream.context("accept failed")?;
-        std::thread::Builder::new()
-            .name("rest-conn".into())
-            .spawn(move || {
-                if let Err(e) = connection(stream) {
-                    eprintln!("rest: {e:#}");
-                }
-            })
-            .context("cannot start a connection thread")?;
-    }
-    Ok(())
+    floor::serve_each("rest", connection)
 }
 
 fn connection(stream: TcpStream) -> Result<()> {
