@@ -210,7 +210,11 @@ fn check_lists_openapi_tools_and_each_skipped_operation_with_why() {
     let config = dir.write("c.toml", &config(&base));
     let (code, out, err) = run_manifold(&["check", "--config", config.to_str().unwrap()], &[]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("pets__addNote -> pets:addNote"), "{out}");
+    // Each tool line says the operation the tool makes.
+    assert!(
+        out.contains("pets__addNote -> pets:addNote  [POST /pets/{petId}/notes]"),
+        "{out}"
+    );
     // The filter reads as the config wrote it.
     assert!(
         out.contains("(deletePet): skipped (excluded by \"operationId:deletePet\")"),
