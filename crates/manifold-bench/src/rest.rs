@@ -15,11 +15,6 @@ use anyhow::{bail, Context, Result};
 use crate::target::HttpReader;
 use crate::{floor, mcp};
 
-/// Requests per connection at most: every loop is bounded.
-const MAX_REQUESTS: usize = 100_000_000;
-/// A connection with no request for this long is closed.
-const IDLE: Duration = Duration::from_secs(120);
-
 /// The service's OpenAPI description: one operation, `getItem`.
 pub const DESCRIPTION: &str = r##"{
   "openapi": "3.0.3",
@@ -51,25 +46,7 @@ pub const ITEM: &str = r#"{"id":7,"name":"hammer","price":12.5,"tags":["tools","
 
 /// Serves until killed (see [`floor::serve_each`]).
 pub fn serve() -> Result<()> {
-    floor::serve_each("rest", connection)
-}
-
-fn connection(stream: TcpStream) -> Result<()> {
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(IDLE))?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = HttpReader::new(stream);
-    let (mut body, mut out) = (Vec::new(), Vec::new());
-    for _ in 0..MAX_REQUESTS {
-        body.clear();
-        let Some(line) = reader.read_request(&mut body)? else {
-            return Ok(());
-        };
-        out.clear();
-        respond(&line, &mut out);
-        writer.write_all(&out)?;
-    }
-    Ok(())
+    floor::serve_each("rest", |line, _, out| respond(line, out))
 }
 
 /// The item for `GET /items/7...`; 404 for anything else.
