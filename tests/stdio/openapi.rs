@@ -2,13 +2,12 @@
 //! calls reach the service with their path, query and body, wrong arguments never do, error
 //! answers are tool errors, and a description that fails to load fails its upstream alone.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use manifold_testkit::process::*;
+use manifold_testkit::rest::{read_request, reply, serve};
 use manifold_testkit::stdio::Manifold;
 use serde_json::{json, Value};
 
@@ -59,78 +58,29 @@ pub(super) fn service() -> String {
 
 /// The same service, with how many times its description was fetched.
 fn counted_service() -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
     let fetched = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&fetched);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            answer(stream, &count);
-        }
-    });
-    (format!("http://{addr}"), fetched)
-}
-
-/// A request read off `stream`: its method, target (path and query) and body.
-pub(super) fn read_request(stream: &mut TcpStream) -> Option<(String, String, String)> {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut request = Vec::new();
-    let mut buf = [0u8; 4096];
-    let head_end = loop {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
-        if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&request[..head_end]).into_owned();
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().parse().unwrap_or(0))
-        })
-        .unwrap_or(0);
-    while request.len() < head_end + length {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
-    }
-    let body = String::from_utf8_lossy(&request[head_end..]).into_owned();
-    let mut first = head.lines().next().unwrap_or_default().split(' ');
-    let method = first.next().unwrap_or("").to_owned();
-    let target = first.next().unwrap_or("").to_owned();
-    Some((method, target, body))
+    (serve(move |stream| answer(stream, &count)), fetched)
 }
 
 fn answer(mut stream: TcpStream, fetched: &AtomicUsize) {
-    let Some((method, target, body)) = read_request(&mut stream) else {
+    let Some(request) = read_request(&mut stream) else {
         return;
     };
-    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let (status, text) = match path {
+    let (status, text) = match request.path() {
         "/openapi.json" => {
             fetched.fetch_add(1, Ordering::SeqCst);
-            (200, description().to_string())
+            ("200 OK", description().to_string())
         }
         p if p.starts_with("/api/pets") => {
-            let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-            let echo = json!({"method": method, "path": path, "query": query, "body": body});
-            (200, echo.to_string())
+            let body: Value = serde_json::from_str(&request.body).unwrap_or(Value::Null);
+            let echo = json!({"method": request.method, "path": p, "query": request.query(),
+                "body": body});
+            ("200 OK", echo.to_string())
         }
-        _ => (404, r#"{"message":"no such thing"}"#.to_owned()),
+        _ => ("404 Not Found", r#"{"message":"no such thing"}"#.to_owned()),
     };
-    let response = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{text}",
-        if status == 200 { "OK" } else { "Not Found" },
-        text.len()
-    );
-    let _ = stream.write_all(response.as_bytes());
+    reply(&mut stream, status, "application/json", &text);
 }
 
 pub(super) fn config(base: &str) -> String {
@@ -210,7 +160,11 @@ fn check_lists_openapi_tools_and_each_skipped_operation_with_why() {
     let config = dir.write("c.toml", &config(&base));
     let (code, out, err) = run_manifold(&["check", "--config", config.to_str().unwrap()], &[]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("pets__addNote -> pets:addNote"), "{out}");
+    // Each tool line says the operation the tool makes.
+    assert!(
+        out.contains("pets__addNote -> pets:addNote  [POST /pets/{petId}/notes]"),
+        "{out}"
+    );
     // The filter reads as the config wrote it.
     assert!(
         out.contains("(deletePet): skipped (excluded by \"operationId:deletePet\")"),

@@ -2,12 +2,11 @@
 //! description says (header, query, cookie, `Authorization`), and an operation whose scheme
 //! has no value is a tool error naming it, the service never asked.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
+use std::net::TcpStream;
 
 use manifold_testkit::http::{Host, Server};
 use manifold_testkit::process::*;
+use manifold_testkit::rest::{read_request, reply, serve};
 use manifold_testkit::stdio::Manifold;
 use serde_json::{json, Value};
 
@@ -50,48 +49,15 @@ const ISSUED: &str = "cc-token-7";
 /// Serves the description, a token endpoint at `/token` (client credentials only), and echoes,
 /// for every request under `/api`, its path, query and the credential headers it came with.
 fn service() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            answer(stream);
-        }
-    });
-    format!("http://{addr}")
+    serve(answer)
 }
 
 fn answer(mut stream: TcpStream) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut request = Vec::new();
-    let mut buf = [0u8; 4096];
-    let head_end = loop {
-        if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
+    let Some(request) = read_request(&mut stream) else {
+        return;
     };
-    let head = String::from_utf8_lossy(&request[..head_end]).into_owned();
-    let target = head.split(' ').nth(1).unwrap_or("").to_owned();
-    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let header = |name: &str| {
-        head.lines()
-            .find_map(|l| {
-                let (n, v) = l.split_once(':')?;
-                n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-            })
-            .unwrap_or_default()
-    };
-    let length: usize = header("content-length").parse().unwrap_or(0);
-    while request.len() < head_end + length {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
-    }
-    let body = String::from_utf8_lossy(&request[head_end..]).into_owned();
+    let (path, query, body) = (request.path(), request.query(), &request.body);
+    let header = |name: &str| request.header(name).unwrap_or_default();
     let text = if path == "/openapi.json" {
         description().to_string()
     } else if path == "/token" {
@@ -112,12 +78,7 @@ fn answer(mut stream: TcpStream) {
 }
 
 fn respond(stream: &mut TcpStream, status: &str, text: &str) {
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{text}",
-        text.len()
-    );
-    let _ = stream.write_all(response.as_bytes());
+    reply(stream, status, "application/json", text);
 }
 
 fn config(base: &str) -> String {

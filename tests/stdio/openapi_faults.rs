@@ -13,7 +13,8 @@ use manifold_testkit::process::*;
 use manifold_testkit::stdio::Manifold;
 use serde_json::{json, Value};
 
-use super::openapi::{read_request, service};
+use super::openapi::service;
+use manifold_testkit::rest::{read_request, Request};
 
 /// The cap on answers the faulty upstream is configured with.
 const CAP: usize = 1000;
@@ -50,7 +51,7 @@ fn faulty() -> String {
 }
 
 fn misbehave(mut stream: TcpStream) {
-    let Some((_method, target, _body)) = read_request(&mut stream) else {
+    let Some(Request { target, .. }) = read_request(&mut stream) else {
         return;
     };
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));

@@ -4,8 +4,7 @@
 //! service is asked, and tool search finds its operations by their summaries. A local service
 //! counts the requests it gets, so each test asserts what reached it.
 
-use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -13,7 +12,7 @@ use manifold_testkit::process::*;
 use manifold_testkit::stdio::Manifold;
 use serde_json::{json, Value};
 
-use super::openapi::read_request;
+use manifold_testkit::rest::{read_request, reply, serve, Request};
 
 fn ok_object() -> Value {
     json!({"200": {"description": "ok",
@@ -81,18 +80,12 @@ struct Service {
 
 impl Service {
     fn start(description: Value) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
         let state = Arc::new(Mutex::new(State {
             description: Some(description),
             seen: Vec::new(),
         }));
         let shared = Arc::clone(&state);
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                answer(stream, &shared);
-            }
-        });
+        let base = serve(move |stream| answer(stream, &shared));
         Service { base, state }
     }
 
@@ -112,7 +105,7 @@ impl Service {
 }
 
 fn answer(mut stream: TcpStream, state: &Mutex<State>) {
-    let Some((method, target, _body)) = read_request(&mut stream) else {
+    let Some(Request { method, target, .. }) = read_request(&mut stream) else {
         return;
     };
     let path = target.split('?').next().unwrap_or_default().to_owned();
@@ -128,12 +121,12 @@ fn answer(mut stream: TcpStream, state: &Mutex<State>) {
             (200, json!({"method": method, "path": path}).to_string())
         }
     };
-    let response = format!(
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{text}",
-        text.len()
+    reply(
+        &mut stream,
+        &format!("{status} X"),
+        "application/json",
+        &text,
     );
-    let _ = stream.write_all(response.as_bytes());
 }
 
 fn upstream(key: &str, source: &str, extra: &str) -> String {

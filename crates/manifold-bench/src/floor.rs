@@ -24,16 +24,25 @@ const IDLE: Duration = Duration::from_secs(120);
 
 /// Serves until killed (or `MAX_CONNECTIONS` connections).
 pub fn serve() -> Result<()> {
+    serve_each("floor", |_, body, out| respond(body, out))
+}
+
+/// What a server writes into `out` for one request: its request line and its body.
+pub type Respond = fn(&str, &[u8], &mut Vec<u8>);
+
+/// Listens on 127.0.0.1 (a port of the OS's choosing, found in /proc like any server's) and
+/// answers each request of each connection with `respond`, a thread per connection, until
+/// killed or `MAX_CONNECTIONS` connections: the host reconnects after idling, and the old
+/// connection may not be closed yet. `name` labels the threads and the errors.
+pub fn serve_each(name: &'static str, respond: Respond) -> Result<()> {
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot listen")?;
     for stream in listener.incoming().take(MAX_CONNECTIONS) {
         let stream = stream.context("accept failed")?;
-        // A thread per connection: the host reconnects after idling, and the old connection
-        // may not be closed yet.
         std::thread::Builder::new()
-            .name("floor-conn".into())
+            .name(format!("{name}-conn"))
             .spawn(move || {
-                if let Err(e) = connection(stream) {
-                    eprintln!("floor: {e:#}");
+                if let Err(e) = connection(stream, respond) {
+                    eprintln!("{name}: {e:#}");
                 }
             })
             .context("cannot start a connection thread")?;
@@ -41,7 +50,7 @@ pub fn serve() -> Result<()> {
     Ok(())
 }
 
-fn connection(stream: TcpStream) -> Result<()> {
+fn connection(stream: TcpStream, respond: Respond) -> Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(IDLE))?;
     let mut writer = stream.try_clone()?;
@@ -49,11 +58,11 @@ fn connection(stream: TcpStream) -> Result<()> {
     let (mut body, mut out) = (Vec::new(), Vec::new());
     for _ in 0..MAX_REQUESTS {
         body.clear();
-        if reader.read_request(&mut body)?.is_none() {
+        let Some(line) = reader.read_request(&mut body)? else {
             return Ok(());
-        }
+        };
         out.clear();
-        respond(&body, &mut out);
+        respond(&line, &body, &mut out);
         writer.write_all(&out)?;
     }
     Ok(())

@@ -7,19 +7,13 @@
 //! a thread per connection, and is ended by SIGTERM like the others.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::mcp;
 use crate::target::HttpReader;
-
-/// Connections accepted at most, and requests per connection: every loop is bounded.
-const MAX_CONNECTIONS: usize = 100_000;
-const MAX_REQUESTS: usize = 100_000_000;
-/// A connection with no request for this long is closed.
-const IDLE: Duration = Duration::from_secs(120);
+use crate::{floor, mcp};
 
 /// The service's OpenAPI description: one operation, `getItem`.
 pub const DESCRIPTION: &str = r##"{
@@ -50,39 +44,9 @@ pub const PATH: &str = "/items/7?verbose=true";
 /// The JSON body of every answer (the id is always 7 in the scenario).
 pub const ITEM: &str = r#"{"id":7,"name":"hammer","price":12.5,"tags":["tools","hand"]}"#;
 
-/// Serves until killed (or `MAX_CONNECTIONS` connections).
+/// Serves until killed (see [`floor::serve_each`]).
 pub fn serve() -> Result<()> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("cannot listen")?;
-    for stream in listener.incoming().take(MAX_CONNECTIONS) {
-        let stream = stream.context("accept failed")?;
-        std::thread::Builder::new()
-            .name("rest-conn".into())
-            .spawn(move || {
-                if let Err(e) = connection(stream) {
-                    eprintln!("rest: {e:#}");
-                }
-            })
-            .context("cannot start a connection thread")?;
-    }
-    Ok(())
-}
-
-fn connection(stream: TcpStream) -> Result<()> {
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(IDLE))?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = HttpReader::new(stream);
-    let (mut body, mut out) = (Vec::new(), Vec::new());
-    for _ in 0..MAX_REQUESTS {
-        body.clear();
-        let Some(line) = reader.read_request(&mut body)? else {
-            return Ok(());
-        };
-        out.clear();
-        respond(&line, &mut out);
-        writer.write_all(&out)?;
-    }
-    Ok(())
+    floor::serve_each("rest", |line, _, out| respond(line, out))
 }
 
 /// The item for `GET /items/7...`; 404 for anything else.

@@ -45,5 +45,6 @@ pub mod metrics;
 pub mod process;
 pub mod redis_server;
 pub mod requests;
+pub mod rest;
 pub mod skills;
 pub mod stdio;

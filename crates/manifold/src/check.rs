@@ -2,16 +2,18 @@
 //! every renamed, sanitized or shortened name (and, with `[pinning]`, every tool and prompt
 //! that differs from its pin), and fail on anything a user must fix, a held tool included.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use manifold_catalog::{Catalog, Item, Kind, NameOrigin, UpstreamState};
 use manifold_config::{CacheRule, CacheScope, UpstreamConfig};
 use manifold_core::cache;
 use manifold_protocol::version::Era;
 use manifold_protocol::RawObject;
-use manifold_upstream::UpstreamHandle;
+use manifold_upstream::{OpenApiReport, UpstreamHandle};
 
 use crate::{pin, run};
 
@@ -89,6 +91,11 @@ fn render(
     for (key, why) in skipped {
         let _ = writeln!(out, "  {key}: skipped ({why})");
     }
+    // The operation each OpenAPI tool makes, by upstream, for the tool lines.
+    let reports: HashMap<usize, Arc<OpenApiReport>> = handles
+        .iter()
+        .filter_map(|h| Some((h.index(), h.openapi_report()?)))
+        .collect();
     for kind in Kind::ALL {
         if kind == Kind::Skills {
             out.push_str(&skills::render(catalog));
@@ -104,9 +111,17 @@ fn render(
                 NameOrigin::Renamed => "  [renamed]",
             };
             let cached = cache_note(catalog, upstreams, kind, item);
+            let operation = match (kind, reports.get(&item.upstream)) {
+                (Kind::Tools, Some(report)) => report
+                    .operations
+                    .get(&item.original)
+                    .map(|op| format!("  [{op}]"))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "  {} -> {}:{}{note}{cached}",
+                "  {} -> {}:{}{note}{operation}{cached}",
                 item.exposed, defs[item.upstream].key, item.original
             );
         }

@@ -3,6 +3,7 @@
 //! filled it; the service receives that span's trace context.
 
 use super::*;
+use manifold_testkit::rest::{read_request, reply, serve};
 
 /// Each request's target and the `traceparent` it came with.
 type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
@@ -34,39 +35,23 @@ fn description() -> Value {
 
 impl Pets {
     fn start() -> Pets {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let keep = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                Pets::answer(stream, &keep);
-            }
-        });
-        Pets {
-            base: format!("http://127.0.0.1:{port}"),
-            port,
-            seen,
-        }
+        let base = serve(move |stream| Pets::answer(stream, &keep));
+        let port = base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap();
+        Pets { base, port, seen }
     }
 
     fn answer(mut stream: TcpStream, seen: &Mutex<Vec<(String, Option<String>)>>) {
-        let _ = stream.set_read_timeout(Some(WAIT));
-        let mut head = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-            }
-        }
-        let head = String::from_utf8_lossy(&head).into_owned();
-        let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
-        let traceparent = head.lines().find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("traceparent")
-                .then(|| value.trim().to_owned())
-        });
+        let Some(request) = read_request(&mut stream) else {
+            return;
+        };
+        let target = request.target.clone();
+        let traceparent = request.header("traceparent");
         let (status, text) = if target == "/openapi.json" {
             ("200 OK", description().to_string())
         } else if target.starts_with("/api/pets/404") {
@@ -75,12 +60,7 @@ impl Pets {
             ("200 OK", r#"{"name":"rex"}"#.to_owned())
         };
         seen.lock().unwrap().push((target, traceparent));
-        let response = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{text}",
-            text.len()
-        );
-        let _ = stream.write_all(response.as_bytes());
+        reply(&mut stream, status, "application/json", &text);
     }
 
     /// The `traceparent` the request for `target` came with.

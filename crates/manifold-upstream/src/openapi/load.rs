@@ -1,7 +1,7 @@
 //! Reading the description (a file, or a bounded HTTP fetch), its external `$ref`s fetched
 //! the same way, and the conversion into the tools the upstream serves.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
@@ -189,6 +189,8 @@ impl manifold_openapi::Fetch for Fetcher<'_> {
 /// load of the description (so that `check` fetches it once).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpenApiReport {
+    /// The operation each tool makes (`GET /pets/{petId}`), by the tool's name.
+    pub operations: BTreeMap<String, String>,
     /// The operations that did not become tools, each with why.
     pub skipped: Vec<(String, String)>,
     /// The security schemes the operations ask for that have no value in
@@ -201,6 +203,11 @@ impl Service {
     /// OAuth 2 schemes take (whether one can be had is the broker's to say).
     pub(crate) fn report(&self, token_source: bool) -> OpenApiReport {
         OpenApiReport {
+            operations: self
+                .tools
+                .iter()
+                .map(|op| (op.name.clone(), format!("{} {}", op.method, op.path)))
+                .collect(),
             skipped: self
                 .skipped
                 .iter()

@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use bytes::Bytes;
 use manifold_config::OpenApiConfig;
 use manifold_telemetry::trace::Carrier;
 use tokio::sync::mpsc;
@@ -34,7 +35,8 @@ pub(crate) use security::team_security;
 /// What reaches the upstream's thread: a line, with the trace context Manifold wrote into it
 /// (the parent of the call's HTTP request span), so that the line is not read for it again.
 pub(crate) struct Inbound {
-    line: Vec<u8>,
+    /// The line as the connection wrote it (shared, not copied).
+    line: Bytes,
     trace: Option<Carrier>,
 }
 
@@ -47,7 +49,7 @@ impl Wire for OpenApiWire {
     fn send(&self, msg: Outbound) -> Result<(), WriteError> {
         let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         let inbound = Inbound {
-            line: msg.line.to_vec(),
+            line: msg.line,
             trace: msg.trace,
         };
         match tx.as_ref().map(|tx| tx.send(inbound)) {
