@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,8 @@ class Console:
     listen: str
     victim_pid_file: Path
     log: Path
+    #: The configuration file it serves (a test may change it and reload).
+    config: Path
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.admin}{path}"
@@ -92,33 +95,64 @@ def _wait_for(proc: subprocess.Popen, pattern: str, log: Path) -> str:
     raise AssertionError(f"manifold did not start:\n{log.read_text(errors='replace')[-4000:]}")
 
 
-@pytest.fixture
-def console() -> Iterator[Console]:
-    """`manifold serve` on free loopback ports (host listener and admin address) with the
-    console's config; stopped afterwards, its log printed (pytest shows it on a failure)."""
+@contextmanager
+def launch(config_text: str, tmp: Path, *, victim_pid_file: Path | None = None) -> Iterator[Console]:
+    """`manifold serve` on free loopback ports (host listener and admin address) with
+    `config_text` written to `tmp/manifold.toml`; stopped afterwards, its log printed (pytest
+    shows it on a failure). Tests with a config of their own start it with this."""
     bin_ = manifold_bin()
     if not os.access(bin_, os.X_OK) or not os.access(fixture_bin(), os.X_OK):
         pytest.fail(f"{bin_} or {fixture_bin()} is missing (cargo build --workspace)", pytrace=False)
+    config = tmp / "manifold.toml"
+    config.write_text(config_text)
+    log = tmp / "manifold.stderr"
+    proc = subprocess.Popen(
+        [str(bin_), "serve", "--config", str(config), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        cwd=str(REPO),
+        env={**os.environ, "MANIFOLD_LOG": "info"},
+    )
+    try:
+        admin = _wait_for(proc, r"admin listening on 127\.0\.0\.1:(\d+)", log)
+        listen = _wait_for(proc, r"(?<!admin )listening on 127\.0\.0\.1:(\d+)", log)
+        yield Console(
+            admin=admin,
+            listen=listen,
+            victim_pid_file=victim_pid_file or tmp / "victim.pids",
+            log=log,
+            config=config,
+        )
+    finally:
+        _stop(proc)
+        print(f"--- manifold stderr ---\n{log.read_text(errors='replace')[-6000:]}", file=sys.stderr)
+
+
+@pytest.fixture
+def console() -> Iterator[Console]:
+    """Manifold with the console's config (`console_config`)."""
     with tempfile.TemporaryDirectory(prefix="manifold-console-") as tmp:
         pid_file = Path(tmp) / "victim.pids"
-        config = Path(tmp) / "manifold.toml"
-        config.write_text(console_config(pid_file))
-        log = Path(tmp) / "manifold.stderr"
-        proc = subprocess.Popen(
-            [str(bin_), "serve", "--config", str(config), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-            cwd=str(REPO),
-            env={**os.environ, "MANIFOLD_LOG": "info"},
-        )
-        try:
-            admin = _wait_for(proc, r"admin listening on 127\.0\.0\.1:(\d+)", log)
-            listen = _wait_for(proc, r"(?<!admin )listening on 127\.0\.0\.1:(\d+)", log)
-            yield Console(admin=admin, listen=listen, victim_pid_file=pid_file, log=log)
-        finally:
-            _stop(proc)
-            print(f"--- manifold stderr ---\n{log.read_text(errors='replace')[-6000:]}", file=sys.stderr)
+        with launch(console_config(pid_file), Path(tmp), victim_pid_file=pid_file) as running:
+            yield running
+
+
+def log_in(driver, console: Console) -> None:
+    """Logs the browser in through the login form with the admin token."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(console.url("/console/login"))
+    driver.find_element(By.ID, "token").send_keys(ADMIN_TOKEN)
+    driver.find_element(By.CSS_SELECTOR, "form.login button[type=submit]").click()
+    wait_until(driver, lambda d: d.find_elements(By.ID, "upstreams"))
+
+
+def wait_until(driver, condition, timeout: float = PAGE_TIMEOUT_S):
+    """Waits (bounded) until `condition(driver)` is truthy and returns it."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
 
 
 def _chromium_options(profile: str):

@@ -13,17 +13,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from console import ADMIN_TOKEN, PAGE_TIMEOUT_S, Console, browser, console  # noqa: F401
+from console import PAGE_TIMEOUT_S, browser, console, log_in  # noqa: F401
 
 #: Longest the overview may take to show an upstream in a new state (over refreshes).
 STATE_TIMEOUT_S = 30.0
-
-
-def log_in(driver, c: Console) -> None:
-    driver.get(c.url("/console/login"))
-    driver.find_element(By.ID, "token").send_keys(ADMIN_TOKEN)
-    driver.find_element(By.CSS_SELECTOR, "form.login button[type=submit]").click()
-    WebDriverWait(driver, PAGE_TIMEOUT_S).until(EC.presence_of_element_located((By.ID, "upstreams")))
 
 
 def state_of(driver, upstream: str) -> str:

@@ -106,8 +106,9 @@ pub fn serve(
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let metrics = MetricsAccess::on_admin(router.settings());
     let token = router.settings().metrics_token;
+    let console =
+        crate::console::Console::data(Arc::clone(&router), reload.clone(), consents.clone());
     let connections = consents.map(|c| AdminConsents::new(c, token));
-    let console = crate::console::Console::data(Arc::clone(&router));
     let admin = web::Data::new(Admin {
         router,
         drain: Arc::clone(drain),

@@ -21,6 +21,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use manifold_config::KeyHash;
 use manifold_core::router::Router;
 
+use crate::admin::ReloadHook;
+use crate::credentials::Consents;
 use logins::{same_secret, Logins, COOKIE};
 use page::{escape, html, nav, page, see_other};
 
@@ -39,15 +41,27 @@ pub(crate) struct Console {
     /// `server.metrics_token`; `None`: the console is not served.
     token: Option<KeyHash>,
     logins: Logins,
+    /// Loads the configuration again, as `POST /reload` does.
+    #[allow(dead_code)] // The configuration page's reload button calls it.
+    reload: Option<ReloadHook>,
+    /// The connections to per-user upstreams, with the credential broker.
+    #[allow(dead_code)] // The connections page lists and revokes them.
+    consents: Option<Arc<dyn Consents>>,
 }
 
 impl Console {
-    pub(crate) fn data(router: Arc<Router>) -> web::Data<Console> {
+    pub(crate) fn data(
+        router: Arc<Router>,
+        reload: Option<ReloadHook>,
+        consents: Option<Arc<dyn Consents>>,
+    ) -> web::Data<Console> {
         let token = router.settings().metrics_token;
         web::Data::new(Console {
             router,
             token,
             logins: Logins::default(),
+            reload,
+            consents,
         })
     }
 }
@@ -174,19 +188,29 @@ fn csrf_of(access: &Access) -> Option<&str> {
     }
 }
 
-async fn overview_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
-    let access = match access(&req, &console) {
+/// A page for a logged-in request (else the login page): `body` gets the login's CSRF token
+/// (`None` for a bearer token) for the page's forms. `refresh`: seconds between reloads by
+/// the embedded script, 0 for none.
+fn logged_in_page(
+    req: &HttpRequest,
+    console: &Console,
+    title: &str,
+    refresh: u32,
+    body: impl FnOnce(Option<&str>) -> String,
+) -> HttpResponse {
+    let access = match access(req, console) {
         Ok(access) => access,
         Err(refusal) => return refused_page(refusal),
     };
-    let body = overview::body(&console.router);
-    let text = page(
-        "Overview",
-        &nav(csrf_of(&access)),
-        &body,
-        OVERVIEW_REFRESH_SECONDS,
-    );
+    let csrf = csrf_of(&access);
+    let text = page(title, &nav(csrf), &body(csrf), refresh);
     html(HttpResponse::Ok(), text)
+}
+
+async fn overview_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
+    logged_in_page(&req, &console, "Overview", OVERVIEW_REFRESH_SECONDS, |_| {
+        overview::body(&console.router)
+    })
 }
 
 fn login_form(notice: Option<&str>) -> String {

@@ -52,17 +52,32 @@ pub(super) fn fill(template: &str, values: &[(&str, &str)]) -> String {
 /// What the header of a page shows once logged in: the pages, and a logout form carrying
 /// the login's CSRF token.
 pub(super) fn nav(csrf: Option<&str>) -> String {
-    let Some(csrf) = csrf else {
-        return String::new();
-    };
-    format!(
-        "<nav><a href=\"/console/\">Overview</a></nav>\n\
-         <form method=\"post\" action=\"/console/logout\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <button type=\"submit\" id=\"logout\">Log out</button></form>",
-        escape(csrf)
-    )
+    let links: String = PAGES
+        .iter()
+        .map(|(href, name)| format!("<a href=\"{href}\">{name}</a>"))
+        .collect();
+    // A bearer token needs no logout: only a login's cookie has something to end.
+    let logout = csrf.map_or_else(String::new, |csrf| {
+        format!(
+            "<form method=\"post\" action=\"/console/logout\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <button type=\"submit\" id=\"logout\">Log out</button></form>",
+            escape(csrf)
+        )
+    });
+    format!("<nav>{links}</nav>\n{logout}")
 }
+
+/// The console's pages, in the order the navigation lists them.
+const PAGES: &[(&str, &str)] = &[
+    ("/console/", "Overview"),
+    ("/console/catalog", "Catalog"),
+    ("/console/try", "Try a tool"),
+    ("/console/teams", "Teams"),
+    ("/console/connections", "Connections"),
+    ("/console/calls", "Live calls"),
+    ("/console/config", "Configuration"),
+];
 
 /// A whole page. `refresh` is how often, in seconds, the embedded script reloads it (0:
 /// never, and the script is left out).
