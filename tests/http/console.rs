@@ -124,8 +124,30 @@ fn the_admin_token_as_bearer_or_a_login_shows_the_overview() {
         .find(|l| l.contains("data-upstream=\"alpha\""))
         .expect("alpha's row");
     assert!(
-        alpha.ends_with("<td class=\"num\">2</td><td class=\"num\">1</td></tr>"),
+        alpha.contains("<td class=\"num\">2</td><td class=\"num\">1</td>"),
         "two calls, one error: {alpha}"
+    );
+    // Their latency over the last minutes, and the chart's one point so far.
+    for quantile in ["p50", "p95"] {
+        let cell = format!("<td class=\"num {quantile}\">");
+        let at = alpha.find(&cell).expect(quantile) + cell.len();
+        let value = alpha[at..].split('<').next().unwrap();
+        assert!(
+            value.ends_with(" ms") || value.ends_with(" µs") || value.ends_with(" s"),
+            "{quantile}: {alpha}"
+        );
+    }
+    assert!(
+        alpha.contains("<svg class=\"latency-chart\"") && alpha.contains("data-points=\"1\""),
+        "{alpha}"
+    );
+    let broken = page
+        .lines()
+        .find(|l| l.contains("data-upstream=\"broken\""))
+        .expect("broken's row");
+    assert!(
+        broken.contains("<td class=\"num p50\"></td>"),
+        "no calls: {broken}"
     );
     assert!(page.contains("data-upstream=\"broken\""), "{page}");
     assert!(page.contains("state-down\">down"), "{page}");

@@ -134,6 +134,23 @@ pub struct ServerSettings {
     /// Whether the config file (and the files it names: the pinning lock file, the TLS
     /// certificate and key) is watched, and loaded again when it changes.
     pub watch_config: bool,
+    /// The web console's OpenID Connect login (`[server.console]`); `None`: the admin token
+    /// is the only way in.
+    pub console: Option<ConsoleLogin>,
+}
+
+/// `[server.console]`: operators sign in to the web console at the `[auth.jwt]` issuer with
+/// Manifold's console client; an ID token whose `admin_claim` (a string, or an array of
+/// strings) holds `admin_value` opens a console login.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConsoleLogin {
+    pub client_id: String,
+    pub client_secret: Option<Secret>,
+    pub admin_claim: String,
+    pub admin_value: String,
+    /// The admin address as browsers reach it (the issuer sends them back there); `None`:
+    /// the address the browser used.
+    pub public_url: Option<String>,
 }
 
 /// A secret key, at least [`StateKey::MIN_LEN`] bytes; its `Debug` shows none of it.

@@ -160,6 +160,7 @@ fn server_changes(old: &ServerSettings, new: &ServerSettings, out: &mut Vec<Stri
         old.request_state_key != new.request_state_key,
     );
     differs("watch_config", old.watch_config != new.watch_config);
+    differs("console", old.console != new.console);
     let (o, n) = (&old.http, &new.http);
     differs("listen", o.listen != n.listen);
     differs("allow_remote", o.allow_remote != n.allow_remote);

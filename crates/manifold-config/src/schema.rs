@@ -38,6 +38,7 @@ pub(crate) struct RawServer {
     pub(crate) metrics_token: Option<String>,
     pub(crate) team: Option<String>,
     pub(crate) tls: Option<RawTls>,
+    pub(crate) console: Option<RawConsole>,
     pub(crate) request_state_key: Option<String>,
     pub(crate) watch_config: Option<bool>,
 }
@@ -49,6 +50,17 @@ pub(crate) struct RawServer {
 pub(crate) struct RawTls {
     pub(crate) cert: String,
     pub(crate) key: String,
+}
+
+/// `[server.console]`: the web console's OpenID Connect login.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawConsole {
+    pub(crate) login_client_id: String,
+    pub(crate) login_client_secret: Option<String>,
+    pub(crate) admin_claim: String,
+    pub(crate) admin_value: String,
+    pub(crate) public_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

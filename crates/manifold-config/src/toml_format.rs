@@ -77,6 +77,7 @@ pub(crate) fn parse(ctx: &Ctx<'_>, text: &str) -> Result<Config, ConfigError> {
     let limits = policy::limits(ctx, raw.limits)?;
     validate::check_listen(ctx, &server.http, policy::auth_required(&auth, &teams))?;
     validate::check_team(ctx, &server, &teams)?;
+    validate::check_console(ctx, &server, &auth)?;
     let cache = cache::settings(ctx, raw.cache)?;
     cache::check(ctx, &cache, &upstreams)?;
     let pinning = pinning::settings(ctx, raw.pinning)?;

@@ -136,12 +136,76 @@ pub(crate) fn server(ctx: &Ctx<'_>, raw: RawServer) -> Result<ServerSettings, Co
             .transpose()?,
         team: raw.team.clone(),
         watch_config: raw.watch_config.unwrap_or(false),
+        console: raw
+            .console
+            .as_ref()
+            .map(|c| console_login(ctx, c))
+            .transpose()?,
         request_state_key: raw
             .request_state_key
             .as_deref()
             .map(|k| state_key(ctx, k))
             .transpose()?,
     })
+}
+
+/// `[server.console]`, interpolated; the claim and its value must name something.
+fn console_login(
+    ctx: &Ctx<'_>,
+    raw: &crate::schema::RawConsole,
+) -> Result<crate::ConsoleLogin, ConfigError> {
+    let key = |name: &str| format!("server.console.{name}");
+    for (name, value) in [
+        ("login_client_id", &raw.login_client_id),
+        ("admin_claim", &raw.admin_claim),
+        ("admin_value", &raw.admin_value),
+    ] {
+        if value.trim().is_empty() {
+            return Err(ctx.err(key(name), "must not be empty"));
+        }
+    }
+    let public_url = raw
+        .public_url
+        .as_deref()
+        .map(|u| ctx.interpolate(&key("public_url"), u))
+        .transpose()?;
+    if let Some(url) = &public_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(ctx.err(
+                key("public_url"),
+                format!("{url:?} is not an http:// or https:// URL"),
+            ));
+        }
+    }
+    Ok(crate::ConsoleLogin {
+        client_id: ctx.interpolate(&key("login_client_id"), &raw.login_client_id)?,
+        client_secret: raw
+            .login_client_secret
+            .as_deref()
+            .map(|v| {
+                ctx.interpolate(&key("login_client_secret"), v)
+                    .map(crate::Secret::new)
+            })
+            .transpose()?,
+        admin_claim: raw.admin_claim.clone(),
+        admin_value: raw.admin_value.clone(),
+        public_url,
+    })
+}
+
+/// `[server.console]` signs operators in at `[auth.jwt]`'s issuer: without it there is none.
+pub(crate) fn check_console(
+    ctx: &Ctx<'_>,
+    server: &ServerSettings,
+    auth: &crate::AuthConfig,
+) -> Result<(), ConfigError> {
+    if server.console.is_some() && auth.jwt.is_none() {
+        return Err(ctx.err(
+            "server.console",
+            "the console's OpenID Connect login needs [auth.jwt]: its issuer is where operators sign in",
+        ));
+    }
+    Ok(())
 }
 
 /// `server.request_state_key`: usually `${ENV}`, at least 32 bytes once interpolated.

@@ -14,7 +14,7 @@
 //! and who the browser user is.
 
 mod admin;
-mod login;
+pub(crate) mod login;
 mod page;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -170,7 +170,7 @@ async fn connect(
     match pages.proof_for(&pending) {
         Proof::Nothing => authorize(&pages, &id, &pending.owner, StatusCode::FOUND).await,
         Proof::Login => match &pages.login {
-            Some(login) => login.start(&req, &id).await,
+            Some(login) => login.start(&req, &id, "/oauth/login/callback").await,
             None => page::unusable(),
         },
         Proof::Key => page::key_form(StatusCode::OK, &pending.upstream, None),

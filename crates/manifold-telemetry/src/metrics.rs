@@ -113,11 +113,14 @@ pub struct OpLabels {
     pub outcome: Outcome,
 }
 
-/// Tool calls sent to one upstream, and those of them that failed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Tool calls sent to one upstream, those of them that failed, and how long they took.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallCounts {
     pub calls: u64,
     pub errors: u64,
+    /// Calls that took at most each of [`OPERATION_BUCKETS`] (cumulative), then all of
+    /// them; empty before the first call.
+    pub durations: Vec<u64>,
 }
 
 /// Counters of one upstream, shared by all its connections (a restart or a session's own
@@ -416,8 +419,9 @@ impl Metrics {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    /// Tool calls sent to each upstream and how many of them failed (any outcome but `ok`),
-    /// by upstream key, over the process's life: what the console's overview shows.
+    /// Tool calls sent to each upstream, how many of them failed (any outcome but `ok`) and
+    /// their durations, by upstream key, over the process's life: what the console's
+    /// overview shows.
     pub fn upstream_calls(&self) -> BTreeMap<Arc<str>, CallCounts> {
         let mut by_upstream: BTreeMap<Arc<str>, CallCounts> = BTreeMap::new();
         for (labels, histogram) in self.client_ops.series() {
@@ -427,11 +431,18 @@ impl Metrics {
             if labels.method != "tools/call" {
                 continue;
             }
-            let n = histogram.snapshot().cumulative.last().copied().unwrap_or(0);
+            let snapshot = histogram.snapshot();
+            let n = snapshot.cumulative.last().copied().unwrap_or(0);
             let counts = by_upstream.entry(upstream).or_default();
             counts.calls += n;
             if labels.outcome.is_error() {
                 counts.errors += n;
+            }
+            if counts.durations.len() < snapshot.cumulative.len() {
+                counts.durations.resize(snapshot.cumulative.len(), 0);
+            }
+            for (sum, n) in counts.durations.iter_mut().zip(&snapshot.cumulative) {
+                *sum += n;
             }
         }
         by_upstream

@@ -298,7 +298,14 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
         // Begun only by a signal while serving HTTP; the admin address's /readyz reads it too.
         let drain = Drain::new();
         let admin = match config.server.admin {
-            Some(addr) => Some(serve_admin(&router, addr, &drain, &asks, consents.clone())?),
+            Some(addr) => Some(serve_admin(
+                &router,
+                addr,
+                &drain,
+                &asks,
+                consents.clone(),
+                config.auth.jwt.clone(),
+            )?),
             None => None,
         };
         let served = match (http, auth) {
@@ -406,11 +413,13 @@ fn serve_admin(
     drain: &Arc<Drain>,
     asks: &tokio::sync::mpsc::UnboundedSender<reload::Ask>,
     consents: Option<Arc<crate::credentials::BrokerConsents>>,
+    jwt: Option<manifold_config::JwtConfig>,
 ) -> anyhow::Result<actix_web::dev::ServerHandle> {
     let hook = reload::admin_hook(asks.clone());
     let consents = consents.map(|c| c as Arc<dyn http::credentials::Consents>);
-    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain, Some(hook), consents)
-        .with_context(|| format!("cannot listen on {addr} (admin)"))?;
+    let (server, bound) =
+        http::serve_admin(Arc::clone(router), addr, drain, Some(hook), consents, jwt)
+            .with_context(|| format!("cannot listen on {addr} (admin)"))?;
     tracing::info!(
         "admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz, POST /reload"
     );

@@ -174,6 +174,32 @@ fn tls_needs_both_files_and_nothing_else() {
 }
 
 #[test]
+fn the_console_s_sign_in_needs_an_issuer_and_an_admin_claim() {
+    let console = "[server.console]\nlogin_client_id = \"c\"\nadmin_claim = \"roles\"\n\
+                   admin_value = \"admin\"\n";
+    let (key, problem) = toml_err(console);
+    assert_eq!(key, "server.console");
+    assert!(problem.contains("[auth.jwt]"), "{problem}");
+    let (key, problem) =
+        toml_err("[server.console]\nlogin_client_id = \"c\"\nadmin_claim = \"roles\"\n");
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("server.console.admin_value", "required key is missing")
+    );
+    let (key, problem) = toml_err(&console.replace("\"roles\"", "\" \""));
+    assert_eq!(
+        (key.as_str(), problem.as_str()),
+        ("server.console.admin_claim", "must not be empty")
+    );
+    let with_jwt = format!(
+        "{console}public_url = \"admin.example\"\n\n[auth.jwt]\nissuer = \"https://idp\"\n\
+         audience = \"a\"\njwks_url = \"https://idp/jwks\"\n"
+    );
+    let (key, _) = toml_err(&with_jwt);
+    assert_eq!(key, "server.console.public_url");
+}
+
+#[test]
 fn unknown_keys_are_named_with_their_path() {
     let (key, problem) = toml_err("[upstreams.time]\ncomand = \"x\"\n");
     assert_eq!(key, "upstreams.time.comand");

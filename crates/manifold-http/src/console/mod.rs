@@ -8,7 +8,9 @@
 //! Without `server.metrics_token` the console is not served: the token is what makes it
 //! authenticated.
 
+mod latency;
 mod logins;
+mod oidc;
 mod overview;
 mod page;
 
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use actix_web::http::header;
 use actix_web::middleware::DefaultHeaders;
 use actix_web::{web, HttpRequest, HttpResponse};
-use manifold_config::KeyHash;
+use manifold_config::{JwtConfig, KeyHash};
 use manifold_core::router::Router;
 
 use crate::admin::ReloadHook;
@@ -41,6 +43,10 @@ pub(crate) struct Console {
     /// `server.metrics_token`; `None`: the console is not served.
     token: Option<KeyHash>,
     logins: Logins,
+    /// Signing in at the `[auth.jwt]` issuer, with `[server.console]`.
+    oidc: Option<crate::credentials::login::Login>,
+    /// Recent samples of each upstream's call durations, for the overview's latency.
+    latency: latency::History,
     /// Loads the configuration again, as `POST /reload` does.
     #[allow(dead_code)] // The configuration page's reload button calls it.
     reload: Option<ReloadHook>,
@@ -54,15 +60,49 @@ impl Console {
         router: Arc<Router>,
         reload: Option<ReloadHook>,
         consents: Option<Arc<dyn Consents>>,
+        jwt: Option<&JwtConfig>,
     ) -> web::Data<Console> {
         let token = router.settings().metrics_token;
-        web::Data::new(Console {
+        let oidc = oidc::login(router.settings().console.as_ref(), jwt);
+        let console = web::Data::new(Console {
             router,
             token,
             logins: Logins::default(),
+            oidc,
+            latency: latency::History::default(),
             reload,
             consents,
-        })
+        });
+        overview::sample(&console.latency);
+        if console.served() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(sample_latency(Arc::downgrade(
+                    &console.clone().into_inner(),
+                )));
+            }
+        }
+        console
+    }
+}
+
+impl Console {
+    /// Whether there is a way in: the admin token, or the issuer's sign-in.
+    fn served(&self) -> bool {
+        self.token.is_some() || self.oidc.is_some()
+    }
+}
+
+/// Samples call durations every step while the console is served (its data lives): the
+/// overview's latency covers the minutes before anyone opened it.
+async fn sample_latency(console: std::sync::Weak<Console>) {
+    let mut every = tokio::time::interval(latency::STEP);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(console) = console.upgrade() else {
+            return;
+        };
+        overview::sample(&console.latency);
     }
 }
 
@@ -85,6 +125,11 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             .route("/", web::get().to(overview_page))
             .route("/login", web::get().to(login_page))
             .route("/login", web::post().to(log_in))
+            .route("/login/oidc", web::get().to(oidc::start))
+            .route(
+                oidc::CALLBACK.trim_start_matches("/console"),
+                web::get().to(oidc::callback),
+            )
             .route("/logout", web::post().to(log_out))
             .route("/assets/console.css", web::get().to(stylesheet))
             .route("/assets/refresh.js", web::get().to(script))
@@ -110,9 +155,9 @@ enum Refusal {
 }
 
 fn access(req: &HttpRequest, console: &Console) -> Result<Access, Refusal> {
-    let Some(token) = &console.token else {
+    if !console.served() {
         return Err(Refusal::NoToken);
-    };
+    }
     let bearer = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -120,10 +165,9 @@ fn access(req: &HttpRequest, console: &Console) -> Result<Access, Refusal> {
         .and_then(|v| v.strip_prefix("Bearer "));
     if let Some(bearer) = bearer {
         // A wrong bearer token is not rescued by a cookie: the caller said who it is.
-        return if KeyHash::of(bearer.trim()) == *token {
-            Ok(Access::Bearer)
-        } else {
-            Err(Refusal::LoggedOut)
+        return match &console.token {
+            Some(token) if KeyHash::of(bearer.trim()) == *token => Ok(Access::Bearer),
+            _ => Err(Refusal::LoggedOut),
         };
     }
     let session = logins::session_cookie(req);
@@ -150,7 +194,7 @@ fn refused_page(refusal: Refusal) -> HttpResponse {
 fn no_console() -> HttpResponse {
     HttpResponse::NotFound()
         .content_type("text/plain; charset=utf-8")
-        .body("the console is served only with server.metrics_token set: it is the admin token the console asks for\n")
+        .body("the console is served only with server.metrics_token (the admin token it asks for) or [server.console] (a sign-in at the [auth.jwt] issuer) set\n")
 }
 
 fn forbidden(why: &str) -> HttpResponse {
@@ -209,15 +253,23 @@ fn logged_in_page(
 
 async fn overview_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
     logged_in_page(&req, &console, "Overview", OVERVIEW_REFRESH_SECONDS, |_| {
-        overview::body(&console.router)
+        overview::sample(&console.latency);
+        overview::body(&console.router, &console.latency)
     })
 }
 
-fn login_form(notice: Option<&str>) -> String {
+/// The login page; `oidc`: with the link that signs in at the issuer.
+fn login_form(notice: Option<&str>, oidc: bool) -> String {
     let notice = notice.map_or_else(String::new, |n| {
         format!("<p class=\"notice\">{}</p>", escape(n))
     });
-    let body = page::fill(page::LOGIN, &[("notice", &notice)]);
+    let oidc = if oidc {
+        "<p class=\"oidc\"><a id=\"oidc-login\" href=\"/console/login/oidc\">Sign in with your \
+         identity provider</a></p>"
+    } else {
+        ""
+    };
+    let body = page::fill(page::LOGIN, &[("notice", &notice), ("oidc", oidc)]);
     page("Log in", "", &body, 0)
 }
 
@@ -225,7 +277,9 @@ async fn login_page(req: HttpRequest, console: web::Data<Console>) -> HttpRespon
     match access(&req, &console) {
         Ok(_) => see_other("/console/"),
         Err(Refusal::NoToken) => no_console(),
-        Err(Refusal::LoggedOut) => html(HttpResponse::Ok(), login_form(None)),
+        Err(Refusal::LoggedOut) => {
+            html(HttpResponse::Ok(), login_form(None, console.oidc.is_some()))
+        }
     }
 }
 
@@ -236,14 +290,27 @@ async fn log_in(
     form: Option<web::Form<HashMap<String, String>>>,
 ) -> HttpResponse {
     let form = form.map(web::Form::into_inner).unwrap_or_default();
-    let Some(token) = &console.token else {
+    if !console.served() {
         return no_console();
+    }
+    let Some(token) = &console.token else {
+        let text = login_form(
+            Some("No admin token is configured: sign in with your identity provider."),
+            true,
+        );
+        return html(HttpResponse::Unauthorized(), text);
     };
     let presented = form.get("token").map(|t| t.trim()).unwrap_or("");
     if KeyHash::of(presented) != *token {
-        let text = login_form(Some("That is not the admin token."));
+        let text = login_form(Some("That is not the admin token."), console.oidc.is_some());
         return html(HttpResponse::Unauthorized(), text);
     }
+    open_login(&console)
+}
+
+/// Opens a login (the admin token or the issuer said who it is): its cookie, and on to the
+/// overview.
+fn open_login(console: &Console) -> HttpResponse {
     let Some((session, _csrf)) = console.logins.open() else {
         return HttpResponse::InternalServerError()
             .content_type("text/plain; charset=utf-8")

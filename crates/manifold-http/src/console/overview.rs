@@ -8,6 +8,9 @@ use manifold_telemetry::metrics;
 use manifold_telemetry::metrics::CallCounts;
 use manifold_upstream::BreakerState;
 
+use std::time::Instant;
+
+use super::latency::{self, History, Latency};
 use super::page::{escape, fill, OVERVIEW};
 
 /// One upstream as the overview shows it.
@@ -23,11 +26,12 @@ struct Row {
     restarts: u64,
     breaker: String,
     calls: CallCounts,
+    latency: Latency,
 }
 
 /// The body of the overview page.
-pub(super) fn body(router: &Router) -> String {
-    let rows = rows(router);
+pub(super) fn body(router: &Router, history: &History) -> String {
+    let rows = rows(router, history);
     let up = rows.iter().filter(|r| r.state == "up").count();
     let html: String = rows.iter().map(row_html).collect();
     fill(
@@ -40,10 +44,21 @@ pub(super) fn body(router: &Router) -> String {
     )
 }
 
-fn rows(router: &Router) -> Vec<Row> {
+/// Samples every upstream's call durations into `history` when a sample is due.
+pub(super) fn sample(history: &History) {
+    let counts = metrics()
+        .upstream_calls()
+        .into_iter()
+        .map(|(key, calls)| (key, calls.durations))
+        .collect();
+    history.sample(Instant::now(), counts);
+}
+
+fn rows(router: &Router, history: &History) -> Vec<Row> {
     let catalog = router.hub().catalog();
     let handles = router.upstreams();
     let calls = metrics().upstream_calls();
+    let now = Instant::now();
     let mut rows = Vec::new();
     for (i, def) in catalog.defs().iter().enumerate() {
         if def.retired {
@@ -67,7 +82,13 @@ fn rows(router: &Router) -> Vec<Row> {
             transport: handle.map_or("", |h| h.transport()),
             restarts: metrics().upstream_restarts(&def.key),
             breaker: handle.map_or_else(String::new, |h| breaker_text(&h.breaker())),
-            calls: calls.get(def.key.as_str()).copied().unwrap_or_default(),
+            latency: {
+                let durations = calls
+                    .get(def.key.as_str())
+                    .map_or(&[][..], |c| &c.durations);
+                history.latency(&def.key, now, durations)
+            },
+            calls: calls.get(def.key.as_str()).cloned().unwrap_or_default(),
         });
     }
     rows
@@ -90,7 +111,9 @@ fn row_html(r: &Row) -> String {
          <td><span class=\"state state-{state}\">{state}</span>{why}</td>\
          <td>{era}</td><td>{version}</td><td>{transport}</td>\
          <td class=\"num\">{restarts}</td><td>{breaker}</td>\
-         <td class=\"num\">{calls}</td><td class=\"num\">{errors}</td></tr>\n",
+         <td class=\"num\">{calls}</td><td class=\"num\">{errors}</td>\
+         <td class=\"num p50\">{p50}</td><td class=\"num p95\">{p95}</td>\
+         <td class=\"chart\">{chart}</td></tr>\n",
         key = escape(&r.key),
         state = r.state,
         era = r.era,
@@ -100,5 +123,8 @@ fn row_html(r: &Row) -> String {
         breaker = escape(&r.breaker),
         calls = r.calls.calls,
         errors = r.calls.errors,
+        p50 = r.latency.p50.map_or_else(String::new, latency::human),
+        p95 = r.latency.p95.map_or_else(String::new, latency::human),
+        chart = r.latency.chart,
     )
 }

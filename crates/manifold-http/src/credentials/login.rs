@@ -45,7 +45,7 @@ pub struct LoginSettings {
     pub ttl: Duration,
 }
 
-pub(super) struct Login {
+pub(crate) struct Login {
     settings: LoginSettings,
     http: Option<reqwest::Client>,
     /// The issuer's endpoints and the ID token checks, once discovered.
@@ -61,8 +61,10 @@ struct Issuer {
 }
 
 /// One login in progress.
-struct Started {
-    consent: String,
+pub(crate) struct Started {
+    /// What the login is for: the consent it proves its owner for (the console's login
+    /// keeps nothing here).
+    pub(crate) then: String,
     nonce: String,
     verifier: String,
     redirect_uri: String,
@@ -70,7 +72,7 @@ struct Started {
 }
 
 impl Login {
-    pub(super) fn new(settings: LoginSettings) -> Self {
+    pub(crate) fn new(settings: LoginSettings) -> Self {
         let http = reqwest::Client::builder()
             .user_agent(concat!("manifold/", env!("CARGO_PKG_VERSION")))
             .timeout(settings.timeout)
@@ -86,8 +88,14 @@ impl Login {
         }
     }
 
-    /// Sends the browser to the issuer to sign in, for the consent `consent`.
-    pub(super) async fn start(&self, req: &HttpRequest, consent: &str) -> HttpResponse {
+    /// Sends the browser to the issuer to sign in, for `then` (what the callback at path
+    /// `callback` does once the user signed in).
+    pub(crate) async fn start(
+        &self,
+        req: &HttpRequest,
+        then: &str,
+        callback: &str,
+    ) -> HttpResponse {
         let issuer = match self.issuer().await {
             Ok(issuer) => issuer,
             Err(why) => return unavailable(&why),
@@ -102,7 +110,7 @@ impl Login {
             .public_url
             .clone()
             .unwrap_or_else(|| crate::base_url(req));
-        let redirect_uri = format!("{}/oauth/login/callback", base.trim_end_matches('/'));
+        let redirect_uri = format!("{}{callback}", base.trim_end_matches('/'));
         let url = with_query(
             &issuer.authorization_endpoint,
             &[
@@ -119,7 +127,7 @@ impl Login {
         self.keep(
             state,
             Started {
-                consent: consent.to_owned(),
+                then: then.to_owned(),
                 nonce,
                 verifier,
                 redirect_uri,
@@ -144,7 +152,7 @@ impl Login {
     }
 
     /// The login `state` started, once: a second callback with it finds nothing.
-    fn take(&self, state: &str) -> Option<Started> {
+    pub(crate) fn take(&self, state: &str) -> Option<Started> {
         let started = self.started.lock().ok()?.remove(state)?;
         (started.at.elapsed() < self.settings.ttl).then_some(started)
     }
@@ -227,8 +235,13 @@ impl Login {
         serde_json::from_slice(&body).map_err(|_| "the issuer's answer is not a JSON object".into())
     }
 
-    /// Redeems the code for an ID token and checks it: who signed in, as (team, principal).
-    async fn signed_in(&self, code: &str, started: &Started) -> Result<Owner, String> {
+    /// Redeems the code for an ID token and checks it: who signed in, with the team its
+    /// claim selects.
+    pub(crate) async fn signed_in(
+        &self,
+        code: &str,
+        started: &Started,
+    ) -> Result<manifold_policy::Principal, String> {
         let issuer = self.issuer().await?;
         let mut form = vec![
             ("grant_type", "authorization_code"),
@@ -254,16 +267,16 @@ impl Login {
         if nonce_of(id_token).as_deref() != Some(started.nonce.as_str()) {
             return Err("the ID token's nonce is not this login's".into());
         }
-        Ok(Owner::caller(&principal.team, &principal.id))
+        Ok(principal)
     }
 }
 
 /// What the issuer sends the browser back with.
 #[derive(serde::Deserialize)]
-pub(super) struct Answer {
-    state: Option<String>,
-    code: Option<String>,
-    error: Option<String>,
+pub(crate) struct Answer {
+    pub(crate) state: Option<String>,
+    pub(crate) code: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// `GET /oauth/login/callback`: the browser user signed in (or did not); on to the
@@ -292,12 +305,13 @@ pub(super) async fn callback(
             );
         }
     };
-    let Ok(pending) = pages.consents.pending(&started.consent).await else {
+    let Ok(pending) = pages.consents.pending(&started.then).await else {
         return page::unusable();
     };
-    match login.signed_in(code, &started).await {
+    let signed_in = login.signed_in(code, &started).await;
+    match signed_in.map(|p| Owner::caller(&p.team, &p.id)) {
         Ok(owner) if owner == pending.owner => {
-            authorize(&pages, &started.consent, &owner, StatusCode::FOUND).await
+            authorize(&pages, &started.then, &owner, StatusCode::FOUND).await
         }
         Ok(_) => page::someone_else(),
         Err(why) => {
@@ -313,7 +327,7 @@ pub(super) async fn callback(
 
 /// An OAuth error code is printable ASCII without quotes or backslashes (RFC 6749): anything
 /// else is not repeated on a page.
-fn is_error_code(text: &str) -> bool {
+pub(crate) fn is_error_code(text: &str) -> bool {
     text.len() <= 64 && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
