@@ -9,6 +9,7 @@ mod cache;
 mod cache_hints;
 mod console;
 mod console_oidc;
+mod console_replicas;
 mod discovery;
 mod drain;
 mod extensions;

@@ -47,6 +47,46 @@ pub trait Stores: Send + Sync {
     /// (the current key first).
     fn tokens(&self, config: &RedisConfig, keys: &[SealKey])
         -> Result<Arc<dyn TokenStore>, String>;
+    /// Where this replica announces itself (`card`, read again at each announcement) and
+    /// reads the others' announcements, while the returned value lives.
+    fn presence(
+        &self,
+        _config: &RedisConfig,
+        _card: Arc<dyn Fn() -> ReplicaCard + Send + Sync>,
+    ) -> Result<Arc<dyn Presence>, String> {
+        Err(NO_SHARED.to_owned())
+    }
+}
+
+/// What a replica tells the others about itself, for the web console's overview.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReplicaCard {
+    /// [`replica_id`].
+    pub id: String,
+    pub version: String,
+    /// The admin address it serves (with the console), as bound.
+    pub admin: Option<String>,
+    /// When it started, in seconds since the Unix epoch.
+    pub started: u64,
+    pub upstreams_up: usize,
+    pub upstreams: usize,
+}
+
+/// The replicas sharing a store, each announcing itself.
+pub trait Presence: Send + Sync {
+    /// Every replica that announced itself lately, this one included, sorted by id.
+    fn replicas(&self) -> BoxFuture<'_, Result<Vec<ReplicaCard>, String>>;
+}
+
+/// This process's replica id: 64 bits from the operating system's random source, as hex,
+/// drawn once. Sessions shared through Redis name their replica with it too.
+pub fn replica_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let mut bytes = [0u8; 8];
+        let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    })
 }
 
 /// No store shared by replicas: a configuration that asks for one is refused with its key.

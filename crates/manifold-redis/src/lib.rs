@@ -1,8 +1,9 @@
 //! The stores replicas share, in Redis, behind the traits the core defines: Streamable HTTP
 //! sessions ([`manifold_core::replicas::SessionStore`], `sessions`), the result cache's second
 //! tier ([`manifold_core::cache::tier::SharedTier`], `cache`), limit counts
-//! ([`manifold_policy::SharedCounts`], `limits`) and the tokens of upstream credentials
-//! ([`manifold_auth::TokenStore`], `tokens`).
+//! ([`manifold_policy::SharedCounts`], `limits`), the tokens of upstream credentials
+//! ([`manifold_auth::TokenStore`], `tokens`) and the replicas' announcements of themselves
+//! ([`manifold_core::replicas::Presence`], `presence`).
 //!
 //! Every store configured with the same URL uses one [`Connection`]: one client, one
 //! connection manager and one [`health::Health`], which logs that Redis is unreachable, and
@@ -13,6 +14,7 @@ mod cache;
 pub mod connection;
 pub mod health;
 pub mod limits;
+pub mod presence;
 mod sessions;
 pub mod tokens;
 
@@ -23,7 +25,7 @@ use manifold_auth::store::Fallback;
 use manifold_auth::TokenStore;
 use manifold_config::{redact_url, RedisConfig, SealKey, UpstreamConfig};
 use manifold_core::cache::tier::SharedTier;
-use manifold_core::replicas::{Locals, SessionStore, Stores};
+use manifold_core::replicas::{Locals, Presence, ReplicaCard, SessionStore, Stores};
 use manifold_core::Router;
 use manifold_policy::SharedCounts;
 
@@ -63,6 +65,15 @@ impl Redis {
 }
 
 impl Stores for Redis {
+    fn presence(
+        &self,
+        config: &RedisConfig,
+        card: Arc<dyn Fn() -> ReplicaCard + Send + Sync>,
+    ) -> Result<Arc<dyn Presence>, String> {
+        let conn = self.connect(config, "the replicas' presence")?;
+        Ok(presence::RedisPresence::start(conn, config, card)?)
+    }
+
     fn limits(
         &self,
         config: &RedisConfig,

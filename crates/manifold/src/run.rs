@@ -16,6 +16,7 @@ use manifold_config::{Config, HttpSettings};
 use manifold_core::cache::Cache;
 use manifold_core::layer::Layer;
 use manifold_core::policy::{LimitLayer, Teams};
+use manifold_core::replicas::Stores as _;
 use manifold_core::router::Parts;
 use manifold_http::drain::Drain;
 use manifold_http::{AuthSlot, HttpAuth};
@@ -308,6 +309,8 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
             )?),
             None => None,
         };
+        announce(&router, &config, admin.as_ref().map(|(_, bound)| *bound));
+        let admin = admin.map(|(handle, _)| handle);
         let served = match (http, auth) {
             (Some(addr), Some(auth)) => {
                 let pages = consents.map(|c| pages_of(c, &config));
@@ -414,7 +417,7 @@ fn serve_admin(
     asks: &tokio::sync::mpsc::UnboundedSender<reload::Ask>,
     consents: Option<Arc<crate::credentials::BrokerConsents>>,
     jwt: Option<manifold_config::JwtConfig>,
-) -> anyhow::Result<actix_web::dev::ServerHandle> {
+) -> anyhow::Result<(actix_web::dev::ServerHandle, std::net::SocketAddr)> {
     let hook = reload::admin_hook(asks.clone());
     let consents = consents.map(|c| c as Arc<dyn http::credentials::Consents>);
     let (server, bound) =
@@ -425,7 +428,48 @@ fn serve_admin(
     );
     let handle = server.handle();
     tokio::spawn(server);
-    Ok(handle)
+    Ok((handle, bound))
+}
+
+/// Announces this replica to the others through the first Redis the configuration shares
+/// (sessions, limits, then the cache), for the console's overview; nothing without one.
+fn announce(router: &Arc<Router>, config: &Config, admin: Option<std::net::SocketAddr>) {
+    let shared = match (
+        &config.sessions,
+        &config.limits.backend,
+        &config.cache.backend,
+    ) {
+        (manifold_config::SessionStore::Redis(redis), _, _)
+        | (_, manifold_config::LimitBackend::Redis(redis), _)
+        | (_, _, manifold_config::CacheBackend::Redis(redis)) => redis,
+        _ => return,
+    };
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let router_of_card = Arc::downgrade(router);
+    let card = Arc::new(move || {
+        let (up, total) = router_of_card.upgrade().map_or((0, 0), |r| {
+            let catalog = r.hub().catalog();
+            let live = (0..catalog.defs().len()).filter(|&i| !catalog.defs()[i].retired);
+            live.fold((0, 0), |(up, total), i| {
+                let is_up = *catalog.state(i) == manifold_catalog::UpstreamState::Up;
+                (up + usize::from(is_up), total + 1)
+            })
+        });
+        manifold_core::replicas::ReplicaCard {
+            id: manifold_core::replicas::replica_id().to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            admin: admin.map(|a| a.to_string()),
+            started,
+            upstreams_up: up,
+            upstreams: total,
+        }
+    });
+    match stores().presence(shared, card) {
+        Ok(presence) => router.set_presence(presence),
+        Err(why) => tracing::warn!("this replica cannot announce itself to the others: {why}"),
+    }
 }
 
 /// The stores shared by replicas that the configuration asks for: Redis, one connection and

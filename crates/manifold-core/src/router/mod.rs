@@ -135,6 +135,8 @@ pub struct Router {
     parked: Arc<input::park::Parked>,
     /// The credential broker of upstreams with `auth`, once the server gave one.
     broker: std::sync::OnceLock<Arc<manifold_auth::Broker>>,
+    /// The replicas sharing a Redis with this one, once the server announced itself there.
+    presence: std::sync::OnceLock<Arc<dyn crate::replicas::Presence>>,
     /// Which upstream serves each method of an extension that passes through.
     owners: extension::Owners,
     /// The unknown extensions several upstreams declare, as last logged.
@@ -190,6 +192,7 @@ impl Router {
             tasks,
             parked,
             broker: std::sync::OnceLock::new(),
+            presence: std::sync::OnceLock::new(),
             owners: extension::Owners::default(),
             conflicts: crate::extensions::Conflicts::default(),
             this: this.clone(),
@@ -238,6 +241,16 @@ impl Router {
 
     pub fn sessions(&self) -> &Arc<Sessions> {
         &self.sessions
+    }
+
+    /// Keeps where this replica announces itself and reads the others (set once).
+    pub fn set_presence(&self, presence: Arc<dyn crate::replicas::Presence>) {
+        let _ = self.presence.set(presence);
+    }
+
+    /// The replicas sharing a Redis with this one, when they announce themselves.
+    pub fn presence(&self) -> Option<&Arc<dyn crate::replicas::Presence>> {
+        self.presence.get()
     }
 
     pub fn settings(&self) -> &ServerSettings {

@@ -252,9 +252,14 @@ fn logged_in_page(
 }
 
 async fn overview_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
+    // The other replicas are read only for a request that may see them.
+    let replicas = match (access(&req, &console), console.router.presence()) {
+        (Ok(_), Some(presence)) => Some(presence.replicas().await),
+        _ => None,
+    };
     logged_in_page(&req, &console, "Overview", OVERVIEW_REFRESH_SECONDS, |_| {
         overview::sample(&console.latency);
-        overview::body(&console.router, &console.latency)
+        overview::body(&console.router, &console.latency, replicas)
     })
 }
 

@@ -10,6 +10,8 @@ use manifold_upstream::BreakerState;
 
 use std::time::Instant;
 
+use manifold_core::replicas::{replica_id, ReplicaCard};
+
 use super::latency::{self, History, Latency};
 use super::page::{escape, fill, OVERVIEW};
 
@@ -30,7 +32,11 @@ struct Row {
 }
 
 /// The body of the overview page.
-pub(super) fn body(router: &Router, history: &History) -> String {
+pub(super) fn body(
+    router: &Router,
+    history: &History,
+    replicas: Option<Result<Vec<ReplicaCard>, String>>,
+) -> String {
     let rows = rows(router, history);
     let up = rows.iter().filter(|r| r.state == "up").count();
     let html: String = rows.iter().map(row_html).collect();
@@ -40,7 +46,52 @@ pub(super) fn body(router: &Router, history: &History) -> String {
             ("up", &up.to_string()),
             ("total", &rows.len().to_string()),
             ("rows", &html),
+            ("replica", &escape(replica_id())),
+            ("replicas", &replicas_html(replicas)),
         ],
+    )
+}
+
+/// The replicas sharing a Redis with this one (`None`: none is shared), this one marked.
+fn replicas_html(replicas: Option<Result<Vec<ReplicaCard>, String>>) -> String {
+    let replicas = match replicas {
+        None => return String::new(),
+        Some(Err(why)) => {
+            return format!(
+                "<p class=\"notice\" id=\"replicas-unknown\">The other replicas cannot be \
+                 listed: {}</p>",
+                escape(&why)
+            )
+        }
+        Some(Ok(replicas)) => replicas,
+    };
+    let rows: String = replicas
+        .iter()
+        .map(|r| {
+            let this = if r.id == replica_id() {
+                " (this one)"
+            } else {
+                ""
+            };
+            let admin = r.admin.as_deref().map_or_else(String::new, |a| {
+                format!("<a href=\"http://{a}/console/\">{a}</a>", a = escape(a))
+            });
+            format!(
+                "<tr data-replica=\"{id}\"><td>{id}{this}</td><td>{admin}</td><td>{version}</td>\
+                 <td class=\"num\">{up} of {total}</td><td>{started}</td></tr>\n",
+                id = escape(&r.id),
+                version = escape(&r.version),
+                up = r.upstreams_up,
+                total = r.upstreams,
+                started = ago(r.started),
+            )
+        })
+        .collect();
+    format!(
+        "<h2>Replicas</h2>\n<p>Every replica announcing itself through the shared Redis (each \
+         every 10 s, forgotten 30 s after its last).</p>\n<table id=\"replicas\">\n<thead><tr>\
+         <th>Replica</th><th>Admin address</th><th>Version</th><th>Upstreams up</th>\
+         <th>Started</th></tr></thead>\n<tbody>\n{rows}</tbody>\n</table>\n"
     )
 }
 
@@ -92,6 +143,20 @@ fn rows(router: &Router, history: &History) -> Vec<Row> {
         });
     }
     rows
+}
+
+/// How long ago `unix_seconds` was, roughly: `40 s ago`, `12 min ago`, `5 h ago`, `3 d ago`.
+fn ago(unix_seconds: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let secs = now.saturating_sub(unix_seconds);
+    match secs {
+        0..=119 => format!("{secs} s ago"),
+        120..=7199 => format!("{} min ago", secs / 60),
+        7200..=172_799 => format!("{} h ago", secs / 3600),
+        _ => format!("{} d ago", secs / 86_400),
+    }
 }
 
 /// The breaker's state, and why while it is not closed.

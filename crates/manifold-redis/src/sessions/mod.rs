@@ -164,7 +164,7 @@ impl Store {
             conn,
             _user: user,
             prefix: config.key_prefix.clone(),
-            replica: replica_id().into(),
+            replica: manifold_core::replicas::replica_id().into(),
             ttl: settings.http.session_idle_timeout,
             replay: settings.http.replay_events.max(1),
             timeout: config.timeout,
@@ -327,11 +327,4 @@ impl SessionStore for Sessions {
     ) -> BoxFuture<'a, Bytes> {
         Box::pin(self.0.forward(session, replica, body))
     }
-}
-
-/// A replica id: 64 bits from the operating system's random source, as hex.
-fn replica_id() -> String {
-    let mut bytes = [0u8; 8];
-    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
