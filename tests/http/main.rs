@@ -8,6 +8,7 @@ mod auth;
 mod cache;
 mod cache_hints;
 mod console;
+mod console_try;
 mod discovery;
 mod drain;
 mod extensions;
