@@ -10,6 +10,7 @@ mod cache_hints;
 mod console;
 mod console_oidc;
 mod console_replicas;
+mod console_try;
 mod discovery;
 mod drain;
 mod extensions;

@@ -4,10 +4,11 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use manifold_protocol::version::Era;
 use manifold_protocol::write;
+use manifold_telemetry::recent::{recent_calls, CallRecord, TraceId};
 use manifold_telemetry::spans::{self, ServerDone, Subject};
 use manifold_telemetry::trace::Carrier;
 use manifold_telemetry::{metrics, HostTransport, OpLabels, Outcome};
@@ -118,6 +119,9 @@ pub struct Context {
     outcome: AtomicU8,
     /// The JSON-RPC error code it ended with, 0 for none.
     code: AtomicI64,
+    /// The trace id of the context the request was sent with (a `traceparent`), for the
+    /// recent calls when its span is not exported.
+    carried_trace: Option<TraceId>,
 }
 
 impl Context {
@@ -136,7 +140,12 @@ impl Context {
             .as_ref()
             .map_or(HostTransport::Http, |s| s.transport().metric());
         metrics().host_request_started(transport);
-        let span = spans::server(parent.or(origin.trace.as_deref()));
+        let carrier = parent.or(origin.trace.as_deref());
+        let span = spans::server(carrier);
+        let carried_trace = carrier
+            .filter(|_| recent_calls().is_on())
+            .and_then(|c| c.iter().find(|(k, _)| *k == "traceparent"))
+            .and_then(|(_, v)| TraceId::of_traceparent(v));
         if !span.is_disabled() {
             // On every line logged while the request is handled, not only on the span's end.
             span.record("manifold.team", &**caller.label());
@@ -157,6 +166,7 @@ impl Context {
             route: None,
             outcome: AtomicU8::new(0),
             code: AtomicI64::new(0),
+            carried_trace,
         }
     }
 
@@ -305,6 +315,7 @@ impl Drop for Context {
                 code,
             },
         );
+        self.record_recent(route.as_ref(), outcome);
         let tool = route.as_ref().and_then(Route::tool).cloned();
         let labels = OpLabels {
             method: self.method,
@@ -315,6 +326,32 @@ impl Drop for Context {
             outcome,
         };
         metrics().server_op(labels, self.started.elapsed());
+    }
+}
+
+impl Context {
+    /// Adds the request to the recent calls the console shows (when one is served): only
+    /// shared names and numbers, never its arguments or its answer.
+    fn record_recent(&self, route: Option<&Route>, outcome: Outcome) {
+        let recent = recent_calls();
+        if !recent.is_on() {
+            return;
+        }
+        recent.record(CallRecord {
+            seq: 0,
+            at: SystemTime::now(),
+            team: Arc::clone(self.principal()),
+            method: self.method,
+            // A tool's or prompt's name; never a URI, which may carry what the caller asked.
+            subject: route
+                .filter(|r| matches!(r.method, "tools/call" | "prompts/get"))
+                .and_then(|r| r.exposed.clone()),
+            upstream: route.map(|r| Arc::clone(&r.upstream)),
+            transport: self.transport.label(),
+            outcome,
+            latency: self.started.elapsed(),
+            trace: spans::trace_id(&self.span).or(self.carried_trace),
+        });
     }
 }
 

@@ -11,6 +11,7 @@ pub mod histogram;
 pub mod logs;
 pub mod metrics;
 pub mod names;
+pub mod recent;
 pub mod spans;
 pub mod trace;
 

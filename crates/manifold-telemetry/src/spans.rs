@@ -293,6 +293,17 @@ pub fn context_of(span: &Span) -> Option<Carrier> {
     Some(carrier)
 }
 
+/// The trace id of a request's span, when traces are exported (`None` otherwise).
+pub fn trace_id(span: &Span) -> Option<crate::recent::TraceId> {
+    if !trace::active() || span.is_disabled() {
+        return None;
+    }
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid()
+        .then(|| crate::recent::TraceId(sc.trace_id().to_bytes()))
+}
+
 /// The trace and span ids of the current span, for a log line (`None` outside any exported
 /// span).
 pub fn current_ids() -> Option<(String, String)> {

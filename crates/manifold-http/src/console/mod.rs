@@ -9,10 +9,14 @@
 //! authenticated.
 
 mod latency;
+mod calls;
 mod logins;
 mod oidc;
 mod overview;
 mod page;
+mod try_call;
+mod try_form;
+mod try_tool;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,6 +57,8 @@ pub(crate) struct Console {
     /// The connections to per-user upstreams, with the credential broker.
     #[allow(dead_code)] // The connections page lists and revokes them.
     consents: Option<Arc<dyn Consents>>,
+    /// The outcomes of calls made from the try page.
+    tries: try_tool::Tries,
 }
 
 impl Console {
@@ -64,6 +70,10 @@ impl Console {
     ) -> web::Data<Console> {
         let token = router.settings().metrics_token;
         let oidc = oidc::login(router.settings().console.as_ref(), jwt);
+        if token.is_some() || oidc.is_some() {
+            // The live calls page reads the recent calls: only a served console records them.
+            manifold_telemetry::recent::recent_calls().turn_on();
+        }
         let console = web::Data::new(Console {
             router,
             token,
@@ -72,6 +82,7 @@ impl Console {
             latency: latency::History::default(),
             reload,
             consents,
+            tries: try_tool::Tries::default(),
         });
         overview::sample(&console.latency);
         if console.served() {
@@ -133,6 +144,12 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             .route("/logout", web::post().to(log_out))
             .route("/assets/console.css", web::get().to(stylesheet))
             .route("/assets/refresh.js", web::get().to(script))
+            // Try a tool, and live calls.
+            .route("/try", web::get().to(try_page))
+            .route("/try", web::post().to(try_call))
+            .route("/calls", web::get().to(calls_page))
+            .route("/calls.json", web::get().to(calls_json))
+            .route("/assets/calls.js", web::get().to(calls_script))
             .default_service(web::to(not_found)),
     );
 }
@@ -261,6 +278,129 @@ async fn overview_page(req: HttpRequest, console: web::Data<Console>) -> HttpRes
         overview::sample(&console.latency);
         overview::body(&console.router, &console.latency, replicas)
     })
+}
+
+async fn try_page(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    query: web::Query<HashMap<String, String>>,
+) -> HttpResponse {
+    let owner = match access(&req, &console) {
+        Ok(access) => owner_of(&access).to_owned(),
+        Err(refusal) => return refused_page(refusal),
+    };
+    // The outcome of a call posted from the page (Post/Redirect/Get), shown with its form.
+    let outcome = query
+        .get("outcome")
+        .and_then(|id| console.tries.find(&owner, id));
+    let asked = try_tool::Asked::of(&query);
+    let asked = outcome.as_ref().map_or(&asked, |o| &o.asked);
+    logged_in_page(&req, &console, "Try a tool", 0, |csrf| {
+        try_tool::body(&console.router, asked, csrf, &[], outcome.as_deref())
+    })
+}
+
+/// `POST /console/try`: reads the form into the call's arguments (or shows why it cannot,
+/// sending nothing), calls the tool as the chosen team, and redirects to the page showing how
+/// the call ended.
+async fn try_call(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    form: Option<web::Form<HashMap<String, String>>>,
+) -> HttpResponse {
+    let form = form.map(web::Form::into_inner).unwrap_or_default();
+    let access = match check_post(&req, &console, &form) {
+        Ok(access) => access,
+        Err(refusal) => return refusal,
+    };
+    let asked = try_tool::Asked::of(&form);
+    let Some(caller) = try_tool::caller_of(&console.router, &asked.team) else {
+        return try_refused(&console, &access, &asked, "no such team".to_owned());
+    };
+    let Some(definition) = try_tool::definition(&console.router, &asked.tool) else {
+        return try_refused(&console, &access, &asked, "no such tool".to_owned());
+    };
+    let fields = try_form::fields(definition.get("inputSchema"));
+    let arguments = match try_form::arguments(fields.as_deref(), &asked.values) {
+        Ok(arguments) => arguments,
+        Err(problems) => return try_page_with(&console, &access, &asked, &problems),
+    };
+    let Some(trace) = try_call::new_trace_id() else {
+        return try_refused(
+            &console,
+            &access,
+            &asked,
+            "the system's random source failed".to_owned(),
+        );
+    };
+    let answer = try_call::call(&console.router, caller, &asked.tool, arguments, trace).await;
+    let outcome = try_tool::Outcome {
+        asked,
+        trace,
+        answer,
+    };
+    let id = console.tries.keep(owner_of(&access), outcome);
+    see_other(&format!("/console/try?outcome={id}"))
+}
+
+fn try_refused(
+    console: &Console,
+    access: &Access,
+    asked: &try_tool::Asked,
+    why: String,
+) -> HttpResponse {
+    try_page_with(console, access, asked, &[why])
+}
+
+/// The try page for a form that could not be sent, with why (nothing was sent: 400).
+fn try_page_with(
+    console: &Console,
+    access: &Access,
+    asked: &try_tool::Asked,
+    problems: &[String],
+) -> HttpResponse {
+    let csrf = csrf_of(access);
+    let body = try_tool::body(&console.router, asked, csrf, problems, None);
+    html(
+        HttpResponse::BadRequest(),
+        page("Try a tool", &nav(csrf), &body, 0),
+    )
+}
+
+/// Whose outcomes a request may see: its login's, or the bearer token's.
+fn owner_of(access: &Access) -> &str {
+    match access {
+        Access::Bearer => "",
+        Access::Session { session, .. } => session,
+    }
+}
+
+async fn calls_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
+    logged_in_page(&req, &console, "Live calls", 0, |_| calls::body())
+}
+
+/// `GET /console/calls.json?after=<seq>`: the calls after the last one the page shows.
+async fn calls_json(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    query: web::Query<HashMap<String, String>>,
+) -> HttpResponse {
+    if let Err(refusal) = access(&req, &console) {
+        return match refusal {
+            Refusal::NoToken => no_console(),
+            Refusal::LoggedOut => forbidden("log in to the console first (/console/login)"),
+        };
+    }
+    let after = query.get("after").and_then(|a| a.parse().ok()).unwrap_or(0);
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(calls::json(after))
+}
+
+async fn calls_script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .body(page::CALLS_SCRIPT)
 }
 
 /// The login page; `oidc`: with the link that signs in at the issuer.

@@ -9,6 +9,9 @@ pub(super) const LOGIN: &str = include_str!("templates/login.html");
 pub(super) const OVERVIEW: &str = include_str!("templates/overview.html");
 pub(super) const STYLESHEET: &str = include_str!("assets/console.css");
 pub(super) const REFRESH_SCRIPT: &str = include_str!("assets/refresh.js");
+pub(super) const TRY: &str = include_str!("templates/try.html");
+pub(super) const CALLS: &str = include_str!("templates/calls.html");
+pub(super) const CALLS_SCRIPT: &str = include_str!("assets/calls.js");
 
 /// Text made safe to place in HTML, in an element or a quoted attribute.
 pub(super) fn escape(text: &str) -> String {
