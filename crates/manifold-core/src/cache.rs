@@ -17,6 +17,7 @@
 //! Kept whole: keys, rules, stores and invalidation share the epoch
 //! and change counters whose order decides whether a fill may be stored.
 
+mod note;
 pub mod tier;
 
 use std::collections::{HashMap, HashSet};
@@ -38,6 +39,7 @@ use crate::error::RouteError;
 use crate::target::Target;
 
 use tier::SharedTier;
+pub use note::rule_note;
 pub use tier::Ticket;
 
 /// Where the upstream subscriptions that cache entries held arrive, when the entries go:

@@ -96,18 +96,24 @@ pub(super) fn data(
 /// Serves the admin endpoints alone on `addr` (one worker: scrapes and probes are rare);
 /// `/readyz` fails once `drain` has begun; `POST /reload` calls `reload`. With `consents`,
 /// also the connections an operator manages (see [`crate::credentials`]); and the web
-/// console under `/console/` (see [`crate::console`]).
+/// console under `/console/` (see [`crate::console`]), whose catalog and configuration pages
+/// read `operations`.
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
     drain: &Arc<Drain>,
     reload: Option<ReloadHook>,
     consents: Option<Arc<dyn Consents>>,
+    operations: Option<Arc<dyn crate::console::Operations>>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let metrics = MetricsAccess::on_admin(router.settings());
     let token = router.settings().metrics_token;
-    let console =
-        crate::console::Console::data(Arc::clone(&router), reload.clone(), consents.clone());
+    let console = crate::console::Console::data(
+        Arc::clone(&router),
+        reload.clone(),
+        consents.clone(),
+        operations,
+    );
     let connections = consents.map(|c| AdminConsents::new(c, token));
     let admin = web::Data::new(Admin {
         router,

@@ -284,7 +284,9 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(http::tls::Certificate::server_config)
             .transpose()?;
+        let operated = crate::operations::Operated::new(path.to_path_buf(), &config);
         let asks = start_reloader(
+            &operated,
             path,
             overrides,
             &router,
@@ -298,7 +300,14 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
         // Begun only by a signal while serving HTTP; the admin address's /readyz reads it too.
         let drain = Drain::new();
         let admin = match config.server.admin {
-            Some(addr) => Some(serve_admin(&router, addr, &drain, &asks, consents.clone())?),
+            Some(addr) => Some(serve_admin(
+                &router,
+                addr,
+                &drain,
+                &asks,
+                consents.clone(),
+                operated,
+            )?),
             None => None,
         };
         let served = match (http, auth) {
@@ -335,6 +344,7 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
 /// where to ask.
 #[allow(clippy::too_many_arguments)]
 fn start_reloader(
+    operated: &Arc<crate::operations::Operated>,
     path: &Path,
     overrides: Overrides,
     router: &Arc<Router>,
@@ -352,7 +362,15 @@ fn start_reloader(
         limits,
         cache,
     };
-    let reloader = reload::Reloader::new(path, overrides, router, auth.clone(), certificate, state);
+    let reloader = reload::Reloader::new(
+        path,
+        overrides,
+        router,
+        auth.clone(),
+        certificate,
+        state,
+        Arc::clone(operated),
+    );
     let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
     actix::spawn(reloader.run(asked));
     reload::on_sighup(asks.clone())?;
@@ -406,11 +424,14 @@ fn serve_admin(
     drain: &Arc<Drain>,
     asks: &tokio::sync::mpsc::UnboundedSender<reload::Ask>,
     consents: Option<Arc<crate::credentials::BrokerConsents>>,
+    operated: Arc<crate::operations::Operated>,
 ) -> anyhow::Result<actix_web::dev::ServerHandle> {
     let hook = reload::admin_hook(asks.clone());
     let consents = consents.map(|c| c as Arc<dyn http::credentials::Consents>);
-    let (server, bound) = http::serve_admin(Arc::clone(router), addr, drain, Some(hook), consents)
-        .with_context(|| format!("cannot listen on {addr} (admin)"))?;
+    let operations = Some(operated as Arc<dyn http::Operations>);
+    let (server, bound) =
+        http::serve_admin(Arc::clone(router), addr, drain, Some(hook), consents, operations)
+            .with_context(|| format!("cannot listen on {addr} (admin)"))?;
     tracing::info!(
         "admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz, POST /reload"
     );

@@ -8,7 +8,10 @@
 //! Without `server.metrics_token` the console is not served: the token is what makes it
 //! authenticated.
 
+mod catalog;
+mod config;
 mod logins;
+mod operations;
 mod overview;
 mod page;
 
@@ -26,6 +29,8 @@ use crate::credentials::Consents;
 use logins::{same_secret, Logins, COOKIE};
 use page::{escape, html, nav, page, see_other};
 
+pub use operations::{Operations, ReloadRecord, Running};
+
 /// What every answer under `/console` carries: no script or style from anywhere but the
 /// admin address itself (and none inline), never in a frame, never cached, no referrer.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
@@ -42,8 +47,9 @@ pub(crate) struct Console {
     token: Option<KeyHash>,
     logins: Logins,
     /// Loads the configuration again, as `POST /reload` does.
-    #[allow(dead_code)] // The configuration page's reload button calls it.
     reload: Option<ReloadHook>,
+    /// The configuration in force, the last reload, the lock file.
+    operations: Option<Arc<dyn Operations>>,
     /// The connections to per-user upstreams, with the credential broker.
     #[allow(dead_code)] // The connections page lists and revokes them.
     consents: Option<Arc<dyn Consents>>,
@@ -54,6 +60,7 @@ impl Console {
         router: Arc<Router>,
         reload: Option<ReloadHook>,
         consents: Option<Arc<dyn Consents>>,
+        operations: Option<Arc<dyn Operations>>,
     ) -> web::Data<Console> {
         let token = router.settings().metrics_token;
         web::Data::new(Console {
@@ -62,6 +69,7 @@ impl Console {
             logins: Logins::default(),
             reload,
             consents,
+            operations,
         })
     }
 }
@@ -86,6 +94,12 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             .route("/login", web::get().to(login_page))
             .route("/login", web::post().to(log_in))
             .route("/logout", web::post().to(log_out))
+            // The catalog (with re-pin) and the configuration (with reload).
+            .route("/catalog", web::get().to(catalog::catalog_page))
+            .route("/catalog/item", web::get().to(catalog::item_page))
+            .route("/catalog/repin", web::post().to(catalog::repin))
+            .route("/config", web::get().to(config::config_page))
+            .route("/config/reload", web::post().to(config::reload))
             .route("/assets/console.css", web::get().to(stylesheet))
             .route("/assets/refresh.js", web::get().to(script))
             .default_service(web::to(not_found)),
