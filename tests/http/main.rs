@@ -8,6 +8,8 @@ mod auth;
 mod cache;
 mod cache_hints;
 mod console;
+mod console_catalog;
+mod console_config;
 mod discovery;
 mod drain;
 mod extensions;

@@ -103,19 +103,22 @@ pub fn entries(catalog: &Catalog, kind: Kind) -> Vec<Entry<'_>> {
             ..Marks::default()
         },
     });
-    let held = drift.iter().filter(|d| d.kind == kind && d.held).map(|d| Entry {
-        kind,
-        exposed: &d.exposed,
-        upstream: Some(d.upstream),
-        original: &d.original,
-        item: None,
-        drift: Some(d),
-        collision: None,
-        marks: Marks {
-            held: true,
-            ..Marks::default()
-        },
-    });
+    let held = drift
+        .iter()
+        .filter(|d| d.kind == kind && d.held)
+        .map(|d| Entry {
+            kind,
+            exposed: &d.exposed,
+            upstream: Some(d.upstream),
+            original: &d.original,
+            item: None,
+            drift: Some(d),
+            collision: None,
+            marks: Marks {
+                held: true,
+                ..Marks::default()
+            },
+        });
     let collisions = catalog
         .collisions()
         .iter()
@@ -150,6 +153,9 @@ mod tests {
         let labels: Vec<_> = marks.iter().map(Mark::label).collect();
         assert_eq!(labels, ["renamed", "collision", "held"]);
         assert_eq!(Mark::of_origin(NameOrigin::Prefixed), None);
-        assert_eq!(Mark::of_origin(NameOrigin::Shortened), Some(Mark::Shortened));
+        assert_eq!(
+            Mark::of_origin(NameOrigin::Shortened),
+            Some(Mark::Shortened)
+        );
     }
 }

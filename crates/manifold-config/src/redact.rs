@@ -96,7 +96,10 @@ pub fn config_text(path: &std::path::Path, text: &str) -> Result<String, String>
     }
     let mut table: toml::Table = text.parse().map_err(|e| format!("not TOML: {e}"))?;
     for (key, value) in table.iter_mut() {
-        redact_toml(value, secret_key(key) || SECRET_TABLES.contains(&key.as_str()));
+        redact_toml(
+            value,
+            secret_key(key) || SECRET_TABLES.contains(&key.as_str()),
+        );
     }
     toml::to_string_pretty(&table).map_err(|e| e.to_string())
 }
@@ -176,7 +179,13 @@ env = { GITHUB_TOKEN = "ghp_env_secret" }
         ] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
-        for kept in ["Authorization", "GITHUB_TOKEN", "npx", "client_credentials", "example.com/mcp"] {
+        for kept in [
+            "Authorization",
+            "GITHUB_TOKEN",
+            "npx",
+            "client_credentials",
+            "example.com/mcp",
+        ] {
             assert!(shown.contains(kept), "{kept} not in {shown}");
         }
     }
@@ -185,7 +194,10 @@ env = { GITHUB_TOKEN = "ghp_env_secret" }
     fn a_claude_json_file_is_redacted_the_same_way() {
         let text = r#"{"mcpServers":{"x":{"command":"npx","env":{"API_TOKEN":"json-secret"}}}}"#;
         let shown = super::config_text(std::path::Path::new("c.json"), text).unwrap();
-        assert!(!shown.contains("json-secret") && shown.contains("API_TOKEN"), "{shown}");
+        assert!(
+            !shown.contains("json-secret") && shown.contains("API_TOKEN"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -38,8 +38,8 @@ use crate::context::Context;
 use crate::error::RouteError;
 use crate::target::Target;
 
-use tier::SharedTier;
 pub use note::rule_note;
+use tier::SharedTier;
 pub use tier::Ticket;
 
 /// Where the upstream subscriptions that cache entries held arrive, when the entries go:

@@ -429,9 +429,15 @@ fn serve_admin(
     let hook = reload::admin_hook(asks.clone());
     let consents = consents.map(|c| c as Arc<dyn http::credentials::Consents>);
     let operations = Some(operated as Arc<dyn http::Operations>);
-    let (server, bound) =
-        http::serve_admin(Arc::clone(router), addr, drain, Some(hook), consents, operations)
-            .with_context(|| format!("cannot listen on {addr} (admin)"))?;
+    let (server, bound) = http::serve_admin(
+        Arc::clone(router),
+        addr,
+        drain,
+        Some(hook),
+        consents,
+        operations,
+    )
+    .with_context(|| format!("cannot listen on {addr} (admin)"))?;
     tracing::info!(
         "admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz, POST /reload"
     );

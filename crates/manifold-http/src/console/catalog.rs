@@ -157,7 +157,10 @@ fn limit_text(limit: &LimitConfig) -> String {
         .quotas
         .iter()
         .map(|q| format!("{} per {:?}", q.count, q.window));
-    rate.into_iter().chain(quotas).collect::<Vec<_>>().join(", ")
+    rate.into_iter()
+        .chain(quotas)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `GET /console/catalog/item?kind=tool&name=...` (`repinned=1` after a re-pin).
@@ -233,9 +236,15 @@ fn drift_html(catalog: &Catalog, e: &Entry<'_>, attribute: &str, csrf: Option<&s
     };
     let lines: String = d.diff().lines().map(diff_line).collect();
     let csrf = csrf.map_or_else(String::new, |c| {
-        format!("<input type=\"hidden\" name=\"csrf\" value=\"{}\">", escape(c))
+        format!(
+            "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+            escape(c)
+        )
     });
-    let key = catalog.defs().get(d.upstream).map_or("", |def| def.key.as_str());
+    let key = catalog
+        .defs()
+        .get(d.upstream)
+        .map_or("", |def| def.key.as_str());
     format!(
         "<h3>Not as pinned</h3>\n<p id=\"drift-reason\">{verdict}: {reason}.</p>\n\
          <pre class=\"diff\" id=\"diff\">{lines}</pre>\n\
@@ -317,7 +326,10 @@ async fn pin_and_reload(
         let drift = catalog.drift().iter().find(|d| {
             d.kind == kind
                 && d.original == original
-                && catalog.defs().get(d.upstream).is_some_and(|u| u.key == upstream)
+                && catalog
+                    .defs()
+                    .get(d.upstream)
+                    .is_some_and(|u| u.key == upstream)
         });
         let Some(d) = drift else {
             return Err(format!(

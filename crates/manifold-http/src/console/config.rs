@@ -13,7 +13,9 @@ use super::{check_post, logged_in_page, Console};
 
 /// `GET /console/config`.
 pub(super) async fn config_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
-    logged_in_page(&req, &console, "Configuration", 0, |csrf| body(&console, csrf))
+    logged_in_page(&req, &console, "Configuration", 0, |csrf| {
+        body(&console, csrf)
+    })
 }
 
 fn body(console: &Console, csrf: Option<&str>) -> String {
@@ -26,11 +28,15 @@ fn body(console: &Console, csrf: Option<&str>) -> String {
         Err(why) => format!("(not shown: {why})"),
     };
     let csrf = csrf.map_or_else(String::new, |c| {
-        format!("<input type=\"hidden\" name=\"csrf\" value=\"{}\">", escape(c))
+        format!(
+            "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+            escape(c)
+        )
     });
-    let last = operations
-        .last_reload()
-        .map_or_else(|| "<p>No reload since start.</p>".to_owned(), |r| record_html(&r));
+    let last = operations.last_reload().map_or_else(
+        || "<p>No reload since start.</p>".to_owned(),
+        |r| record_html(&r),
+    );
     fill(
         CONFIG,
         &[
@@ -47,10 +53,7 @@ fn record_html(record: &ReloadRecord) -> String {
     let ago = SystemTime::now()
         .duration_since(record.at)
         .map_or(0, |d| d.as_secs());
-    let when = format!(
-        "asked by {} {ago} s ago",
-        escape(&record.trigger)
-    );
+    let when = format!("asked by {} {ago} s ago", escape(&record.trigger));
     match &record.outcome {
         Ok(report) => format!(
             "<p class=\"done\" id=\"reload-outcome\" data-outcome=\"reloaded\">Reloaded ({when}).</p>\n{}",

@@ -18,8 +18,13 @@ pub trait Operations: Send + Sync {
     /// Writes `pin` as the pin of the item `original` of `kind` of upstream `upstream` (its
     /// key) into the lock file, every other pin kept, as `manifold pin` writes it. The lock
     /// file's path, or why nothing was written.
-    fn repin(&self, upstream: &str, kind: Kind, original: &str, pin: Pin)
-        -> Result<PathBuf, String>;
+    fn repin(
+        &self,
+        upstream: &str,
+        kind: Kind,
+        original: &str,
+        pin: Pin,
+    ) -> Result<PathBuf, String>;
 }
 
 /// The configuration in force.
