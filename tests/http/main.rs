@@ -8,6 +8,8 @@ mod auth;
 mod cache;
 mod cache_hints;
 mod console;
+mod console_catalog;
+mod console_config;
 mod console_oidc;
 mod console_replicas;
 mod console_try;

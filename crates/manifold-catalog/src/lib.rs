@@ -11,6 +11,7 @@
 
 mod build;
 mod listing;
+pub mod marks;
 pub mod naming;
 pub mod pins;
 pub mod rewrite;
@@ -25,5 +26,6 @@ pub use build::{
     CacheHint, Catalog, Collision, Resolved, UpstreamDef, UpstreamSlice, UpstreamState,
 };
 pub use listing::{Cursor, Item, Kind, Listing, NameOrigin, PageError, KINDS};
+pub use marks::{Entry, Mark, Marks};
 pub use pins::{Drift, Lock, Pin, Pinning, UpstreamPins};
 pub use search::{Admission, Hit, SearchIndex};

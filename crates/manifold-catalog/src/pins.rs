@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 use crate::listing::Kind;
 
-pub use canonical::{compact as canonical_json, digest, is_digest};
+pub use canonical::{compact as canonical_json, digest, is_digest, pretty};
 pub use lock::Lock;
 
 /// The members of a tool that are digested: what a model reads and what shapes a call. Other

@@ -25,7 +25,7 @@ mod interpolate;
 mod openapi;
 mod pinning;
 mod policy;
-mod redact;
+pub mod redact;
 pub mod reload;
 mod schema;
 mod sessions;

@@ -17,6 +17,7 @@
 //! Kept whole: keys, rules, stores and invalidation share the epoch
 //! and change counters whose order decides whether a fill may be stored.
 
+mod note;
 pub mod tier;
 
 use std::collections::{HashMap, HashSet};
@@ -37,6 +38,7 @@ use crate::context::Context;
 use crate::error::RouteError;
 use crate::target::Target;
 
+pub use note::rule_note;
 use tier::SharedTier;
 pub use tier::Ticket;
 

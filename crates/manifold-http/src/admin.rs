@@ -97,7 +97,7 @@ pub(super) fn data(
 /// `/readyz` fails once `drain` has begun; `POST /reload` calls `reload`. With `consents`,
 /// also the connections an operator manages (see [`crate::credentials`]); and the web
 /// console under `/console/` (see [`crate::console`]), whose operators may sign in at `jwt`'s
-/// issuer (`[server.console]`).
+/// issuer (`[server.console]`) and whose catalog and configuration pages read `operations`.
 pub fn serve(
     router: Arc<Router>,
     addr: SocketAddr,
@@ -105,6 +105,7 @@ pub fn serve(
     reload: Option<ReloadHook>,
     consents: Option<Arc<dyn Consents>>,
     jwt: Option<manifold_config::JwtConfig>,
+    operations: Option<Arc<dyn crate::console::Operations>>,
 ) -> io::Result<(actix_web::dev::Server, SocketAddr)> {
     let metrics = MetricsAccess::on_admin(router.settings());
     let token = router.settings().metrics_token;
@@ -113,6 +114,7 @@ pub fn serve(
         reload.clone(),
         consents.clone(),
         jwt.as_ref(),
+        operations,
     );
     let connections = consents.map(|c| AdminConsents::new(c, token));
     let admin = web::Data::new(Admin {

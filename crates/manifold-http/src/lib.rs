@@ -213,6 +213,7 @@ pub fn serve(
 }
 
 pub use admin::{serve as serve_admin, ReloadHook};
+pub use console::{Operations, ReloadRecord, Running};
 
 /// What the pages of upstream consents are served with.
 pub struct Credentials {

@@ -8,10 +8,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use manifold_catalog::{Catalog, Item, Kind, NameOrigin, UpstreamState};
-use manifold_config::{CacheRule, CacheScope, UpstreamConfig};
+use manifold_catalog::{Catalog, Kind, Mark, UpstreamState};
+use manifold_config::UpstreamConfig;
 use manifold_core::cache;
-use manifold_protocol::version::Era;
 use manifold_protocol::RawObject;
 use manifold_upstream::{OpenApiReport, UpstreamHandle};
 
@@ -104,13 +103,12 @@ fn render(
         let items = catalog.listing(kind).items();
         let _ = writeln!(out, "{} ({}):", kind.result_key(), items.len());
         for item in items {
-            let note = match item.origin {
-                NameOrigin::Prefixed => "",
-                NameOrigin::Sanitized => "  [sanitized]",
-                NameOrigin::Shortened => "  [shortened]",
-                NameOrigin::Renamed => "  [renamed]",
-            };
-            let cached = cache_note(catalog, upstreams, kind, item);
+            let note = Mark::of_origin(item.origin)
+                .map(|mark| format!("  [{}]", mark.label()))
+                .unwrap_or_default();
+            let cached = cache::rule_note(catalog, upstreams.get(item.upstream), kind, item)
+                .map(|note| format!("  [{note}]"))
+                .unwrap_or_default();
             let operation = match (kind, reports.get(&item.upstream)) {
                 (Kind::Tools, Some(report)) => report
                     .operations
@@ -156,45 +154,6 @@ fn render_extensions(catalog: &Catalog) -> String {
         let _ = writeln!(out, "  {name}: {what}");
     }
     out
-}
-
-/// What decides how long an item's answers are kept and for whom: the config's rule, which
-/// outweighs whatever the upstream's answers say of themselves, or, where no rule covers a
-/// resource of a stateless-era upstream, that upstream's own hints (`ttlMs`, `cacheScope`),
-/// which Manifold keeps nothing by and passes on to hosts.
-fn cache_note(catalog: &Catalog, upstreams: &[UpstreamConfig], kind: Kind, item: &Item) -> String {
-    if let Some(rule) = cache_rule(upstreams, kind, item) {
-        let scope = match rule.scope {
-            CacheScope::Team => "per team",
-            CacheScope::Shared => "shared",
-        };
-        return format!("  [cached {:?}, {scope}: config]", rule.ttl);
-    }
-    let stateless = catalog
-        .slice(item.upstream)
-        .and_then(|s| s.era())
-        .is_some_and(|e| e == Era::Stateless);
-    match kind {
-        Kind::Resources | Kind::ResourceTemplates if stateless => {
-            "  [upstream's cache hints]".to_owned()
-        }
-        _ => String::new(),
-    }
-}
-
-/// The cache rule that covers a listed item, if any: a tool's is decided by its original name
-/// and the annotations of its listed definition (the one the host sees, the name aside).
-fn cache_rule<'c>(
-    upstreams: &'c [UpstreamConfig],
-    kind: Kind,
-    item: &Item,
-) -> Option<&'c CacheRule> {
-    let config = upstreams.get(item.upstream)?;
-    match kind {
-        Kind::Tools => cache::tool_rule(config, &item.original, &item.raw),
-        Kind::Resources | Kind::ResourceTemplates => config.caches.resources.as_ref(),
-        Kind::Prompts | Kind::Skills => None,
-    }
 }
 
 /// Warnings (not failures: tools may come later) for `tool_cache` entries that name no tool

@@ -19,6 +19,7 @@ mod credentials;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod layering;
+mod operations;
 mod pin;
 mod reload;
 mod run;

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use manifold_catalog::{Catalog, Kind, Lock, Pinning, UpstreamDef, UpstreamPins, UpstreamState};
+use manifold_catalog::{
+    Catalog, Kind, Lock, Pin, Pinning, UpstreamDef, UpstreamPins, UpstreamState,
+};
 use manifold_config::PinningSettings;
 
 use crate::run;
@@ -17,8 +19,7 @@ pub fn pin(path: &Path) -> anyhow::Result<ExitCode> {
     let (config, defs) = run::load_unpinned(path)?;
     let lock_path = manifold_config::lock_path(&config.source, config.pinning.as_ref());
     let lock = run::with_started(&config, &defs, |catalog, _| lock_of(path, catalog))?;
-    let text = lock.render().context("cannot write the lock file")?;
-    write_atomically(&lock_path, &text)?;
+    write_lock(&lock_path, &lock)?;
     let tools: usize = lock.upstreams.values().map(|p| p.tools.len()).sum();
     let prompts: usize = lock.upstreams.values().map(|p| p.prompts.len()).sum();
     let skills: usize = lock.upstreams.values().map(|p| p.skills.len()).sum();
@@ -58,6 +59,40 @@ fn lock_of(path: &Path, catalog: &Catalog) -> anyhow::Result<Lock> {
         anyhow::bail!("{}\nnothing was written", failed.join("\n"));
     }
     Ok(lock)
+}
+
+/// Writes `lock` to the lock file at `path` as `manifold pin` does: rendered one member a
+/// line, and swapped in whole.
+pub fn write_lock(path: &Path, lock: &Lock) -> anyhow::Result<()> {
+    let text = lock.render().context("cannot write the lock file")?;
+    write_atomically(path, &text)
+}
+
+/// Pins one item anew in the lock file at `path` (the console's re-pin of a held tool):
+/// every other pin stays as it was written, and the file is written as `manifold pin` writes
+/// it. `upstream` is the upstream's key, `original` the item's own name (or a skill's URI).
+pub fn repin(
+    path: &Path,
+    upstream: &str,
+    kind: Kind,
+    original: &str,
+    pin: Pin,
+) -> anyhow::Result<()> {
+    let file = path.display();
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{file}: cannot read the lock file"))?;
+    let mut lock = Lock::parse(&text).map_err(|problem| anyhow::anyhow!("{file}: {problem}"))?;
+    let pins = lock.upstreams.entry(upstream.to_owned()).or_default();
+    let map = match kind {
+        Kind::Tools => &mut pins.tools,
+        Kind::Prompts => &mut pins.prompts,
+        Kind::Skills => &mut pins.skills,
+        Kind::Resources | Kind::ResourceTemplates => {
+            anyhow::bail!("only tools, prompts and skills are pinned")
+        }
+    };
+    map.insert(original.to_owned(), pin);
+    write_lock(path, &lock)
 }
 
 /// Writes `text` to a file beside `path` and renames it over `path`, so that a reader (or a

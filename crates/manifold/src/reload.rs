@@ -27,6 +27,7 @@ use manifold_policy::Authenticator;
 use manifold_upstream::{Hub, Timing, UpstreamHandle};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::operations::Operated;
 use crate::run::{self, Overrides};
 
 /// A request for a reload, and where its outcome goes.
@@ -46,6 +47,8 @@ pub struct Reloader {
     /// The listener's certificate, when it serves TLS.
     certificate: Option<Certificate>,
     state: State,
+    /// Where each outcome is recorded for the console.
+    operated: Arc<Operated>,
 }
 
 /// The configuration in force and what was built from it.
@@ -67,8 +70,10 @@ impl Reloader {
         auth: Option<AuthSlot>,
         certificate: Option<Certificate>,
         state: State,
+        operated: Arc<Operated>,
     ) -> Self {
         Self {
+            operated,
             path: path.to_path_buf(),
             overrides,
             hub: Arc::clone(router.hub()),
@@ -79,10 +84,13 @@ impl Reloader {
         }
     }
 
-    /// Serves reloads as they are asked for, one at a time, until every sender is gone.
+    /// Serves reloads as they are asked for, one at a time, until every sender is gone; each
+    /// outcome is recorded for the console.
     pub async fn run(mut self, mut asked: mpsc::UnboundedReceiver<Ask>) {
         while let Some((trigger, reply)) = asked.recv().await {
             let outcome = self.reload(trigger);
+            self.operated
+                .reloaded(trigger, &outcome, &self.state.config);
             match &outcome {
                 Ok(report) => tracing::info!("configuration reloaded ({trigger}): {report}"),
                 Err(e) => tracing::error!(

@@ -285,7 +285,9 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(http::tls::Certificate::server_config)
             .transpose()?;
+        let operated = crate::operations::Operated::new(path.to_path_buf(), &config);
         let asks = start_reloader(
+            &operated,
             path,
             overrides,
             &router,
@@ -306,6 +308,7 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
                 &asks,
                 consents.clone(),
                 config.auth.jwt.clone(),
+                operated,
             )?),
             None => None,
         };
@@ -345,6 +348,7 @@ pub fn serve(path: &Path, overrides: Overrides) -> anyhow::Result<ExitCode> {
 /// where to ask.
 #[allow(clippy::too_many_arguments)]
 fn start_reloader(
+    operated: &Arc<crate::operations::Operated>,
     path: &Path,
     overrides: Overrides,
     router: &Arc<Router>,
@@ -362,7 +366,15 @@ fn start_reloader(
         limits,
         cache,
     };
-    let reloader = reload::Reloader::new(path, overrides, router, auth.clone(), certificate, state);
+    let reloader = reload::Reloader::new(
+        path,
+        overrides,
+        router,
+        auth.clone(),
+        certificate,
+        state,
+        Arc::clone(operated),
+    );
     let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
     actix::spawn(reloader.run(asked));
     reload::on_sighup(asks.clone())?;
@@ -417,12 +429,21 @@ fn serve_admin(
     asks: &tokio::sync::mpsc::UnboundedSender<reload::Ask>,
     consents: Option<Arc<crate::credentials::BrokerConsents>>,
     jwt: Option<manifold_config::JwtConfig>,
+    operated: Arc<crate::operations::Operated>,
 ) -> anyhow::Result<(actix_web::dev::ServerHandle, std::net::SocketAddr)> {
     let hook = reload::admin_hook(asks.clone());
     let consents = consents.map(|c| c as Arc<dyn http::credentials::Consents>);
-    let (server, bound) =
-        http::serve_admin(Arc::clone(router), addr, drain, Some(hook), consents, jwt)
-            .with_context(|| format!("cannot listen on {addr} (admin)"))?;
+    let operations = Some(operated as Arc<dyn http::Operations>);
+    let (server, bound) = http::serve_admin(
+        Arc::clone(router),
+        addr,
+        drain,
+        Some(hook),
+        consents,
+        jwt,
+        operations,
+    )
+    .with_context(|| format!("cannot listen on {addr} (admin)"))?;
     tracing::info!(
         "admin listening on {bound}: http://{bound}/metrics, /healthz, /readyz, POST /reload"
     );

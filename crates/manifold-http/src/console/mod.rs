@@ -8,10 +8,13 @@
 //! Without `server.metrics_token` the console is not served: the token is what makes it
 //! authenticated.
 
-mod latency;
 mod calls;
+mod catalog;
+mod config;
+mod latency;
 mod logins;
 mod oidc;
+mod operations;
 mod overview;
 mod page;
 mod try_call;
@@ -31,6 +34,8 @@ use crate::admin::ReloadHook;
 use crate::credentials::Consents;
 use logins::{same_secret, Logins, COOKIE};
 use page::{escape, html, nav, page, see_other};
+
+pub use operations::{Operations, ReloadRecord, Running};
 
 /// What every answer under `/console` carries: no script or style from anywhere but the
 /// admin address itself (and none inline), never in a frame, never cached, no referrer.
@@ -52,8 +57,9 @@ pub(crate) struct Console {
     /// Recent samples of each upstream's call durations, for the overview's latency.
     latency: latency::History,
     /// Loads the configuration again, as `POST /reload` does.
-    #[allow(dead_code)] // The configuration page's reload button calls it.
     reload: Option<ReloadHook>,
+    /// The configuration in force, the last reload, the lock file.
+    operations: Option<Arc<dyn Operations>>,
     /// The connections to per-user upstreams, with the credential broker.
     #[allow(dead_code)] // The connections page lists and revokes them.
     consents: Option<Arc<dyn Consents>>,
@@ -67,6 +73,7 @@ impl Console {
         reload: Option<ReloadHook>,
         consents: Option<Arc<dyn Consents>>,
         jwt: Option<&JwtConfig>,
+        operations: Option<Arc<dyn Operations>>,
     ) -> web::Data<Console> {
         let token = router.settings().metrics_token;
         let oidc = oidc::login(router.settings().console.as_ref(), jwt);
@@ -82,6 +89,7 @@ impl Console {
             latency: latency::History::default(),
             reload,
             consents,
+            operations,
             tries: try_tool::Tries::default(),
         });
         overview::sample(&console.latency);
@@ -142,6 +150,12 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 web::get().to(oidc::callback),
             )
             .route("/logout", web::post().to(log_out))
+            // The catalog (with re-pin) and the configuration (with reload).
+            .route("/catalog", web::get().to(catalog::catalog_page))
+            .route("/catalog/item", web::get().to(catalog::item_page))
+            .route("/catalog/repin", web::post().to(catalog::repin))
+            .route("/config", web::get().to(config::config_page))
+            .route("/config/reload", web::post().to(config::reload))
             .route("/assets/console.css", web::get().to(stylesheet))
             .route("/assets/refresh.js", web::get().to(script))
             // Try a tool, and live calls.

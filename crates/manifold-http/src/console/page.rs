@@ -7,6 +7,9 @@ use actix_web::HttpResponse;
 const LAYOUT: &str = include_str!("templates/layout.html");
 pub(super) const LOGIN: &str = include_str!("templates/login.html");
 pub(super) const OVERVIEW: &str = include_str!("templates/overview.html");
+pub(super) const CATALOG: &str = include_str!("templates/catalog.html");
+pub(super) const CATALOG_ITEM: &str = include_str!("templates/catalog_item.html");
+pub(super) const CONFIG: &str = include_str!("templates/config.html");
 pub(super) const STYLESHEET: &str = include_str!("assets/console.css");
 pub(super) const REFRESH_SCRIPT: &str = include_str!("assets/refresh.js");
 pub(super) const TRY: &str = include_str!("templates/try.html");
@@ -24,6 +27,21 @@ pub(super) fn escape(text: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text made safe to place in a URL's query string: every byte but the unreserved ones
+/// percent-encoded.
+pub(super) fn url_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(char::from(byte))
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
         }
     }
     out
@@ -124,6 +142,11 @@ mod tests {
             escape("<script>\"x\" & 'y'</script>"),
             "&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/script&gt;"
         );
+    }
+
+    #[test]
+    fn a_name_in_a_query_string_is_encoded() {
+        assert_eq!(url_encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
     }
 
     #[test]

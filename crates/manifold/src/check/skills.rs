@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use manifold_catalog::{Catalog, Kind};
+use manifold_catalog::{Catalog, Kind, Mark};
 
 /// The skills section of `check`'s report.
 pub(super) fn render(catalog: &Catalog) -> String {
@@ -34,9 +34,10 @@ pub(super) fn render(catalog: &Catalog) -> String {
         for d in held.iter().filter(|d| d.upstream == i) {
             let _ = writeln!(
                 out,
-                "    {} -> {}  [held: {}]",
+                "    {} -> {}  [{}: {}]",
                 d.exposed,
                 d.original,
+                Mark::Held.label(),
                 d.reason()
             );
         }
