@@ -8,6 +8,8 @@ mod auth;
 mod cache;
 mod cache_hints;
 mod console;
+mod console_connections;
+mod console_teams;
 mod discovery;
 mod drain;
 mod extensions;

@@ -8,9 +8,11 @@
 //! Without `server.metrics_token` the console is not served: the token is what makes it
 //! authenticated.
 
+mod connections;
 mod logins;
 mod overview;
 mod page;
+mod teams;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +25,8 @@ use manifold_core::router::Router;
 
 use crate::admin::ReloadHook;
 use crate::credentials::Consents;
-use logins::{same_secret, Logins, COOKIE};
+pub(crate) use logins::{cookie, same_secret};
+use logins::{Logins, COOKIE};
 use page::{escape, html, nav, page, see_other};
 
 /// What every answer under `/console` carries: no script or style from anywhere but the
@@ -45,7 +48,6 @@ pub(crate) struct Console {
     #[allow(dead_code)] // The configuration page's reload button calls it.
     reload: Option<ReloadHook>,
     /// The connections to per-user upstreams, with the credential broker.
-    #[allow(dead_code)] // The connections page lists and revokes them.
     consents: Option<Arc<dyn Consents>>,
 }
 
@@ -86,6 +88,10 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             .route("/login", web::get().to(login_page))
             .route("/login", web::post().to(log_in))
             .route("/logout", web::post().to(log_out))
+            // Teams and limits; connections to per-user upstreams.
+            .route("/teams", web::get().to(teams_page))
+            .route("/connections", web::get().to(connections_page))
+            .route("/connections/revoke", web::post().to(revoke_connection))
             .route("/assets/console.css", web::get().to(stylesheet))
             .route("/assets/refresh.js", web::get().to(script))
             .default_service(web::to(not_found)),
@@ -211,6 +217,74 @@ async fn overview_page(req: HttpRequest, console: web::Data<Console>) -> HttpRes
     logged_in_page(&req, &console, "Overview", OVERVIEW_REFRESH_SECONDS, |_| {
         overview::body(&console.router)
     })
+}
+
+async fn teams_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
+    if let Err(refusal) = access(&req, &console) {
+        return refused_page(refusal);
+    }
+    let body = teams::body(&console.router).await;
+    logged_in_page(&req, &console, "Teams", 0, |_| body)
+}
+
+/// The outcome of a revoke, carried by the 303 back to the connections page.
+#[derive(serde::Deserialize)]
+struct Revoked {
+    revoked: Option<usize>,
+    upstream: Option<String>,
+}
+
+async fn connections_page(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    outcome: web::Query<Revoked>,
+) -> HttpResponse {
+    let access = match access(&req, &console) {
+        Ok(access) => access,
+        Err(refusal) => return refused_page(refusal),
+    };
+    let done = match (&outcome.revoked, &outcome.upstream) {
+        (Some(n), Some(upstream)) => Some(format!("Revoked {n} connection(s) to {upstream}.")),
+        _ => None,
+    };
+    let consents = console.consents.as_deref();
+    let body = connections::body(consents, csrf_of(&access), done.as_deref()).await;
+    logged_in_page(&req, &console, "Connections", 0, |_| body)
+}
+
+/// `POST /console/connections/revoke`: forgets one caller's (or the shared identity's)
+/// connection to one upstream, then back to the page, which says how many went.
+async fn revoke_connection(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    form: Option<web::Form<HashMap<String, String>>>,
+) -> HttpResponse {
+    let form = form.map(web::Form::into_inner).unwrap_or_default();
+    if let Err(refusal) = check_post(&req, &console, &form) {
+        return refusal;
+    }
+    let Some(consents) = &console.consents else {
+        return see_other("/console/connections");
+    };
+    let what = match connections::Revoke::of_form(&form) {
+        Ok(what) => what,
+        Err(why) => return bad_form(why),
+    };
+    match consents.revoke(Some(&what.upstream), &what.owner).await {
+        Ok(n) => see_other(&format!(
+            "/console/connections?revoked={n}&upstream={}",
+            connections::query_value(&what.upstream)
+        )),
+        Err(e) => HttpResponse::BadGateway()
+            .content_type("text/plain; charset=utf-8")
+            .body(format!("the connection was not revoked: {e}\n")),
+    }
+}
+
+fn bad_form(why: &str) -> HttpResponse {
+    HttpResponse::BadRequest()
+        .content_type("text/plain; charset=utf-8")
+        .body(format!("{why}\n"))
 }
 
 fn login_form(notice: Option<&str>) -> String {

@@ -7,6 +7,8 @@ use actix_web::HttpResponse;
 const LAYOUT: &str = include_str!("templates/layout.html");
 pub(super) const LOGIN: &str = include_str!("templates/login.html");
 pub(super) const OVERVIEW: &str = include_str!("templates/overview.html");
+pub(super) const TEAMS: &str = include_str!("templates/teams.html");
+pub(super) const CONNECTIONS: &str = include_str!("templates/connections.html");
 pub(super) const STYLESHEET: &str = include_str!("assets/console.css");
 pub(super) const REFRESH_SCRIPT: &str = include_str!("assets/refresh.js");
 
