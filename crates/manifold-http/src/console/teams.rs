@@ -9,6 +9,7 @@ use std::time::Duration;
 use manifold_catalog::Kind;
 use manifold_core::router::Router;
 use manifold_policy::WindowUse;
+use manifold_protocol::version::Era;
 use manifold_telemetry::metrics;
 use manifold_telemetry::metrics::TeamCalls;
 
@@ -120,34 +121,39 @@ fn quota_row(scope: &str, w: &WindowUse) -> String {
     )
 }
 
-/// The live sessions by transport and protocol version.
+/// The live sessions by transport, protocol era and version.
 fn transports(router: &Router) -> String {
-    let mut counts: BTreeMap<(&'static str, &'static str), usize> = BTreeMap::new();
+    let mut counts: BTreeMap<(&'static str, &'static str, &'static str), usize> = BTreeMap::new();
     for session in router.sessions().all() {
         let transport = if session.is_stateless() {
             "stateless"
         } else {
             session.transport().name()
         };
-        let version = session.version().unwrap_or("not initialized");
-        *counts.entry((transport, version)).or_default() += 1;
+        let version = session.version();
+        let era = version
+            .and_then(manifold_protocol::version::era_of)
+            .or(session.is_stateless().then_some(Era::Stateless))
+            .map_or("", Era::name);
+        let key = (transport, era, version.unwrap_or("not initialized"));
+        *counts.entry(key).or_default() += 1;
     }
     if counts.is_empty() {
         return "<p id=\"no-sessions\">No host session is open.</p>".to_owned();
     }
     let rows: String = counts
         .iter()
-        .map(|((transport, version), n)| {
+        .map(|((transport, era, version), n)| {
             format!(
-                "<tr data-transport=\"{transport}\" data-version=\"{version}\"><td>{transport}</td>\
-                 <td>{version}</td><td class=\"num\">{n}</td></tr>\n",
+                "<tr data-transport=\"{transport}\" data-era=\"{era}\" data-version=\"{version}\">\
+                 <td>{transport}</td><td>{era}</td><td>{version}</td><td class=\"num\">{n}</td></tr>\n",
                 version = escape(version),
             )
         })
         .collect();
     format!(
-        "<table id=\"sessions\">\n<thead><tr><th>Transport</th><th>Protocol version</th>\
-         <th>Sessions</th></tr></thead>\n<tbody>\n{rows}</tbody>\n</table>"
+        "<table id=\"sessions\">\n<thead><tr><th>Transport</th><th>Era</th>\
+         <th>Protocol version</th><th>Sessions</th></tr></thead>\n<tbody>\n{rows}</tbody>\n</table>"
     )
 }
 
