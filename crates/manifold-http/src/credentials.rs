@@ -188,7 +188,11 @@ async fn connect(
     match pages.proof_for(&pending) {
         Proof::Nothing => authorize(&pages, &id, &pending.owner, StatusCode::FOUND).await,
         Proof::Login => match &pages.login {
-            Some(login) => login.start(&req, &id).await,
+            Some(login) => {
+                login
+                    .start(&req, login::Purpose::Consent(id.as_str().to_owned()))
+                    .await
+            }
             None => page::unusable(),
         },
         Proof::Key => page::key_form(StatusCode::OK, &pending.upstream, None),

@@ -1,5 +1,6 @@
 //! The users' page on the host listener, `/oauth/account`: a user proves who they are with
-//! the API key their host uses (the consent pages' key form), and then sees their own
+//! the API key their host uses (the consent pages' key form) or, with `login_client_id`, the
+//! consent pages' OpenID Connect login at the `[auth.jwt]` issuer, and then sees their own
 //! connections to per-user upstreams, connects one ahead of a call (the broker's consent,
 //! straight to the authorization server) and revokes one. Nothing about anyone else: every
 //! listing and action is made for the signed-in caller's owner alone.
@@ -17,6 +18,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use manifold_auth::oauth::pkce::random_token;
 use manifold_auth::Owner;
 use manifold_config::KeyHash;
+use manifold_policy::Principal;
 
 use super::{page, CredentialPages};
 
@@ -103,6 +105,7 @@ impl Accounts {
 pub(super) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/oauth/account", web::get().to(show))
         .route("/oauth/account/login", web::post().to(sign_in))
+        .route("/oauth/account/signin", web::get().to(sign_in_at_issuer))
         .route("/oauth/account/logout", web::post().to(sign_out))
         .route("/oauth/account/connect", web::post().to(connect))
         .route("/oauth/account/revoke", web::post().to(revoke));
@@ -114,7 +117,7 @@ async fn show(req: HttpRequest, pages: web::Data<CredentialPages>) -> HttpRespon
         return no_accounts();
     }
     let Some(account) = pages.accounts.of(&req) else {
-        return page::account_sign_in(StatusCode::OK, None);
+        return page::account_sign_in(StatusCode::OK, None, pages.login.is_some());
     };
     let owner = account.owner();
     let connections: Vec<_> = match pages.consents.connections(Some(&owner)).await {
@@ -155,9 +158,24 @@ async fn sign_in(pages: web::Data<CredentialPages>, form: web::Form<SignIn>) -> 
         Ok(principal) if !key.is_empty() => principal,
         _ => {
             let note = "That key was not accepted.";
-            return page::account_sign_in(StatusCode::UNAUTHORIZED, Some(note));
+            let oidc = pages.login.is_some();
+            return page::account_sign_in(StatusCode::UNAUTHORIZED, Some(note), oidc);
         }
     };
+    signed_in(&pages, &principal)
+}
+
+/// `GET /oauth/account/signin`: the OpenID Connect login, which comes back to
+/// [`signed_in`] through the consent pages' login callback.
+async fn sign_in_at_issuer(req: HttpRequest, pages: web::Data<CredentialPages>) -> HttpResponse {
+    match (&pages.login, pages.auth.get()) {
+        (Some(login), Some(_)) => login.start(&req, super::login::Purpose::Account).await,
+        _ => no_accounts(),
+    }
+}
+
+/// `principal` proved who they are: a sign-in of their own, and on to their page.
+pub(super) fn signed_in(pages: &CredentialPages, principal: &Principal) -> HttpResponse {
     let Some(session) = pages.accounts.open(&principal.team, &principal.id) else {
         return page::text(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -3,7 +3,7 @@
 //! (`[credentials] login_client_id`). The ID token is checked as a host's JWT is (signature
 //! by the issuer's keys, issuer, expiry, team claim) with the login client as its audience,
 //! and its nonce must be the one this login sent. Its (team, subject) must be the consent's
-//! owner.
+//! owner; or, for a sign-in to the users' page, it is who is signed in.
 //!
 //! A login in progress is kept in this process: the issuer must send the browser back to the
 //! replica that started it (sticky sessions, or one replica serving the pages).
@@ -18,7 +18,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use manifold_auth::Owner;
 use manifold_config::{AuthConfig, JwtConfig, Secret, TeamConfig};
-use manifold_policy::Authenticator;
+use manifold_policy::{Authenticator, Principal};
 use sha2::{Digest, Sha256};
 
 use super::{authorize, page, CredentialPages};
@@ -60,9 +60,17 @@ struct Issuer {
     id_tokens: Authenticator,
 }
 
+/// What a login is for.
+pub(super) enum Purpose {
+    /// Proving the browser user is the owner of this consent.
+    Consent(String),
+    /// Signing in to the users' page.
+    Account,
+}
+
 /// One login in progress.
 struct Started {
-    consent: String,
+    purpose: Purpose,
     nonce: String,
     verifier: String,
     redirect_uri: String,
@@ -86,8 +94,8 @@ impl Login {
         }
     }
 
-    /// Sends the browser to the issuer to sign in, for the consent `consent`.
-    pub(super) async fn start(&self, req: &HttpRequest, consent: &str) -> HttpResponse {
+    /// Sends the browser to the issuer to sign in, for `purpose`.
+    pub(super) async fn start(&self, req: &HttpRequest, purpose: Purpose) -> HttpResponse {
         let issuer = match self.issuer().await {
             Ok(issuer) => issuer,
             Err(why) => return unavailable(&why),
@@ -119,7 +127,7 @@ impl Login {
         self.keep(
             state,
             Started {
-                consent: consent.to_owned(),
+                purpose,
                 nonce,
                 verifier,
                 redirect_uri,
@@ -227,8 +235,8 @@ impl Login {
         serde_json::from_slice(&body).map_err(|_| "the issuer's answer is not a JSON object".into())
     }
 
-    /// Redeems the code for an ID token and checks it: who signed in, as (team, principal).
-    async fn signed_in(&self, code: &str, started: &Started) -> Result<Owner, String> {
+    /// Redeems the code for an ID token and checks it: who signed in.
+    async fn signed_in(&self, code: &str, started: &Started) -> Result<Principal, String> {
         let issuer = self.issuer().await?;
         let mut form = vec![
             ("grant_type", "authorization_code"),
@@ -254,7 +262,7 @@ impl Login {
         if nonce_of(id_token).as_deref() != Some(started.nonce.as_str()) {
             return Err("the ID token's nonce is not this login's".into());
         }
-        Ok(Owner::caller(&principal.team, &principal.id))
+        Ok(principal)
     }
 }
 
@@ -292,23 +300,30 @@ pub(super) async fn callback(
             );
         }
     };
-    let Ok(pending) = pages.consents.pending(&started.consent).await else {
-        return page::unusable();
-    };
-    match login.signed_in(code, &started).await {
-        Ok(owner) if owner == pending.owner => {
-            authorize(&pages, &started.consent, &owner, StatusCode::FOUND).await
-        }
-        Ok(_) => page::someone_else(),
+    let signed_in = login.signed_in(code, &started).await;
+    let principal = match signed_in {
+        Ok(principal) => principal,
         Err(why) => {
             tracing::info!("an OpenID Connect login failed: {why}");
-            page::text(
+            return page::text(
                 StatusCode::BAD_REQUEST,
                 "Not signed in",
                 &format!("The sign-in did not complete: {why}."),
-            )
+            );
         }
+    };
+    let consent = match &started.purpose {
+        Purpose::Consent(consent) => consent,
+        Purpose::Account => return super::account::signed_in(&pages, &principal),
+    };
+    let Ok(pending) = pages.consents.pending(consent).await else {
+        return page::unusable();
+    };
+    let owner = Owner::caller(&principal.team, &principal.id);
+    if owner != pending.owner {
+        return page::someone_else();
     }
+    authorize(&pages, consent, &owner, StatusCode::FOUND).await
 }
 
 /// An OAuth error code is printable ASCII without quotes or backslashes (RFC 6749): anything

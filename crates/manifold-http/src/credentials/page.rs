@@ -67,18 +67,25 @@ pub(super) fn key_form(status: StatusCode, upstream: &str, note: Option<&str>) -
     html(status, "Connect", &body)
 }
 
-/// The users' page's sign-in form: the API key their host uses.
-pub(super) fn account_sign_in(status: StatusCode, note: Option<&str>) -> HttpResponse {
+/// The users' page's sign-in form: the API key their host uses, and (`oidc`) a link to
+/// sign in at the identity provider instead.
+pub(super) fn account_sign_in(status: StatusCode, note: Option<&str>, oidc: bool) -> HttpResponse {
     let note = note.map_or_else(String::new, |n| {
         format!("<p><strong>{}</strong></p>", escape(n))
     });
+    let oidc = if oidc {
+        "\n<p><a id=\"sign-in-at-issuer\" href=\"/oauth/account/signin\">Sign in with your \
+         identity provider</a></p>"
+    } else {
+        ""
+    };
     let body = format!(
         "{note}<p>Enter the API key your host uses with Manifold to see and manage your \
          connections to upstreams that act as you.</p>\n\
          <form method=\"post\" action=\"/oauth/account/login\">\n\
          <label>API key <input type=\"password\" name=\"key\" id=\"key\" \
          autocomplete=\"off\" required></label>\n\
-         <button type=\"submit\" id=\"sign-in\">Sign in</button>\n</form>"
+         <button type=\"submit\" id=\"sign-in\">Sign in</button>\n</form>{oidc}"
     );
     html(status, "Your connections", &body)
 }
