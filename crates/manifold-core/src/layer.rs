@@ -9,12 +9,19 @@ use std::pin::Pin;
 
 use crate::context::Context;
 use crate::error::RouteError;
+use crate::policy::LimitLayer;
 use crate::target::Target;
 
 /// A step between routing and the upstream.
 pub trait Layer: Send + Sync {
     /// Decides on a request that is about to be forwarded to `target`.
     fn check(&self, ctx: &Context, target: &Target) -> Check;
+
+    /// The layer as the limit layer, when it is that one: what its limits counted is read
+    /// through it (the console's teams page).
+    fn limit_layer(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<LimitLayer>> {
+        None
+    }
 }
 
 /// A layer's decision.

@@ -13,6 +13,7 @@
 //! Everything OAuth is [`Consents`]' work (the broker, in the binary); here are HTTP, HTML
 //! and who the browser user is.
 
+mod account;
 mod admin;
 pub(crate) mod login;
 mod page;
@@ -71,6 +72,19 @@ pub trait Consents: Send + Sync {
         upstream: &'a str,
     ) -> BoxFuture<'a, Result<ConsentLink, CredentialError>>;
 
+    /// The upstreams whose callers connect accounts of their own (per-user OAuth): what
+    /// the users' page offers to connect.
+    fn per_user_upstreams(&self) -> Vec<String>;
+
+    /// Starts the consent of the caller `team`/`principal` at `upstream`, ahead of a call
+    /// (the users' page).
+    fn connect<'a>(
+        &'a self,
+        upstream: &'a str,
+        team: &'a str,
+        principal: &'a str,
+    ) -> BoxFuture<'a, Result<ConsentLink, CredentialError>>;
+
     /// A consent completed: the core tells the host that asked for it.
     fn completed(&self, done: Completed);
 }
@@ -82,6 +96,8 @@ pub struct CredentialPages {
     auth: AuthSlot,
     /// The OpenID Connect login, when `login_client_id` is configured.
     login: Option<login::Login>,
+    /// Who is signed in to the users' page.
+    accounts: account::Accounts,
 }
 
 impl CredentialPages {
@@ -94,6 +110,7 @@ impl CredentialPages {
             consents,
             auth,
             login: login.map(login::Login::new),
+            accounts: account::Accounts::default(),
         })
     }
 }
@@ -134,7 +151,8 @@ pub fn host_routes(cfg: &mut web::ServiceConfig) {
         .route("/oauth/connect/{id}", web::post().to(connect_with_key))
         .route("/oauth/callback", web::get().to(callback))
         .route("/oauth/login/callback", web::get().to(login::callback))
-        .route("/oauth/client.json", web::get().to(client_metadata));
+        .route("/oauth/client.json", web::get().to(client_metadata))
+        .configure(account::routes);
 }
 
 /// Serves the consent pages alone on `addr`, for a consent made outside a running Manifold
@@ -170,7 +188,11 @@ async fn connect(
     match pages.proof_for(&pending) {
         Proof::Nothing => authorize(&pages, &id, &pending.owner, StatusCode::FOUND).await,
         Proof::Login => match &pages.login {
-            Some(login) => login.start(&req, &id, "/oauth/login/callback").await,
+            Some(login) => {
+                login
+                    .start(&req, login::Purpose::Consent(id.as_str().to_owned()))
+                    .await
+            }
             None => page::unusable(),
         },
         Proof::Key => page::key_form(StatusCode::OK, &pending.upstream, None),

@@ -9,6 +9,6 @@ pub mod memory;
 pub mod shared;
 
 pub use auth::{AuthError, Authenticator, Principal};
-pub use limits::{LimitDef, Limits, Refusal, RefusalKind};
+pub use limits::{LimitDef, Limits, Refusal, RefusalKind, WindowUse};
 pub use memory::Counter;
 pub use shared::{SharedCounts, StoreError};

@@ -57,6 +57,20 @@ pub struct Refusal {
     pub retry_after: Duration,
 }
 
+/// How much of one quota's current window is used (the console's view of a limit).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowUse {
+    /// The id of the limit the quota belongs to.
+    pub limit: Arc<str>,
+    /// Calls counted in the current window.
+    pub used: u64,
+    /// Calls the quota admits per window.
+    pub count: u64,
+    pub window: Duration,
+    /// When the current window ends.
+    pub resets_in: Duration,
+}
+
 /// Every configured limit, and which of them a tool call is counted against.
 pub struct Limits {
     /// Per tool, for every caller together.
@@ -137,6 +151,29 @@ impl Limits {
         }
     }
 
+    /// The limits of `team` (on all its calls, on an upstream, on a tool), by id.
+    pub fn of_team(&self, team: &str) -> Vec<&Counter> {
+        let mut found: Vec<&Counter> = match self.teams.get(team) {
+            Some(t) => t
+                .all
+                .iter()
+                .chain(t.upstreams.values())
+                .chain(t.tools.values())
+                .map(|c| &**c)
+                .collect(),
+            None => Vec::new(),
+        };
+        found.sort_by(|a, b| a.def.id.cmp(&b.def.id));
+        found
+    }
+
+    /// The per-tool limits that count every caller together, by id.
+    pub fn of_tools(&self) -> Vec<&Counter> {
+        let mut found: Vec<&Counter> = self.tools.values().map(|c| &**c).collect();
+        found.sort_by(|a, b| a.def.id.cmp(&b.def.id));
+        found
+    }
+
     /// Every counter.
     fn counters(&self) -> impl Iterator<Item = &Arc<Counter>> {
         let teams = self.teams.values().flat_map(|t| {
@@ -170,7 +207,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use manifold_config::{LimitConfig, LimitsConfig, QuotaConfig};
+    use manifold_config::{LimitConfig, LimitsConfig, QuotaConfig, TeamConfig};
 
     use super::Limits;
     use crate::memory::check;
@@ -200,6 +237,26 @@ mod tests {
         (0..tries)
             .filter(|_| check(&limits.applicable(None, "up", tool)).is_none())
             .count()
+    }
+
+    #[test]
+    fn a_teams_limits_are_listed_apart_from_every_callers() {
+        let team = TeamConfig {
+            name: "eng".into(),
+            limits: Some(quota(5)),
+            tool_limits: [("a".to_owned(), quota(2))].into_iter().collect(),
+            ..TeamConfig::default()
+        };
+        let config = LimitsConfig {
+            tools: [("b".to_owned(), quota(9))].into_iter().collect(),
+            ..LimitsConfig::default()
+        };
+        let limits = Limits::new(&config, &[team]).unwrap();
+        let ids =
+            |cs: Vec<&crate::Counter>| cs.iter().map(|c| c.def.id.to_string()).collect::<Vec<_>>();
+        assert_eq!(ids(limits.of_team("eng")), ["team:eng", "team:eng:tool:a"]);
+        assert_eq!(ids(limits.of_team("ops")), Vec::<String>::new());
+        assert_eq!(ids(limits.of_tools()), ["tool:b"]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 
-use crate::limits::{LimitDef, Refusal, RefusalKind};
+use crate::limits::{LimitDef, Refusal, RefusalKind, WindowUse};
 
 /// One limit's state in this process.
 pub struct Counter {
@@ -32,6 +32,34 @@ impl Counter {
         });
         let windows = Mutex::new(vec![(0, 0); def.quotas.len()]);
         Self { def, rate, windows }
+    }
+}
+
+impl Counter {
+    /// How much of each of its quotas' current windows is used, read without counting
+    /// anything: a window that ended since the last call reads as unused.
+    pub fn usage(&self) -> Vec<WindowUse> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let windows = self.windows.lock();
+        self.def
+            .quotas
+            .iter()
+            .zip(windows.iter())
+            .map(|(quota, &(window, count))| {
+                let secs = quota.window.as_secs().max(1);
+                let current = now.as_secs() / secs;
+                let end = Duration::from_secs((current + 1) * secs);
+                WindowUse {
+                    limit: Arc::clone(&self.def.id),
+                    used: if window == current { count } else { 0 },
+                    count: quota.count,
+                    window: quota.window,
+                    resets_in: end.saturating_sub(now),
+                }
+            })
+            .collect()
     }
 }
 
@@ -154,6 +182,22 @@ mod tests {
             assert_eq!(check(&[&tool]), None);
         }
         assert!(check(&[&tool]).is_some());
+    }
+
+    #[test]
+    fn usage_reads_each_window_without_counting() {
+        let counter = Counter::new(def("team:eng", None, &[(3, 86_400), (10, 3600)]));
+        assert_eq!(check(&[&counter]), None);
+        assert_eq!(check(&[&counter]), None);
+        let usage = counter.usage();
+        let used: Vec<(u64, u64)> = usage.iter().map(|u| (u.used, u.count)).collect();
+        assert_eq!(used, vec![(2, 3), (2, 10)]);
+        assert_eq!(&*usage[0].limit, "team:eng");
+        assert!(usage[1].resets_in <= Duration::from_secs(3600));
+        // Reading counted nothing: one call is left of the first quota.
+        assert_eq!(counter.usage()[0].used, 2);
+        assert_eq!(check(&[&counter]), None);
+        assert!(check(&[&counter]).is_some());
     }
 
     #[test]

@@ -5,11 +5,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::{LimitDef, Refusal};
+use crate::{LimitDef, Refusal, WindowUse};
 
 /// A check under way.
 pub type Checking<'a> =
     Pin<Box<dyn Future<Output = Result<Option<Refusal>, StoreError>> + Send + 'a>>;
+
+/// A read of quotas' use under way.
+pub type Reading<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<WindowUse>, StoreError>> + Send + 'a>>;
 
 /// Counts shared by every replica using the same store.
 pub trait SharedCounts: Send + Sync {
@@ -18,6 +22,10 @@ pub trait SharedCounts: Send + Sync {
     /// nothing is consumed and the result names the refusing limit, its kind and when to
     /// retry (if several refuse, the longest wait). Bounded by the store's timeout.
     fn check<'a>(&'a self, limits: &'a [Arc<LimitDef>]) -> Checking<'a>;
+
+    /// How much of each quota's current window of `limits` is used, counted by every replica
+    /// together, read without counting anything. Bounded by the store's timeout.
+    fn usage<'a>(&'a self, limits: &'a [Arc<LimitDef>]) -> Reading<'a>;
 }
 
 /// Why the store could not answer a check.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use manifold_config::RedisConfig;
-use manifold_policy::shared::Checking;
+use manifold_policy::shared::{Checking, Reading};
 use manifold_policy::{LimitDef, Refusal, RefusalKind, SharedCounts, StoreError};
 use redis::aio::ConnectionManager;
 use redis::{ErrorKind, ServerErrorKind, Value};
@@ -183,6 +183,10 @@ impl SharedCounts for Limiter {
     fn check<'a>(&'a self, limits: &'a [Arc<LimitDef>]) -> Checking<'a> {
         Box::pin(Limiter::check(self, limits))
     }
+
+    fn usage<'a>(&'a self, limits: &'a [Arc<LimitDef>]) -> Reading<'a> {
+        Box::pin(Limiter::usage(self, limits))
+    }
 }
 
 fn classify(e: &redis::RedisError) -> StoreError {
@@ -332,6 +336,8 @@ impl<'a> Plan<'a> {
         }
     }
 }
+
+mod usage;
 
 #[cfg(test)]
 mod live;

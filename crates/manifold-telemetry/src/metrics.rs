@@ -123,6 +123,16 @@ pub struct CallCounts {
     pub durations: Vec<u64>,
 }
 
+/// Tool calls of one team's hosts, and the refusals among them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TeamCalls {
+    pub calls: u64,
+    pub rate_limited: u64,
+    pub quota_exceeded: u64,
+    /// Refused by policy: a tool the team does not see, a held tool, a consent to give.
+    pub denied: u64,
+}
+
 /// Counters of one upstream, shared by all its connections (a restart or a session's own
 /// connection adds to the same ones).
 pub struct UpstreamCounters {
@@ -446,6 +456,39 @@ impl Metrics {
             }
         }
         by_upstream
+    }
+
+    /// Tool calls hosts made and the refusals among them, by team (`anonymous` for callers
+    /// without one), over the process's life: what the console's teams page shows.
+    pub fn team_calls(&self) -> BTreeMap<Arc<str>, TeamCalls> {
+        let mut by_team: BTreeMap<Arc<str>, TeamCalls> = BTreeMap::new();
+        for (labels, histogram) in self.server_ops.series() {
+            if labels.method != "tools/call" {
+                continue;
+            }
+            let n = histogram.snapshot().cumulative.last().copied().unwrap_or(0);
+            let counts = by_team.entry(labels.team).or_default();
+            counts.calls += n;
+            match labels.outcome {
+                Outcome::RateLimited => counts.rate_limited += n,
+                Outcome::QuotaExceeded => counts.quota_exceeded += n,
+                Outcome::Denied => counts.denied += n,
+                _ => {}
+            }
+        }
+        by_team
+    }
+
+    /// Failed refreshes (or exchanges) of upstream `key`'s tokens; 0 for one never seen.
+    pub fn credential_refresh_failures(&self, key: &str) -> u64 {
+        let all = self
+            .upstreams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let failed = crate::credentials::RefreshOutcome::Failed as usize;
+        all.get(key).map_or(0, |c| {
+            c.credentials.refreshes[failed].load(Ordering::Relaxed)
+        })
     }
 
     /// Times upstream `key` was started again; 0 for one never seen (no series is made).

@@ -127,6 +127,32 @@ impl Consents for BrokerConsents {
         })
     }
 
+    fn per_user_upstreams(&self) -> Vec<String> {
+        self.broker.per_user_upstreams()
+    }
+
+    fn connect<'a>(
+        &'a self,
+        upstream: &'a str,
+        team: &'a str,
+        principal: &'a str,
+    ) -> BoxFuture<'a, Result<ConsentLink, CredentialError>> {
+        Box::pin(async move {
+            if !self
+                .broker
+                .per_user_upstreams()
+                .iter()
+                .any(|u| u == upstream)
+            {
+                return Err(CredentialError::Refused {
+                    reason: format!("upstream {upstream:?} has no per-user connections"),
+                });
+            }
+            let caller = Caller::new(team.into(), principal.into(), None);
+            self.broker.consent(upstream, &caller, None).await
+        })
+    }
+
     fn completed(&self, done: Completed) {
         (self.on_completed)(done);
     }

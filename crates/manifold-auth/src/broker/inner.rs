@@ -145,6 +145,23 @@ impl Inner {
         }
     }
 
+    /// The upstreams whose callers each connect an account of their own, by key.
+    pub fn per_user(&self) -> Vec<String> {
+        let upstreams = self
+            .upstreams
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut keys: Vec<String> = upstreams
+            .iter()
+            .filter(|(_, u)| {
+                matches!(&u.auth, UpstreamAuth::OAuth(o) if o.identity == Identity::PerUser)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
     pub fn upstream(&self, key: &str) -> Result<Upstream, CredentialError> {
         let upstreams = self
             .upstreams

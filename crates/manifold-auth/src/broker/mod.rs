@@ -194,6 +194,11 @@ impl Broker {
         self.inner.set_base_url(url);
     }
 
+    /// The upstreams whose callers each connect an account of their own (per-user OAuth).
+    pub fn per_user_upstreams(&self) -> Vec<String> {
+        self.inner.per_user()
+    }
+
     pub fn auth_of(&self, upstream: &str) -> Option<UpstreamAuth> {
         self.inner.upstream(upstream).ok().map(|u| u.auth)
     }

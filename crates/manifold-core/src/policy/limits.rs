@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use manifold_config::{LimitBackend, LimitsConfig, TeamConfig};
-use manifold_policy::{LimitDef, Limits, Refusal, SharedCounts};
+use manifold_policy::{LimitDef, Limits, Refusal, SharedCounts, WindowUse};
 
 use crate::context::Context;
 use crate::error::RouteError;
@@ -81,6 +81,24 @@ impl LimitLayer {
         })))
     }
 
+    /// How much of each quota's current window is used: `team`'s limits, or (`None`) the
+    /// per-tool limits that count every caller together. Read without counting anything;
+    /// in Redis, what every replica counted.
+    pub async fn usage(&self, team: Option<&str>) -> Result<Vec<WindowUse>, String> {
+        let counters = match team {
+            Some(team) => self.limits.of_team(team),
+            None => self.limits.of_tools(),
+        };
+        match &self.store {
+            Store::Memory => Ok(counters.iter().flat_map(|c| c.usage()).collect()),
+            Store::Redis(shared) => {
+                let defs: Vec<Arc<LimitDef>> =
+                    counters.iter().map(|c| Arc::clone(&c.def)).collect();
+                shared.counts.usage(&defs).await.map_err(|e| e.to_string())
+            }
+        }
+    }
+
     fn refuse(team: &str, tool: &str, refusal: Refusal) -> RouteError {
         tracing::info!(
             team,
@@ -98,6 +116,10 @@ impl LimitLayer {
 }
 
 impl Layer for LimitLayer {
+    fn limit_layer(self: Arc<Self>) -> Option<Arc<LimitLayer>> {
+        Some(self)
+    }
+
     fn check(&self, ctx: &Context, target: &Target) -> Check {
         if target.method != "tools/call" {
             return Check::Pass;

@@ -205,6 +205,14 @@ impl Router {
         router
     }
 
+    /// The limit layer now, when any limit is configured.
+    pub fn limits(&self) -> Option<Arc<crate::policy::LimitLayer>> {
+        self.live()
+            .layers
+            .iter()
+            .find_map(|layer| Arc::clone(layer).limit_layer())
+    }
+
     /// The configured teams.
     pub fn teams(&self) -> Arc<Teams> {
         Arc::clone(&self.live.load().teams)

@@ -86,18 +86,23 @@ impl Logins {
 
 /// The session id of the console's cookie, if the request carries one.
 pub(super) fn session_cookie(req: &actix_web::HttpRequest) -> Option<String> {
+    cookie(req, COOKIE)
+}
+
+/// The value of the cookie `name`, if the request carries one.
+pub(crate) fn cookie(req: &actix_web::HttpRequest, name: &str) -> Option<String> {
     req.headers()
         .get_all(actix_web::http::header::COOKIE)
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(found, _)| *found == name)
         .map(|(_, value)| value.to_owned())
 }
 
 /// Whether `presented` is `expected`, compared through their hashes so that the time taken
 /// does not tell how much of a guess was right.
-pub(super) fn same_secret(presented: &str, expected: &str) -> bool {
+pub(crate) fn same_secret(presented: &str, expected: &str) -> bool {
     KeyHash::of(presented) == KeyHash::of(expected)
 }
 

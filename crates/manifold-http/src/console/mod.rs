@@ -11,12 +11,14 @@
 mod calls;
 mod catalog;
 mod config;
+mod connections;
 mod latency;
 mod logins;
 mod oidc;
 mod operations;
 mod overview;
 mod page;
+mod teams;
 mod try_call;
 mod try_form;
 mod try_tool;
@@ -32,9 +34,11 @@ use manifold_core::router::Router;
 
 use crate::admin::ReloadHook;
 use crate::credentials::Consents;
-use logins::{same_secret, Logins, COOKIE};
+pub(crate) use logins::{cookie, same_secret};
+use logins::{Logins, COOKIE};
 use page::{escape, html, nav, page, see_other};
 
+pub(crate) use oidc::CALLBACK as OIDC_CALLBACK;
 pub use operations::{Operations, ReloadRecord, Running};
 
 /// What every answer under `/console` carries: no script or style from anywhere but the
@@ -61,7 +65,6 @@ pub(crate) struct Console {
     /// The configuration in force, the last reload, the lock file.
     operations: Option<Arc<dyn Operations>>,
     /// The connections to per-user upstreams, with the credential broker.
-    #[allow(dead_code)] // The connections page lists and revokes them.
     consents: Option<Arc<dyn Consents>>,
     /// The outcomes of calls made from the try page.
     tries: try_tool::Tries,
@@ -156,6 +159,10 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             .route("/catalog/repin", web::post().to(catalog::repin))
             .route("/config", web::get().to(config::config_page))
             .route("/config/reload", web::post().to(config::reload))
+            // Teams and limits; connections to per-user upstreams.
+            .route("/teams", web::get().to(teams_page))
+            .route("/connections", web::get().to(connections_page))
+            .route("/connections/revoke", web::post().to(revoke_connection))
             .route("/assets/console.css", web::get().to(stylesheet))
             .route("/assets/refresh.js", web::get().to(script))
             // Try a tool, and live calls.
@@ -415,6 +422,74 @@ async fn calls_script() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/javascript; charset=utf-8")
         .body(page::CALLS_SCRIPT)
+}
+
+async fn teams_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
+    if let Err(refusal) = access(&req, &console) {
+        return refused_page(refusal);
+    }
+    let body = teams::body(&console.router).await;
+    logged_in_page(&req, &console, "Teams", 0, |_| body)
+}
+
+/// The outcome of a revoke, carried by the 303 back to the connections page.
+#[derive(serde::Deserialize)]
+struct Revoked {
+    revoked: Option<usize>,
+    upstream: Option<String>,
+}
+
+async fn connections_page(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    outcome: web::Query<Revoked>,
+) -> HttpResponse {
+    let access = match access(&req, &console) {
+        Ok(access) => access,
+        Err(refusal) => return refused_page(refusal),
+    };
+    let done = match (&outcome.revoked, &outcome.upstream) {
+        (Some(n), Some(upstream)) => Some(format!("Revoked {n} connection(s) to {upstream}.")),
+        _ => None,
+    };
+    let consents = console.consents.as_deref();
+    let body = connections::body(consents, csrf_of(&access), done.as_deref()).await;
+    logged_in_page(&req, &console, "Connections", 0, |_| body)
+}
+
+/// `POST /console/connections/revoke`: forgets one caller's (or the shared identity's)
+/// connection to one upstream, then back to the page, which says how many went.
+async fn revoke_connection(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    form: Option<web::Form<HashMap<String, String>>>,
+) -> HttpResponse {
+    let form = form.map(web::Form::into_inner).unwrap_or_default();
+    if let Err(refusal) = check_post(&req, &console, &form) {
+        return refusal;
+    }
+    let Some(consents) = &console.consents else {
+        return see_other("/console/connections");
+    };
+    let what = match connections::Revoke::of_form(&form) {
+        Ok(what) => what,
+        Err(why) => return bad_form(why),
+    };
+    match consents.revoke(Some(&what.upstream), &what.owner).await {
+        Ok(n) => see_other(&format!(
+            "/console/connections?revoked={n}&upstream={}",
+            connections::query_value(&what.upstream)
+        )),
+        Err(e) => HttpResponse::BadGateway()
+            .content_type("text/plain; charset=utf-8")
+            .body(format!("the connection was not revoked: {e}\n")),
+    }
+}
+
+fn bad_form(why: &str) -> HttpResponse {
+    HttpResponse::BadRequest()
+        .content_type("text/plain; charset=utf-8")
+        .body(format!("{why}\n"))
 }
 
 /// The login page; `oidc`: with the link that signs in at the issuer.

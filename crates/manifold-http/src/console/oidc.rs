@@ -9,10 +9,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use manifold_config::{ConsoleLogin, JwtConfig, TeamConfig};
 
 use super::{html, login_form, open_login, Console};
-use crate::credentials::login::{is_error_code, Answer, Login, LoginSettings};
+use crate::credentials::login::{is_error_code, Answer, Login, LoginSettings, Purpose};
 
 /// Where the issuer sends the browser back, on the admin address.
-pub(super) const CALLBACK: &str = "/console/login/oidc/callback";
+pub(crate) const CALLBACK: &str = "/console/login/oidc/callback";
 
 /// How long one request to the issuer may take, and a sign-in at most.
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -42,7 +42,7 @@ pub(super) fn login(console: Option<&ConsoleLogin>, jwt: Option<&JwtConfig>) -> 
 /// `GET /console/login/oidc`: to the issuer.
 pub(super) async fn start(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
     match &console.oidc {
-        Some(login) => login.start(&req, "", CALLBACK).await,
+        Some(login) => login.start(&req, Purpose::Console).await,
         None => super::not_found().await,
     }
 }
@@ -57,7 +57,8 @@ pub(super) async fn callback(
         return super::not_found().await;
     };
     let refused = |why: &str| html(HttpResponse::Forbidden(), login_form(Some(why), true));
-    let Some(started) = answer.state.as_deref().and_then(|s| login.take(s)) else {
+    let started = answer.state.as_deref().and_then(|s| login.take(s));
+    let Some(started) = started.filter(|s| matches!(s.purpose, Purpose::Console)) else {
         return refused("That sign-in is unknown or too old: sign in again.");
     };
     let Some(code) = answer.code.as_deref().filter(|_| answer.error.is_none()) else {

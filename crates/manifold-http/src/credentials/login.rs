@@ -3,7 +3,7 @@
 //! (`[credentials] login_client_id`). The ID token is checked as a host's JWT is (signature
 //! by the issuer's keys, issuer, expiry, team claim) with the login client as its audience,
 //! and its nonce must be the one this login sent. Its (team, subject) must be the consent's
-//! owner.
+//! owner; or, for a sign-in to the users' page, it is who is signed in.
 //!
 //! A login in progress is kept in this process: the issuer must send the browser back to the
 //! replica that started it (sticky sessions, or one replica serving the pages).
@@ -18,7 +18,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use manifold_auth::Owner;
 use manifold_config::{AuthConfig, JwtConfig, Secret, TeamConfig};
-use manifold_policy::Authenticator;
+use manifold_policy::{Authenticator, Principal};
 use sha2::{Digest, Sha256};
 
 use super::{authorize, page, CredentialPages};
@@ -60,11 +60,29 @@ struct Issuer {
     id_tokens: Authenticator,
 }
 
+/// What a login is for.
+pub(crate) enum Purpose {
+    /// Proving the browser user is the owner of this consent.
+    Consent(String),
+    /// Signing in to the users' page.
+    Account,
+    /// Signing in to the web console, on the admin address.
+    Console,
+}
+
+impl Purpose {
+    /// The path the issuer sends the browser back to.
+    fn callback(&self) -> &'static str {
+        match self {
+            Self::Consent(_) | Self::Account => "/oauth/login/callback",
+            Self::Console => crate::console::OIDC_CALLBACK,
+        }
+    }
+}
+
 /// One login in progress.
 pub(crate) struct Started {
-    /// What the login is for: the consent it proves its owner for (the console's login
-    /// keeps nothing here).
-    pub(crate) then: String,
+    pub(crate) purpose: Purpose,
     nonce: String,
     verifier: String,
     redirect_uri: String,
@@ -88,14 +106,8 @@ impl Login {
         }
     }
 
-    /// Sends the browser to the issuer to sign in, for `then` (what the callback at path
-    /// `callback` does once the user signed in).
-    pub(crate) async fn start(
-        &self,
-        req: &HttpRequest,
-        then: &str,
-        callback: &str,
-    ) -> HttpResponse {
+    /// Sends the browser to the issuer to sign in, for `purpose`.
+    pub(crate) async fn start(&self, req: &HttpRequest, purpose: Purpose) -> HttpResponse {
         let issuer = match self.issuer().await {
             Ok(issuer) => issuer,
             Err(why) => return unavailable(&why),
@@ -110,7 +122,7 @@ impl Login {
             .public_url
             .clone()
             .unwrap_or_else(|| crate::base_url(req));
-        let redirect_uri = format!("{}{callback}", base.trim_end_matches('/'));
+        let redirect_uri = format!("{}{}", base.trim_end_matches('/'), purpose.callback());
         let url = with_query(
             &issuer.authorization_endpoint,
             &[
@@ -127,7 +139,7 @@ impl Login {
         self.keep(
             state,
             Started {
-                then: then.to_owned(),
+                purpose,
                 nonce,
                 verifier,
                 redirect_uri,
@@ -235,13 +247,12 @@ impl Login {
         serde_json::from_slice(&body).map_err(|_| "the issuer's answer is not a JSON object".into())
     }
 
-    /// Redeems the code for an ID token and checks it: who signed in, with the team its
-    /// claim selects.
+    /// Redeems the code for an ID token and checks it: who signed in.
     pub(crate) async fn signed_in(
         &self,
         code: &str,
         started: &Started,
-    ) -> Result<manifold_policy::Principal, String> {
+    ) -> Result<Principal, String> {
         let issuer = self.issuer().await?;
         let mut form = vec![
             ("grant_type", "authorization_code"),
@@ -305,24 +316,32 @@ pub(super) async fn callback(
             );
         }
     };
-    let Ok(pending) = pages.consents.pending(&started.then).await else {
-        return page::unusable();
-    };
     let signed_in = login.signed_in(code, &started).await;
-    match signed_in.map(|p| Owner::caller(&p.team, &p.id)) {
-        Ok(owner) if owner == pending.owner => {
-            authorize(&pages, &started.then, &owner, StatusCode::FOUND).await
-        }
-        Ok(_) => page::someone_else(),
+    let principal = match signed_in {
+        Ok(principal) => principal,
         Err(why) => {
             tracing::info!("an OpenID Connect login failed: {why}");
-            page::text(
+            return page::text(
                 StatusCode::BAD_REQUEST,
                 "Not signed in",
                 &format!("The sign-in did not complete: {why}."),
-            )
+            );
         }
+    };
+    let consent = match &started.purpose {
+        Purpose::Consent(consent) => consent,
+        Purpose::Account => return super::account::signed_in(&pages, &principal),
+        // The console's sign-ins come back to the admin address, never here.
+        Purpose::Console => return page::unusable(),
+    };
+    let Ok(pending) = pages.consents.pending(consent).await else {
+        return page::unusable();
+    };
+    let owner = Owner::caller(&principal.team, &principal.id);
+    if owner != pending.owner {
+        return page::someone_else();
     }
+    authorize(&pages, consent, &owner, StatusCode::FOUND).await
 }
 
 /// An OAuth error code is printable ASCII without quotes or backslashes (RFC 6749): anything

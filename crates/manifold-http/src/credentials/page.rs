@@ -67,6 +67,84 @@ pub(super) fn key_form(status: StatusCode, upstream: &str, note: Option<&str>) -
     html(status, "Connect", &body)
 }
 
+/// The users' page's sign-in form: the API key their host uses, and (`oidc`) a link to
+/// sign in at the identity provider instead.
+pub(super) fn account_sign_in(status: StatusCode, note: Option<&str>, oidc: bool) -> HttpResponse {
+    let note = note.map_or_else(String::new, |n| {
+        format!("<p><strong>{}</strong></p>", escape(n))
+    });
+    let oidc = if oidc {
+        "\n<p><a id=\"sign-in-at-issuer\" href=\"/oauth/account/signin\">Sign in with your \
+         identity provider</a></p>"
+    } else {
+        ""
+    };
+    let body = format!(
+        "{note}<p>Enter the API key your host uses with Manifold to see and manage your \
+         connections to upstreams that act as you.</p>\n\
+         <form method=\"post\" action=\"/oauth/account/login\">\n\
+         <label>API key <input type=\"password\" name=\"key\" id=\"key\" \
+         autocomplete=\"off\" required></label>\n\
+         <button type=\"submit\" id=\"sign-in\">Sign in</button>\n</form>{oidc}"
+    );
+    html(status, "Your connections", &body)
+}
+
+/// The signed-in users' page: their own connections (each with a revoke form), and a
+/// connect form for each per-user upstream. `query`: the last revoke's outcome.
+pub(super) fn account(
+    account: &super::account::Account,
+    connections: &[manifold_auth::ConnectionInfo],
+    upstreams: &[String],
+    query: &str,
+) -> HttpResponse {
+    let csrf = format!(
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        escape(&account.csrf)
+    );
+    let form = |action: &str, upstream: &str, label: &str| {
+        format!(
+            "<form method=\"post\" action=\"/oauth/account/{action}\">{csrf}\
+             <input type=\"hidden\" name=\"upstream\" value=\"{upstream}\">\
+             <button type=\"submit\" class=\"{action}\">{label}</button></form>",
+            upstream = escape(upstream),
+        )
+    };
+    let done = query
+        .strip_prefix("revoked=")
+        .and_then(|n| n.parse::<usize>().ok())
+        .map_or_else(String::new, |n| {
+            format!("<p id=\"done\">Revoked {n} connection(s).</p>\n")
+        });
+    let rows: String = upstreams
+        .iter()
+        .map(|upstream| {
+            let mine = connections.iter().find(|c| &c.upstream == upstream);
+            let (state, action) = match mine {
+                Some(c) => (
+                    format!("connected ({})", escape(&c.scopes.join(" "))),
+                    form("revoke", upstream, "Revoke"),
+                ),
+                None => ("not connected".to_owned(), form("connect", upstream, "Connect")),
+            };
+            format!(
+                "<tr data-upstream=\"{u}\"><td>{u}</td><td class=\"state\">{state}</td><td>{action}</td></tr>\n",
+                u = escape(upstream)
+            )
+        })
+        .collect();
+    let body = format!(
+        "<p>Signed in as <strong id=\"who\">{team}/{principal}</strong>.</p>\n{done}\
+         <table id=\"connections\">\n<tr><th>Upstream</th><th>Your connection</th><th></th></tr>\n\
+         {rows}</table>\n\
+         <form method=\"post\" action=\"/oauth/account/logout\">{csrf}\
+         <button type=\"submit\" id=\"sign-out\">Sign out</button></form>",
+        team = escape(&account.team),
+        principal = escape(&account.principal),
+    );
+    html(StatusCode::OK, "Your connections", &body)
+}
+
 fn html(status: StatusCode, title: &str, body: &str) -> HttpResponse {
     let title = escape(title);
     secure(HttpResponse::build(status))

@@ -138,6 +138,25 @@ impl Consents for Fake {
         })
     }
 
+    fn per_user_upstreams(&self) -> Vec<String> {
+        vec!["forge".into()]
+    }
+
+    fn connect<'a>(
+        &'a self,
+        _upstream: &'a str,
+        _team: &'a str,
+        _principal: &'a str,
+    ) -> BoxFuture<'a, Result<ConsentLink, CredentialError>> {
+        Box::pin(async {
+            Ok(ConsentLink {
+                id: "c-alice".into(),
+                url: "http://127.0.0.1:1/oauth/connect/c-alice".into(),
+                expires_at_ms: 42,
+            })
+        })
+    }
+
     fn completed(&self, done: Completed) {
         self.completed.lock().unwrap().push(done);
     }
@@ -165,7 +184,12 @@ macro_rules! pages {
     ($fake:expr) => {{
         let consents: Arc<dyn Consents> = $fake.clone();
         let data = CredentialPages::new(consents, auth(), None);
-        init_service(App::new().app_data(data).configure(super::host_routes)).await
+        init_service(
+            App::new()
+                .app_data(data)
+                .configure(crate::credentials::host_routes),
+        )
+        .await
     }};
 }
 
@@ -396,4 +420,5 @@ fn a_revocation_names_a_caller_or_the_shared_identity() {
     });
 }
 
+mod account;
 mod login;

@@ -127,6 +127,27 @@ async fn admitted_again(limiter: &RedisLimiter, limits: &[Arc<LimitDef>], failur
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_quotas_use_is_read_without_counting() {
+    let server = RedisServer::start();
+    let limiter = relaxed(&server, "u");
+    clear_of_window_end(HOUR).await;
+    let limits = [limit("team:a", None, &[quota(10, DAY), quota(3, HOUR)])];
+    for _ in 0..2 {
+        assert!(admitted(&limiter, &limits).await);
+    }
+    let usage = limiter.usage(&limits).await.unwrap();
+    let read: Vec<(&str, u64, u64)> = usage.iter().map(|u| (&*u.limit, u.used, u.count)).collect();
+    assert_eq!(read, [("team:a", 2, 10), ("team:a", 2, 3)]);
+    assert!(usage[1].resets_in <= HOUR, "{usage:?}");
+    // Reading counted nothing: one call is left of the hour's quota.
+    assert!(admitted(&limiter, &limits).await);
+    assert_eq!(
+        refusal(&limiter, &limits).await.kind,
+        RefusalKind::QuotaExceeded
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_quota_is_exact_under_concurrency() {
     let server = RedisServer::start();
     let limiter = relaxed(&server, "t");

@@ -149,3 +149,51 @@ fn a_jwt_caller_signs_in_at_the_issuer_and_only_they_pass() {
         assert!(body_of(r).contains("unknown, was already used, or has expired"));
     });
 }
+
+#[test]
+fn a_jwt_user_signs_in_to_their_page_at_the_issuer() {
+    run(async {
+        let minted = web::Data::new(Mutex::new(String::new()));
+        let url = start_issuer(minted.clone());
+        let issuer = Issuer::new(&url, "k1");
+        let consents: Arc<dyn Consents> = Arc::new(Fake::default());
+        let data = CredentialPages::new(consents, auth(), Some(settings(&issuer)));
+        let app = init_service(
+            App::new()
+                .app_data(data)
+                .configure(super::super::host_routes),
+        )
+        .await;
+        let req = TestRequest::get().uri("/oauth/account").to_request();
+        let page = body_of(call_service(&app, req).await);
+        assert!(page.contains("href=\"/oauth/account/signin\""), "{page}");
+        let req = TestRequest::get().uri("/oauth/account/signin").to_request();
+        let r = call_service(&app, req).await;
+        assert_eq!(r.status(), 302);
+        let to = header(&r, "location");
+        assert!(to.starts_with(&format!("{url}/authorize?")), "{to}");
+        let extra = json!({"team": "eng", "nonce": param(&to, "nonce")});
+        *minted.lock().unwrap() = issuer.token(issuer.claims("manifold-login", "carol", extra));
+        let back = format!("/oauth/login/callback?code=c&state={}", param(&to, "state"));
+        let r = call_service(&app, TestRequest::get().uri(&back).to_request()).await;
+        assert_eq!(r.status(), 303);
+        assert_eq!(header(&r, "location"), "/oauth/account");
+        let cookie = header(&r, "set-cookie");
+        assert!(
+            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+            "{cookie}"
+        );
+        let cookie = cookie.split(';').next().unwrap().to_owned();
+        let req = TestRequest::get()
+            .uri("/oauth/account")
+            .insert_header(("cookie", cookie))
+            .to_request();
+        let page = body_of(call_service(&app, req).await);
+        assert!(page.contains(&format!("eng/jwt:{url}#carol")), "{page}");
+        // The fake's connection is alice's (by her key): not carol's to see.
+        assert!(
+            page.contains("not connected") && !page.contains("repo"),
+            "{page}"
+        );
+    });
+}
