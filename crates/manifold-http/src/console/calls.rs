@@ -2,6 +2,10 @@
 //! and served as JSON for the page's script, which adds new ones without reloading. Never a
 //! request's arguments or its answer: the ring does not hold them.
 
+use super::{access, forbidden, logged_in_page, no_console, page, Console, Refusal};
+use actix_web::{web, HttpRequest, HttpResponse};
+use std::collections::HashMap;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use manifold_telemetry::recent::{recent_calls, CallRecord, RECENT_CALLS};
@@ -103,6 +107,34 @@ fn row_html(c: &Shown) -> String {
         latency = c.latency,
         trace = c.trace,
     )
+}
+
+pub(super) async fn calls_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
+    logged_in_page(&req, &console, "Live calls", 0, |_| body())
+}
+
+/// `GET /console/calls.json?after=<seq>`: the calls after the last one the page shows.
+pub(super) async fn calls_json(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    query: web::Query<HashMap<String, String>>,
+) -> HttpResponse {
+    if let Err(refusal) = access(&req, &console) {
+        return match refusal {
+            Refusal::NoToken => no_console(),
+            Refusal::LoggedOut => forbidden("log in to the console first (/console/login)"),
+        };
+    }
+    let after = query.get("after").and_then(|a| a.parse().ok()).unwrap_or(0);
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(json(after))
+}
+
+pub(super) async fn calls_script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .body(page::CALLS_SCRIPT)
 }
 
 #[cfg(test)]

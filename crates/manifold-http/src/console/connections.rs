@@ -3,6 +3,9 @@
 //! connection. The same data the admin routes of `credentials/admin.rs` list and revoke;
 //! never a token.
 
+use super::{access, check_post, csrf_of, logged_in_page, refused_page, see_other, Console};
+use actix_web::{web, HttpRequest, HttpResponse};
+
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -142,6 +145,66 @@ fn minutes(ms: u64) -> String {
         s @ 0..=59 => format!("{s} s"),
         s => format!("{} min", s / 60),
     }
+}
+
+/// The outcome of a revoke, carried by the 303 back to the connections page.
+#[derive(serde::Deserialize)]
+pub(super) struct Revoked {
+    revoked: Option<usize>,
+    upstream: Option<String>,
+}
+
+pub(super) async fn connections_page(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    outcome: web::Query<Revoked>,
+) -> HttpResponse {
+    let access = match access(&req, &console) {
+        Ok(access) => access,
+        Err(refusal) => return refused_page(refusal),
+    };
+    let done = match (&outcome.revoked, &outcome.upstream) {
+        (Some(n), Some(upstream)) => Some(format!("Revoked {n} connection(s) to {upstream}.")),
+        _ => None,
+    };
+    let consents = console.consents.as_deref();
+    let body = body(consents, csrf_of(&access), done.as_deref()).await;
+    logged_in_page(&req, &console, "Connections", 0, |_| body)
+}
+
+/// `POST /console/connections/revoke`: forgets one caller's (or the shared identity's)
+/// connection to one upstream, then back to the page, which says how many went.
+pub(super) async fn revoke_connection(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    form: Option<web::Form<HashMap<String, String>>>,
+) -> HttpResponse {
+    let form = form.map(web::Form::into_inner).unwrap_or_default();
+    if let Err(refusal) = check_post(&req, &console, &form) {
+        return refusal;
+    }
+    let Some(consents) = &console.consents else {
+        return see_other("/console/connections");
+    };
+    let what = match Revoke::of_form(&form) {
+        Ok(what) => what,
+        Err(why) => return bad_form(why),
+    };
+    match consents.revoke(Some(&what.upstream), &what.owner).await {
+        Ok(n) => see_other(&format!(
+            "/console/connections?revoked={n}&upstream={}",
+            query_value(&what.upstream)
+        )),
+        Err(e) => HttpResponse::BadGateway()
+            .content_type("text/plain; charset=utf-8")
+            .body(format!("the connection was not revoked: {e}\n")),
+    }
+}
+
+fn bad_form(why: &str) -> HttpResponse {
+    HttpResponse::BadRequest()
+        .content_type("text/plain; charset=utf-8")
+        .body(format!("{why}\n"))
 }
 
 #[cfg(test)]

@@ -160,17 +160,20 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             .route("/config", web::get().to(config::config_page))
             .route("/config/reload", web::post().to(config::reload))
             // Teams and limits; connections to per-user upstreams.
-            .route("/teams", web::get().to(teams_page))
-            .route("/connections", web::get().to(connections_page))
-            .route("/connections/revoke", web::post().to(revoke_connection))
+            .route("/teams", web::get().to(teams::teams_page))
+            .route("/connections", web::get().to(connections::connections_page))
+            .route(
+                "/connections/revoke",
+                web::post().to(connections::revoke_connection),
+            )
             .route("/assets/console.css", web::get().to(stylesheet))
             .route("/assets/refresh.js", web::get().to(script))
             // Try a tool, and live calls.
-            .route("/try", web::get().to(try_page))
-            .route("/try", web::post().to(try_call))
-            .route("/calls", web::get().to(calls_page))
-            .route("/calls.json", web::get().to(calls_json))
-            .route("/assets/calls.js", web::get().to(calls_script))
+            .route("/try", web::get().to(try_tool::try_page))
+            .route("/try", web::post().to(try_tool::try_call))
+            .route("/calls", web::get().to(calls::calls_page))
+            .route("/calls.json", web::get().to(calls::calls_json))
+            .route("/assets/calls.js", web::get().to(calls::calls_script))
             .default_service(web::to(not_found)),
     );
 }
@@ -299,197 +302,6 @@ async fn overview_page(req: HttpRequest, console: web::Data<Console>) -> HttpRes
         overview::sample(&console.latency);
         overview::body(&console.router, &console.latency, replicas)
     })
-}
-
-async fn try_page(
-    req: HttpRequest,
-    console: web::Data<Console>,
-    query: web::Query<HashMap<String, String>>,
-) -> HttpResponse {
-    let owner = match access(&req, &console) {
-        Ok(access) => owner_of(&access).to_owned(),
-        Err(refusal) => return refused_page(refusal),
-    };
-    // The outcome of a call posted from the page (Post/Redirect/Get), shown with its form.
-    let outcome = query
-        .get("outcome")
-        .and_then(|id| console.tries.find(&owner, id));
-    let asked = try_tool::Asked::of(&query);
-    let asked = outcome.as_ref().map_or(&asked, |o| &o.asked);
-    logged_in_page(&req, &console, "Try a tool", 0, |csrf| {
-        try_tool::body(&console.router, asked, csrf, &[], outcome.as_deref())
-    })
-}
-
-/// `POST /console/try`: reads the form into the call's arguments (or shows why it cannot,
-/// sending nothing), calls the tool as the chosen team, and redirects to the page showing how
-/// the call ended.
-async fn try_call(
-    req: HttpRequest,
-    console: web::Data<Console>,
-    form: Option<web::Form<HashMap<String, String>>>,
-) -> HttpResponse {
-    let form = form.map(web::Form::into_inner).unwrap_or_default();
-    let access = match check_post(&req, &console, &form) {
-        Ok(access) => access,
-        Err(refusal) => return refusal,
-    };
-    let asked = try_tool::Asked::of(&form);
-    let Some(caller) = try_tool::caller_of(&console.router, &asked.team) else {
-        return try_refused(&console, &access, &asked, "no such team".to_owned());
-    };
-    let Some(definition) = try_tool::definition(&console.router, &asked.tool) else {
-        return try_refused(&console, &access, &asked, "no such tool".to_owned());
-    };
-    let fields = try_form::fields(definition.get("inputSchema"));
-    let arguments = match try_form::arguments(fields.as_deref(), &asked.values) {
-        Ok(arguments) => arguments,
-        Err(problems) => return try_page_with(&console, &access, &asked, &problems),
-    };
-    let Some(trace) = try_call::new_trace_id() else {
-        return try_refused(
-            &console,
-            &access,
-            &asked,
-            "the system's random source failed".to_owned(),
-        );
-    };
-    let answer = try_call::call(&console.router, caller, &asked.tool, arguments, trace).await;
-    let outcome = try_tool::Outcome {
-        asked,
-        trace,
-        answer,
-    };
-    let id = console.tries.keep(owner_of(&access), outcome);
-    see_other(&format!("/console/try?outcome={id}"))
-}
-
-fn try_refused(
-    console: &Console,
-    access: &Access,
-    asked: &try_tool::Asked,
-    why: String,
-) -> HttpResponse {
-    try_page_with(console, access, asked, &[why])
-}
-
-/// The try page for a form that could not be sent, with why (nothing was sent: 400).
-fn try_page_with(
-    console: &Console,
-    access: &Access,
-    asked: &try_tool::Asked,
-    problems: &[String],
-) -> HttpResponse {
-    let csrf = csrf_of(access);
-    let body = try_tool::body(&console.router, asked, csrf, problems, None);
-    html(
-        HttpResponse::BadRequest(),
-        page("Try a tool", &nav(csrf), &body, 0),
-    )
-}
-
-/// Whose outcomes a request may see: its login's, or the bearer token's.
-fn owner_of(access: &Access) -> &str {
-    match access {
-        Access::Bearer => "",
-        Access::Session { session, .. } => session,
-    }
-}
-
-async fn calls_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
-    logged_in_page(&req, &console, "Live calls", 0, |_| calls::body())
-}
-
-/// `GET /console/calls.json?after=<seq>`: the calls after the last one the page shows.
-async fn calls_json(
-    req: HttpRequest,
-    console: web::Data<Console>,
-    query: web::Query<HashMap<String, String>>,
-) -> HttpResponse {
-    if let Err(refusal) = access(&req, &console) {
-        return match refusal {
-            Refusal::NoToken => no_console(),
-            Refusal::LoggedOut => forbidden("log in to the console first (/console/login)"),
-        };
-    }
-    let after = query.get("after").and_then(|a| a.parse().ok()).unwrap_or(0);
-    HttpResponse::Ok()
-        .content_type("application/json")
-        .body(calls::json(after))
-}
-
-async fn calls_script() -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/javascript; charset=utf-8")
-        .body(page::CALLS_SCRIPT)
-}
-
-async fn teams_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
-    if let Err(refusal) = access(&req, &console) {
-        return refused_page(refusal);
-    }
-    let body = teams::body(&console.router).await;
-    logged_in_page(&req, &console, "Teams", 0, |_| body)
-}
-
-/// The outcome of a revoke, carried by the 303 back to the connections page.
-#[derive(serde::Deserialize)]
-struct Revoked {
-    revoked: Option<usize>,
-    upstream: Option<String>,
-}
-
-async fn connections_page(
-    req: HttpRequest,
-    console: web::Data<Console>,
-    outcome: web::Query<Revoked>,
-) -> HttpResponse {
-    let access = match access(&req, &console) {
-        Ok(access) => access,
-        Err(refusal) => return refused_page(refusal),
-    };
-    let done = match (&outcome.revoked, &outcome.upstream) {
-        (Some(n), Some(upstream)) => Some(format!("Revoked {n} connection(s) to {upstream}.")),
-        _ => None,
-    };
-    let consents = console.consents.as_deref();
-    let body = connections::body(consents, csrf_of(&access), done.as_deref()).await;
-    logged_in_page(&req, &console, "Connections", 0, |_| body)
-}
-
-/// `POST /console/connections/revoke`: forgets one caller's (or the shared identity's)
-/// connection to one upstream, then back to the page, which says how many went.
-async fn revoke_connection(
-    req: HttpRequest,
-    console: web::Data<Console>,
-    form: Option<web::Form<HashMap<String, String>>>,
-) -> HttpResponse {
-    let form = form.map(web::Form::into_inner).unwrap_or_default();
-    if let Err(refusal) = check_post(&req, &console, &form) {
-        return refusal;
-    }
-    let Some(consents) = &console.consents else {
-        return see_other("/console/connections");
-    };
-    let what = match connections::Revoke::of_form(&form) {
-        Ok(what) => what,
-        Err(why) => return bad_form(why),
-    };
-    match consents.revoke(Some(&what.upstream), &what.owner).await {
-        Ok(n) => see_other(&format!(
-            "/console/connections?revoked={n}&upstream={}",
-            connections::query_value(&what.upstream)
-        )),
-        Err(e) => HttpResponse::BadGateway()
-            .content_type("text/plain; charset=utf-8")
-            .body(format!("the connection was not revoked: {e}\n")),
-    }
-}
-
-fn bad_form(why: &str) -> HttpResponse {
-    HttpResponse::BadRequest()
-        .content_type("text/plain; charset=utf-8")
-        .body(format!("{why}\n"))
 }
 
 /// The login page; `oidc`: with the link that signs in at the issuer.

@@ -3,6 +3,9 @@
 //! sessions by transport and protocol version. Read from the router, the limit layer and
 //! Manifold's own metrics when the page is asked for.
 
+use super::{access, logged_in_page, refused_page, Console};
+use actix_web::{web, HttpRequest, HttpResponse};
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -167,6 +170,14 @@ fn duration_text(d: Duration) -> String {
         3600..=86_399 => format!("{hours} h {minutes} min"),
         _ => format!("{days} d {hours} h"),
     }
+}
+
+pub(super) async fn teams_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
+    if let Err(refusal) = access(&req, &console) {
+        return refused_page(refusal);
+    }
+    let body = body(&console.router).await;
+    logged_in_page(&req, &console, "Teams", 0, |_| body)
 }
 
 #[cfg(test)]

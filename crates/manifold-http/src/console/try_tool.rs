@@ -3,6 +3,12 @@
 //! (`POST /console/try`) as a host of that team would. The outcome is kept for the login that
 //! asked (at most [`KEPT`] outcomes in all) and shown by the page the POST redirects to.
 
+use super::{
+    access, check_post, csrf_of, html, logged_in_page, nav, page, refused_page, see_other,
+    try_call, Access, Console,
+};
+use actix_web::{web, HttpRequest, HttpResponse};
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -306,4 +312,94 @@ fn content_html(item: &Value) -> String {
 
 fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+pub(super) async fn try_page(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    query: web::Query<HashMap<String, String>>,
+) -> HttpResponse {
+    let owner = match access(&req, &console) {
+        Ok(access) => owner_of(&access).to_owned(),
+        Err(refusal) => return refused_page(refusal),
+    };
+    // The outcome of a call posted from the page (Post/Redirect/Get), shown with its form.
+    let outcome = query
+        .get("outcome")
+        .and_then(|id| console.tries.find(&owner, id));
+    let asked = Asked::of(&query);
+    let asked = outcome.as_ref().map_or(&asked, |o| &o.asked);
+    logged_in_page(&req, &console, "Try a tool", 0, |csrf| {
+        body(&console.router, asked, csrf, &[], outcome.as_deref())
+    })
+}
+
+/// `POST /console/try`: reads the form into the call's arguments (or shows why it cannot,
+/// sending nothing), calls the tool as the chosen team, and redirects to the page showing how
+/// the call ended.
+pub(super) async fn try_call(
+    req: HttpRequest,
+    console: web::Data<Console>,
+    form: Option<web::Form<HashMap<String, String>>>,
+) -> HttpResponse {
+    let form = form.map(web::Form::into_inner).unwrap_or_default();
+    let access = match check_post(&req, &console, &form) {
+        Ok(access) => access,
+        Err(refusal) => return refusal,
+    };
+    let asked = Asked::of(&form);
+    let Some(caller) = caller_of(&console.router, &asked.team) else {
+        return try_refused(&console, &access, &asked, "no such team".to_owned());
+    };
+    let Some(definition) = definition(&console.router, &asked.tool) else {
+        return try_refused(&console, &access, &asked, "no such tool".to_owned());
+    };
+    let fields = try_form::fields(definition.get("inputSchema"));
+    let arguments = match try_form::arguments(fields.as_deref(), &asked.values) {
+        Ok(arguments) => arguments,
+        Err(problems) => return try_page_with(&console, &access, &asked, &problems),
+    };
+    let Some(trace) = try_call::new_trace_id() else {
+        return try_refused(
+            &console,
+            &access,
+            &asked,
+            "the system's random source failed".to_owned(),
+        );
+    };
+    let answer = try_call::call(&console.router, caller, &asked.tool, arguments, trace).await;
+    let outcome = Outcome {
+        asked,
+        trace,
+        answer,
+    };
+    let id = console.tries.keep(owner_of(&access), outcome);
+    see_other(&format!("/console/try?outcome={id}"))
+}
+
+fn try_refused(console: &Console, access: &Access, asked: &Asked, why: String) -> HttpResponse {
+    try_page_with(console, access, asked, &[why])
+}
+
+/// The try page for a form that could not be sent, with why (nothing was sent: 400).
+fn try_page_with(
+    console: &Console,
+    access: &Access,
+    asked: &Asked,
+    problems: &[String],
+) -> HttpResponse {
+    let csrf = csrf_of(access);
+    let body = body(&console.router, asked, csrf, problems, None);
+    html(
+        HttpResponse::BadRequest(),
+        page("Try a tool", &nav(csrf), &body, 0),
+    )
+}
+
+/// Whose outcomes a request may see: its login's, or the bearer token's.
+fn owner_of(access: &Access) -> &str {
+    match access {
+        Access::Bearer => "",
+        Access::Session { session, .. } => session,
+    }
 }
