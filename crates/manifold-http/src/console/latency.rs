@@ -16,6 +16,8 @@ use manifold_telemetry::histogram::OPERATION_BUCKETS;
 pub(super) const STEP: Duration = Duration::from_secs(10);
 /// Samples kept: fifteen minutes of them, and the one before.
 const KEPT: usize = 91;
+/// The narrowest stretch the chart spans.
+const MIN_SPAN: Duration = Duration::from_secs(120);
 /// The stretch p50 and p95 are read over.
 pub(super) const WINDOW: Duration = Duration::from_secs(300);
 
@@ -81,10 +83,16 @@ impl History {
             }
             previous = Some((at, counts));
         }
+        // The chart spans the history kept (at least two minutes, at most fifteen): a console
+        // opened a minute ago draws its points across the chart, not in its last pixels.
+        let kept = samples
+            .front()
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s.at));
+        let span = kept.clamp(MIN_SPAN, STEP * (KEPT as u32 - 1));
         Latency {
             p50: quantile(&window, 0.5),
             p95: quantile(&window, 0.95),
-            chart: chart(&points),
+            chart: chart(&points, span),
         }
     }
 }
@@ -139,10 +147,11 @@ const HEIGHT: f64 = 40.0;
 const FLOOR: f64 = 1e-4;
 const DECADES: f64 = 5.0;
 
-/// The chart of `points` (age, p50, p95): fifteen minutes wide, now at the right; a line is
-/// broken where a step had no calls.
-fn chart(points: &[(Duration, Option<f64>, Option<f64>)]) -> String {
-    let span = STEP.as_secs_f64() * (KEPT - 1) as f64;
+/// The chart of `points` (age, p50, p95): `span` wide, now at the right; a line is broken
+/// where a step had no calls.
+fn chart(points: &[(Duration, Option<f64>, Option<f64>)], span: Duration) -> String {
+    let minutes = span.as_secs().div_ceil(60);
+    let span = span.as_secs_f64();
     let x = |age: Duration| WIDTH - WIDTH * (age.as_secs_f64() / span).min(1.0);
     let y = |s: f64| {
         let decades = (s.max(FLOOR) / FLOOR).log10().min(DECADES);
@@ -151,7 +160,7 @@ fn chart(points: &[(Duration, Option<f64>, Option<f64>)]) -> String {
     let mut svg = format!(
         "<svg class=\"latency-chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" \
          width=\"{WIDTH}\" height=\"{HEIGHT}\" role=\"img\" data-points=\"{}\">\
-         <title>p50 and p95 of tool calls, one point per {} s over the last 15 minutes \
+         <title>p50 and p95 of tool calls, one point per {} s over the last {minutes} minutes \
          (log scale, 100 µs to 10 s)</title>",
         points.iter().filter(|p| p.2.is_some()).count(),
         STEP.as_secs()
