@@ -164,6 +164,10 @@ struct Cli {
     /// `--manifold-cpus 0`. The host and the direct fixture stay where the OS puts them.
     #[arg(long, value_delimiter = ',')]
     manifold_cpus: Vec<usize>,
+    /// Serve the web console (an admin address with its token) in every Manifold started: a
+    /// served console records each host request for its live calls.
+    #[arg(long)]
+    console: bool,
     /// The soak's measured time in seconds, after its warm-up (a tenth of it, 2 to 30 s)
     /// (default 30, quick 10).
     #[arg(long)]
@@ -234,6 +238,7 @@ fn run(cli: &Cli) -> Result<()> {
         needs_manifold,
     )?;
     setup.manifold_cpus.clone_from(&cli.manifold_cpus);
+    setup.console = cli.console;
     if let Some(path) = &cli.openapi_description {
         setup.openapi_description.clone_from(path);
     }
@@ -298,6 +303,7 @@ fn document(
             "manifold_before": setup.manifold_before,
         },
         "manifold_cpus": setup.manifold_cpus,
+        "console": setup.console,
         "plan": {
             "rounds": plan.rounds,
             "latency_calls": plan.latency_calls,

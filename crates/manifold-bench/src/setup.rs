@@ -144,6 +144,9 @@ pub struct Setup {
     pub limits: Limits,
     /// `server.cpus` for every Manifold started; empty for none.
     pub manifold_cpus: Vec<usize>,
+    /// Serve the web console (an admin address and its token) in every Manifold started, so
+    /// that what a served console records on each request is measured.
+    pub console: bool,
     /// The large real description the `openapi` scenario loads (GitHub's REST description).
     pub openapi_description: PathBuf,
     dir: PathBuf,
@@ -182,6 +185,7 @@ impl Setup {
             manifold_before: None,
             limits,
             manifold_cpus: Vec::new(),
+            console: false,
             openapi_description: PathBuf::from(GITHUB_DESCRIPTION),
             dir,
         })
@@ -300,6 +304,7 @@ impl Setup {
     pub fn replica(&self, label: &str, url: &str, tables: &str) -> Result<ServerSpec> {
         let path = self.dir.join(format!("{label}.toml"));
         let mut text = server_table(&self.manifold_cpus);
+        self.with_console(&mut text);
         let _ = write!(text, "\n[upstreams.alpha]\nurl = {}\n", toml_string(url));
         if !tables.is_empty() {
             text.push('\n');
@@ -340,6 +345,17 @@ impl Setup {
         Ok(spec)
     }
 
+    /// Adds the console's admin address and token to the `[server]` table `text` opens with.
+    fn with_console(&self, text: &mut String) {
+        if self.console {
+            *text = text.replacen(
+                "[server]\n",
+                "[server]\nadmin = \"127.0.0.1:0\"\nmetrics_token = \"bench-console-token-0123456789abcdef\"\n",
+                1,
+            );
+        }
+    }
+
     /// Writes the Manifold config of `label`: `upstreams`, then `tables`.
     fn manifold_config(
         &self,
@@ -349,6 +365,7 @@ impl Setup {
     ) -> Result<PathBuf> {
         let path = self.dir.join(format!("{label}.toml"));
         let mut text = config(&self.fixture, upstreams, &self.manifold_cpus);
+        self.with_console(&mut text);
         if !tables.is_empty() {
             text.push('\n');
             text.push_str(tables);
