@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import sys
 import time
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import anyio
+import pytest
 import httpx2
 import requests
 from mcp import ClientSession
@@ -283,3 +286,30 @@ async def whoami_with(server_url: str, auth: OAuthClientProvider) -> str:
 async def whoami_as(server_url: str, issuer: str, user: str) -> tuple[str, MemoryTokens]:
     auth, storage = sdk_oauth(server_url, issuer, user)
     return await whoami_with(server_url, auth), storage
+
+
+@pytest.fixture(scope="module")
+def tmp() -> Iterator[Path]:
+    """A folder for a test module's peers and Manifolds (logs, configs, token files)."""
+    with tempfile.TemporaryDirectory(prefix="manifold-oauth-") as d:
+        yield Path(d)
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp: Path) -> Iterator[AuthorizationServer]:
+    """The authorization server of a test module."""
+    server = AuthorizationServer(tmp)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp: Path, auth_server: AuthorizationServer) -> Iterator[ProtectedServer]:
+    """The protected MCP upstream of a test module, trusting `auth_server`."""
+    server = ProtectedServer(tmp, auth_server.issuer)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -6,8 +6,6 @@ a user's page shows their own connection alone.
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,35 +27,11 @@ from oauth_manifold import (
     manifold_serving,
     subject_of,
 )
-from oauth_peers import AuthorizationServer, ProtectedServer
+from oauth_peers import AuthorizationServer, ProtectedServer, auth_server, tmp, upstream  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
 ALICE_ROW = 'tr[data-upstream="forge"][data-principal="eng/key:alice"]'
-
-
-@pytest.fixture(scope="module")
-def tmp() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="manifold-console-oauth-") as d:
-        yield Path(d)
-
-
-@pytest.fixture(scope="module")
-def auth_server(tmp: Path) -> Iterator[AuthorizationServer]:
-    server = AuthorizationServer(tmp)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def upstream(tmp: Path, auth_server: AuthorizationServer) -> Iterator[ProtectedServer]:
-    server = ProtectedServer(tmp, auth_server.issuer)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 async def connect(manifold: Manifold, auth_server: AuthorizationServer, key: str, user: str) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -56,36 +55,23 @@ from oauth_manifold import (
     subject_of,
     whoami_on,
 )
-from oauth_peers import AuthorizationServer, Browser, ProtectedServer, query_of, sdk_oauth, whoami_as, whoami_with
+from oauth_peers import (  # noqa: F401 (fixtures)
+    AuthorizationServer,
+    Browser,
+    ProtectedServer,
+    auth_server,
+    query_of,
+    sdk_oauth,
+    tmp,
+    upstream,
+    whoami_as,
+    whoami_with,
+)
 
 pytestmark = pytest.mark.anyio
 
 #: Access token lifetime at the short-lived authorization server (refresh tests), seconds.
 SHORT_TTL_S = 5
-
-
-@pytest.fixture(scope="module")
-def tmp() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="manifold-oauth-") as d:
-        yield Path(d)
-
-
-@pytest.fixture(scope="module")
-def auth_server(tmp: Path) -> Iterator[AuthorizationServer]:
-    server = AuthorizationServer(tmp)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def upstream(tmp: Path, auth_server: AuthorizationServer) -> Iterator[ProtectedServer]:
-    server = ProtectedServer(tmp, auth_server.issuer)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

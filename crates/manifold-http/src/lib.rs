@@ -19,6 +19,7 @@ mod console;
 pub mod credentials;
 pub mod drain;
 mod legacy;
+mod markup;
 mod peer;
 mod stateless;
 mod streamable;

@@ -11,7 +11,7 @@ use manifold_catalog::{Catalog, Kind, Pin};
 use manifold_config::{Config, LimitConfig};
 
 use super::page::{escape, fill, html, see_other, url_encode, CATALOG, CATALOG_ITEM};
-use super::{check_post, logged_in_page, Console};
+use super::{check_post, logged_in_page, Console, PostedForm};
 
 /// A kind's heading, its `data-*` row attribute, and its query-string name.
 fn kind_names(kind: Kind) -> (&'static str, &'static str) {
@@ -279,12 +279,12 @@ fn diff_line(line: &str) -> String {
 pub(super) async fn repin(
     req: HttpRequest,
     console: web::Data<Console>,
-    form: Option<web::Form<HashMap<String, String>>>,
+    form: PostedForm,
 ) -> HttpResponse {
-    let form = form.map(web::Form::into_inner).unwrap_or_default();
-    if let Err(refusal) = check_post(&req, &console, &form) {
-        return refusal;
-    }
+    let form = match check_post(&req, &console, form) {
+        Ok((_, form)) => form,
+        Err(refusal) => return refusal,
+    };
     let field = |name: &str| form.get(name).map(String::as_str).unwrap_or("");
     let (attribute, upstream, original) = (field("kind"), field("upstream"), field("original"));
     let outcome = match kind_of(attribute) {

@@ -2,14 +2,13 @@
 //! report or refusal (whatever asked for it: a signal, a watched file, `POST /reload`, this
 //! page), and a button that reloads.
 
-use std::collections::HashMap;
 use std::time::SystemTime;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::operations::ReloadRecord;
 use super::page::{escape, fill, see_other, CONFIG};
-use super::{check_post, logged_in_page, Console};
+use super::{check_post, logged_in_page, Console, PostedForm};
 
 /// `GET /console/config`.
 pub(super) async fn config_page(req: HttpRequest, console: web::Data<Console>) -> HttpResponse {
@@ -116,10 +115,9 @@ fn report_html(report: &str) -> String {
 pub(super) async fn reload(
     req: HttpRequest,
     console: web::Data<Console>,
-    form: Option<web::Form<HashMap<String, String>>>,
+    form: PostedForm,
 ) -> HttpResponse {
-    let form = form.map(web::Form::into_inner).unwrap_or_default();
-    if let Err(refusal) = check_post(&req, &console, &form) {
+    if let Err(refusal) = check_post(&req, &console, form) {
         return refusal;
     }
     if let Some(reload) = &console.reload {

@@ -3,7 +3,9 @@
 //! connection. The same data the admin routes of `credentials/admin.rs` list and revoke;
 //! never a token.
 
-use super::{access, check_post, csrf_of, logged_in_page, refused_page, see_other, Console};
+use super::{
+    access, check_post, csrf_of, logged_in_page, refused_page, see_other, Console, PostedForm,
+};
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use std::collections::HashMap;
@@ -125,19 +127,6 @@ fn row(c: &ConnectionInfo, csrf: Option<&str>, now_ms: u64) -> String {
     )
 }
 
-/// `text` percent-encoded for a URL's query (everything but the unreserved characters).
-pub(super) fn query_value(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// A span of milliseconds in minutes (seconds below one).
 fn minutes(ms: u64) -> String {
     let d = Duration::from_millis(ms);
@@ -177,12 +166,12 @@ pub(super) async fn connections_page(
 pub(super) async fn revoke_connection(
     req: HttpRequest,
     console: web::Data<Console>,
-    form: Option<web::Form<HashMap<String, String>>>,
+    form: PostedForm,
 ) -> HttpResponse {
-    let form = form.map(web::Form::into_inner).unwrap_or_default();
-    if let Err(refusal) = check_post(&req, &console, &form) {
-        return refusal;
-    }
+    let form = match check_post(&req, &console, form) {
+        Ok((_, form)) => form,
+        Err(refusal) => return refusal,
+    };
     let Some(consents) = &console.consents else {
         return see_other("/console/connections");
     };
@@ -193,7 +182,7 @@ pub(super) async fn revoke_connection(
     match consents.revoke(Some(&what.upstream), &what.owner).await {
         Ok(n) => see_other(&format!(
             "/console/connections?revoked={n}&upstream={}",
-            query_value(&what.upstream)
+            super::page::url_encode(&what.upstream)
         )),
         Err(e) => HttpResponse::BadGateway()
             .content_type("text/plain; charset=utf-8")

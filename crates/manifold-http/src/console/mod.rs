@@ -244,13 +244,19 @@ fn forbidden(why: &str) -> HttpResponse {
         .body(format!("{why}\n"))
 }
 
+/// A POST's form; a body that is no form counts as an empty one (refused for its missing
+/// CSRF token, like any other).
+type PostedForm = Option<web::Form<HashMap<String, String>>>;
+
 /// Checks a state-changing POST: logged in, and with the login's CSRF token in its form
-/// (field `csrf`). The refusal is a 403 (or the 404 of a console not served).
+/// (field `csrf`); how it is logged in, and the form's fields. The refusal is a 403 (or the
+/// 404 of a console not served).
 fn check_post(
     req: &HttpRequest,
     console: &Console,
-    form: &HashMap<String, String>,
-) -> Result<Access, HttpResponse> {
+    form: PostedForm,
+) -> Result<(Access, HashMap<String, String>), HttpResponse> {
+    let form = form.map(web::Form::into_inner).unwrap_or_default();
     let access = access(req, console).map_err(|refusal| match refusal {
         Refusal::NoToken => no_console(),
         Refusal::LoggedOut => forbidden("log in to the console first (/console/login)"),
@@ -263,7 +269,7 @@ fn check_post(
             ));
         }
     }
-    Ok(access)
+    Ok((access, form))
 }
 
 fn csrf_of(access: &Access) -> Option<&str> {
@@ -377,14 +383,9 @@ fn open_login(console: &Console) -> HttpResponse {
 
 /// `POST /console/logout`: ends the login and clears its cookie. A body that is no form
 /// counts as an empty one (refused for its missing CSRF token, like any other).
-async fn log_out(
-    req: HttpRequest,
-    console: web::Data<Console>,
-    form: Option<web::Form<HashMap<String, String>>>,
-) -> HttpResponse {
-    let form = form.map(web::Form::into_inner).unwrap_or_default();
-    let access = match check_post(&req, &console, &form) {
-        Ok(access) => access,
+async fn log_out(req: HttpRequest, console: web::Data<Console>, form: PostedForm) -> HttpResponse {
+    let access = match check_post(&req, &console, form) {
+        Ok((access, _)) => access,
         Err(refusal) => return refusal,
     };
     if let Access::Session { session, .. } = &access {

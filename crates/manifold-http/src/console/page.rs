@@ -18,36 +18,7 @@ pub(super) const TRY: &str = include_str!("templates/try.html");
 pub(super) const CALLS: &str = include_str!("templates/calls.html");
 pub(super) const CALLS_SCRIPT: &str = include_str!("assets/calls.js");
 
-/// Text made safe to place in HTML, in an element or a quoted attribute.
-pub(super) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
-/// Text made safe to place in a URL's query string: every byte but the unreserved ones
-/// percent-encoded.
-pub(super) fn url_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(char::from(byte))
-            }
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
-}
+pub(super) use crate::markup::{escape, url_encode};
 
 /// `template` with each `{{name}}` replaced by its value, in one pass over the template (a
 /// value is never read for placeholders). Values are HTML already: callers escape what came
@@ -137,19 +108,6 @@ pub(super) fn see_other(location: &str) -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn values_from_outside_cannot_open_markup() {
-        assert_eq!(
-            escape("<script>\"x\" & 'y'</script>"),
-            "&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/script&gt;"
-        );
-    }
-
-    #[test]
-    fn a_name_in_a_query_string_is_encoded() {
-        assert_eq!(url_encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
-    }
 
     #[test]
     fn every_placeholder_is_filled() {

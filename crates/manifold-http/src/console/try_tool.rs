@@ -5,7 +5,7 @@
 
 use super::{
     access, check_post, csrf_of, html, logged_in_page, nav, page, refused_page, see_other,
-    try_call, Access, Console,
+    try_call, Access, Console, PostedForm,
 };
 use actix_web::{web, HttpRequest, HttpResponse};
 
@@ -340,11 +340,10 @@ pub(super) async fn try_page(
 pub(super) async fn try_call(
     req: HttpRequest,
     console: web::Data<Console>,
-    form: Option<web::Form<HashMap<String, String>>>,
+    form: PostedForm,
 ) -> HttpResponse {
-    let form = form.map(web::Form::into_inner).unwrap_or_default();
-    let access = match check_post(&req, &console, &form) {
-        Ok(access) => access,
+    let (access, form) = match check_post(&req, &console, form) {
+        Ok(posted) => posted,
         Err(refusal) => return refusal,
     };
     let asked = Asked::of(&form);

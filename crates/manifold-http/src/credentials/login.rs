@@ -21,6 +21,8 @@ use manifold_config::{AuthConfig, JwtConfig, Secret, TeamConfig};
 use manifold_policy::{Authenticator, Principal};
 use sha2::{Digest, Sha256};
 
+use crate::markup::url_encode;
+
 use super::{authorize, page, CredentialPages};
 
 /// Logins in progress are at most this many; the oldest expire first.
@@ -377,23 +379,10 @@ fn with_query(url: &str, params: &[(&str, &str)]) -> String {
     let mut sep = if url.contains('?') { '&' } else { '?' };
     for (name, value) in params {
         out.push(sep);
-        out.push_str(&encode(name));
+        out.push_str(&url_encode(name));
         out.push('=');
-        out.push_str(&encode(value));
+        out.push_str(&url_encode(value));
         sep = '&';
-    }
-    out
-}
-
-/// Percent-encoding of everything but the unreserved characters (RFC 3986).
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
     }
     out
 }

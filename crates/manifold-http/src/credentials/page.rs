@@ -156,21 +156,7 @@ fn html(status: StatusCode, title: &str, body: &str) -> HttpResponse {
         ))
 }
 
-/// `text` as HTML text or attribute content.
-pub(super) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
+pub(super) use crate::markup::escape;
 
 #[cfg(test)]
 mod tests {

@@ -1,15 +1,14 @@
 //! The console's configuration page: the file in force with every secret redacted, and a
 //! reload from the console with its report, or its refusal while the old configuration stays.
 
-use reqwest::blocking::Client;
 use reqwest::header::LOCATION;
-use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 
-const TOKEN: &str = "console-config-token-0123456789abcdef";
+use super::{admin_page, browser, TOKEN};
+
 const ENV_SECRET: &str = "sk-env-secret-never-shown";
 
 fn config(extra: &str) -> String {
@@ -20,27 +19,9 @@ fn config(extra: &str) -> String {
     )
 }
 
-fn no_redirects() -> Client {
-    Client::builder()
-        .redirect(Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
-fn get(server: &Server, path: &str) -> String {
-    let r = no_redirects()
-        .get(server.admin_url(path))
-        .bearer_auth(TOKEN)
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK, "{path}");
-    r.text().unwrap()
-}
-
 /// Presses the reload button: the 303 back to the page.
 fn press_reload(server: &Server) {
-    let r = no_redirects()
+    let r = browser()
         .post(server.admin_url("/console/config/reload"))
         .bearer_auth(TOKEN)
         .send()
@@ -52,7 +33,7 @@ fn press_reload(server: &Server) {
 #[test]
 fn the_configuration_page_shows_the_file_with_every_secret_redacted() {
     let server = Server::start(&config(""));
-    let page = get(&server, "/console/config");
+    let page = admin_page(&server, "/console/config");
     let path = server.config_path();
     assert!(page.contains(&path.display().to_string()), "{page}");
     assert!(page.contains("No reload since start."), "{page}");
@@ -74,7 +55,7 @@ fn a_reload_from_the_console_shows_its_report_and_a_refused_file_keeps_the_old_o
     let server = Server::start(&config(""));
     std::fs::write(server.config_path(), config(&named_fixture("beta"))).unwrap();
     press_reload(&server);
-    let page = get(&server, "/console/config");
+    let page = admin_page(&server, "/console/config");
     assert!(page.contains("data-outcome=\"reloaded\""), "{page}");
     assert!(
         page.contains("<tr data-report=\"added\"><th>Upstreams added</th><td>beta</td></tr>"),
@@ -87,12 +68,12 @@ fn a_reload_from_the_console_shows_its_report_and_a_refused_file_keeps_the_old_o
     // A file that is not TOML is refused, and the configuration in force stays.
     std::fs::write(server.config_path(), "[upstreams.gamma\ncommand = ").unwrap();
     press_reload(&server);
-    let page = get(&server, "/console/config");
+    let page = admin_page(&server, "/console/config");
     assert!(page.contains("data-outcome=\"refused\""), "{page}");
     assert!(page.contains("id=\"reload-refusal\""), "{page}");
     assert!(page.contains("[upstreams.beta]"), "still in force: {page}");
     let in_force = page.split("id=\"config-text\">").nth(1).unwrap();
     assert!(!in_force.contains("gamma"), "{in_force}");
-    let overview = get(&server, "/console/");
+    let overview = admin_page(&server, "/console/");
     assert!(overview.contains("data-upstream=\"beta\""), "{overview}");
 }

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use reqwest::blocking::Client;
 use reqwest::header::LOCATION;
-use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -14,7 +13,8 @@ use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 use manifold_testkit::requests::Requests;
 
-const TOKEN: &str = "console-try-admin-token-0123456789abcdef";
+use super::{browser, TOKEN};
+
 const RED_KEY: &str = "red-key-0123456789abcdef0123456789";
 const BLUE_KEY: &str = "blue-key-0123456789abcdef012345678";
 
@@ -28,14 +28,6 @@ fn console_server() -> Server {
         named_fixture("beta"),
     );
     Server::start(&config)
-}
-
-fn browser() -> Client {
-    Client::builder()
-        .redirect(Policy::none())
-        .timeout(std::time::Duration::from_secs(60))
-        .build()
-        .unwrap()
 }
 
 /// A login: its cookie and its CSRF token.

@@ -1,16 +1,15 @@
 //! The web console on the admin address: who may see its pages, what a login is, that every
 //! state-changing form needs the login's CSRF token, and the headers every page carries.
 
-use reqwest::blocking::{Client, Response};
+use reqwest::blocking::Response;
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
-use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 use serde_json::json;
 
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 
-const TOKEN: &str = "console-admin-token-0123456789abcdef";
+use super::{browser, csrf_on, log_in, TOKEN};
 
 fn console_server() -> Server {
     let config = format!(
@@ -19,38 +18,6 @@ fn console_server() -> Server {
         fixture_upstream("broken", &["--exit-on-start", "3"])
     );
     Server::start(&config)
-}
-
-/// A browser's view: redirects are seen, not followed.
-fn browser() -> Client {
-    Client::builder()
-        .redirect(Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
-/// Logs in with the form: the session cookie (`name=value`) it set.
-fn log_in(server: &Server, c: &Client) -> String {
-    let r = c
-        .post(server.admin_url("/console/login"))
-        .form(&[("token", TOKEN)])
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(r.headers()[LOCATION], "/console/");
-    let set = r.headers()[SET_COOKIE].to_str().unwrap().to_owned();
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
-        assert!(set.contains(attribute), "{set}");
-    }
-    assert!(!set.contains(TOKEN), "the cookie is not the token: {set}");
-    set.split(';').next().unwrap().to_owned()
-}
-
-/// The value of the logout form's hidden `csrf` field on a page.
-fn csrf_on(page: &str) -> String {
-    let at = page.find("name=\"csrf\" value=\"").expect("a CSRF field") + 19;
-    page[at..].split('"').next().unwrap().to_owned()
 }
 
 fn assert_strict_headers(headers: &HeaderMap, what: &str) {

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use reqwest::blocking::Client;
 use reqwest::header::{LOCATION, SET_COOKIE};
-use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -16,6 +15,8 @@ use manifold_testkit::http::*;
 use manifold_testkit::jwt::Issuer;
 use manifold_testkit::process::*;
 use manifold_testkit::rest;
+
+use super::browser;
 
 const CLIENT: &str = "manifold-console";
 
@@ -73,14 +74,6 @@ fn server(issuer: &TestIssuer) -> Server {
         alpha = named_fixture("alpha"),
     );
     Server::start(&config)
-}
-
-fn browser() -> Client {
-    Client::builder()
-        .redirect(Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .unwrap()
 }
 
 /// The value of `name` in `url`'s query, still percent-encoded.

@@ -8,7 +8,7 @@ use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 use manifold_testkit::redis_server::{unique_prefix, RedisServer};
 
-const TOKEN: &str = "console-replicas-token-0123456789ab";
+use super::TOKEN;
 
 fn replica(redis: Option<(&RedisServer, &str)>) -> Server {
     let shared = redis.map_or_else(String::new, |(redis, prefix)| {

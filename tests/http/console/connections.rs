@@ -1,15 +1,13 @@
 //! The console's connections page without a credential broker, and its revoke form's
 //! refusals (the listing and revoking of real connections are the browser tests').
 
-use reqwest::blocking::Client;
 use reqwest::header::{LOCATION, SET_COOKIE};
-use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 
-const TOKEN: &str = "console-connections-admin-token-012345";
+use super::{browser, TOKEN};
 
 fn server() -> Server {
     let config = format!(
@@ -17,14 +15,6 @@ fn server() -> Server {
         named_fixture("alpha")
     );
     Server::start(&config)
-}
-
-fn browser() -> Client {
-    Client::builder()
-        .redirect(Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .unwrap()
 }
 
 #[test]

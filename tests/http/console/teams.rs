@@ -1,14 +1,13 @@
 //! The console's teams page: each team's view size, sessions, calls and refusals, and what
 //! its quotas counted; the sessions by transport and protocol version.
 
-use reqwest::blocking::Client;
-use reqwest::StatusCode;
 use serde_json::json;
 
 use manifold_testkit::http::*;
 use manifold_testkit::process::*;
 
-const TOKEN: &str = "console-teams-admin-token-0123456789";
+use super::{admin_page, TOKEN};
+
 const ENG_KEY: &str = "console-teams-eng-key-0123456789abcdef";
 const OPS_KEY: &str = "console-teams-ops-key-0123456789abcdef";
 
@@ -22,17 +21,6 @@ fn teams_server() -> Server {
         named_fixture("alpha"),
     );
     Server::start(&config)
-}
-
-/// A page of the console, read with the admin token as a bearer token.
-fn console_page(server: &Server, path: &str) -> String {
-    let r = Client::new()
-        .get(server.admin_url(path))
-        .bearer_auth(TOKEN)
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK, "{path}");
-    r.text().unwrap()
 }
 
 /// The text of the cell of class `class` in the row that starts with `row_start`.
@@ -65,7 +53,7 @@ fn a_teams_calls_refusals_and_quota_use_are_shown() {
     assert!(hidden.get("error").is_some(), "{hidden}");
     let _ops = server.ready_host_using(client_with(&Cred::bearer(OPS_KEY)));
 
-    let page = console_page(&server, "/console/teams");
+    let page = admin_page(&server, "/console/teams");
     let eng_row = "<tr data-team=\"eng\">";
     assert_eq!(cell(&page, eng_row, "tools"), "1", "{page}");
     assert_eq!(cell(&page, eng_row, "sessions"), "1", "{page}");
@@ -96,7 +84,7 @@ fn without_limits_the_page_says_so() {
         named_fixture("alpha")
     );
     let server = Server::start(&config);
-    let page = console_page(&server, "/console/teams");
+    let page = admin_page(&server, "/console/teams");
     assert!(page.contains("id=\"no-limits\""), "{page}");
     assert!(page.contains("id=\"no-sessions\""), "{page}");
 }
