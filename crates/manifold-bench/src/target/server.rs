@@ -255,6 +255,14 @@ fn parse_proc_addr(text: &str) -> Option<SocketAddr> {
     }
 }
 
+/// The admin address a Manifold logged (`admin listening on ADDR: ...`), if any yet.
+fn admin_in_log(log: &std::path::Path) -> Option<SocketAddr> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let (_, after) = text.split_once("admin listening on ")?;
+    let word = after.split_whitespace().next()?;
+    word.trim_end_matches(':').parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,12 +283,21 @@ mod tests {
         // Other tests of this process may listen too.
         assert!(listening(std::process::id()).unwrap().contains(&want));
     }
-}
 
-/// The admin address a Manifold logged (`admin listening on ADDR: ...`), if any yet.
-fn admin_in_log(log: &std::path::Path) -> Option<SocketAddr> {
-    let text = std::fs::read_to_string(log).ok()?;
-    let (_, after) = text.split_once("admin listening on ")?;
-    let word = after.split_whitespace().next()?;
-    word.trim_end_matches(':').parse().ok()
+    #[test]
+    fn the_admin_address_is_the_one_its_log_names() {
+        let dir = std::env::temp_dir().join(format!("manifold-load-admin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("manifold.stderr");
+        std::fs::write(
+            &log,
+            "INFO listening on 127.0.0.1:41000\n\
+             INFO admin listening on 127.0.0.1:41001: http://127.0.0.1:41001/metrics, /healthz\n",
+        )
+        .unwrap();
+        assert_eq!(admin_in_log(&log), Some("127.0.0.1:41001".parse().unwrap()));
+        std::fs::write(&log, "INFO listening on 127.0.0.1:41000\n").unwrap();
+        assert_eq!(admin_in_log(&log), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
