@@ -96,10 +96,13 @@ def _wait_for(proc: subprocess.Popen, pattern: str, log: Path) -> str:
 
 
 @contextmanager
-def launch(config_text: str, tmp: Path, *, victim_pid_file: Path | None = None) -> Iterator[Console]:
+def launch(
+    config_text: str, tmp: Path, *, victim_pid_file: Path | None = None, admin: str = "127.0.0.1:0"
+) -> Iterator[Console]:
     """`manifold serve` on free loopback ports (host listener and admin address) with
     `config_text` written to `tmp/manifold.toml`; stopped afterwards, its log printed (pytest
-    shows it on a failure). Tests with a config of their own start it with this."""
+    shows it on a failure). Tests with a config of their own start it with this; `admin` is the
+    admin address (a port known beforehand, for a redirect URI registered ahead)."""
     bin_ = manifold_bin()
     if not os.access(bin_, os.X_OK) or not os.access(fixture_bin(), os.X_OK):
         pytest.fail(f"{bin_} or {fixture_bin()} is missing (cargo build --workspace)", pytrace=False)
@@ -107,7 +110,7 @@ def launch(config_text: str, tmp: Path, *, victim_pid_file: Path | None = None) 
     config.write_text(config_text)
     log = tmp / "manifold.stderr"
     proc = subprocess.Popen(
-        [str(bin_), "serve", "--config", str(config), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+        [str(bin_), "serve", "--config", str(config), "--listen", "127.0.0.1:0", "--admin", admin],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),

@@ -62,9 +62,18 @@ def _first_line(proc: subprocess.Popen, out: Path, err: Path, what: str) -> str:
 
 
 class AuthorizationServer:
-    """oidc-provider on a loopback port; `access_token_ttl` in seconds."""
+    """oidc-provider on a loopback port; `access_token_ttl` in seconds; `clients` confidential
+    clients (`ID:SECRET`) for the client credentials grant, `login_clients` public clients
+    signing users in (`ID=REDIRECT_URI`, ID tokens with a `roles` claim)."""
 
-    def __init__(self, tmp: Path, *, access_token_ttl: int = 3600, clients: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        access_token_ttl: int = 3600,
+        clients: tuple[str, ...] = (),
+        login_clients: tuple[str, ...] = (),
+    ):
         if not OIDC_PROVIDER.exists():
             raise AssertionError("oidc-provider is not installed: run bash tests/interop/install.sh")
         run = time.monotonic_ns()
@@ -73,6 +82,8 @@ class AuthorizationServer:
         args = ["node", str(OAUTH / "authorization_server.mjs"), "--access-token-ttl", str(access_token_ttl)]
         for client in clients:
             args += ["--client", client]
+        for client in login_clients:
+            args += ["--login-client", client]
         self.proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=self.out.open("w"), stderr=self.err.open("w"), cwd=str(REPO)
         )

@@ -18,19 +18,24 @@
 //   --scope "a b"                the scopes every loopback resource server offers (default "mcp")
 //   --client ID:SECRET           a pre-registered confidential client for the client
 //                                credentials grant (repeatable)
+//   --login-client ID=URI        a pre-registered public client signing users in with OpenID
+//                                Connect (authorization code, PKCE) back to redirect URI URI
+//                                (repeatable). Its ID tokens carry a `roles` claim: a user
+//                                whose name starts with "admin" holds "manifold-admin".
 //   --port N                     the port (default 0: any free one)
 import * as crypto from 'node:crypto';
 import * as http from 'node:http';
 import { Provider } from 'oidc-provider';
 
 function parseArgs(argv) {
-  const opts = { accessTokenTtl: 3600, scope: 'mcp', clients: [], port: 0 };
+  const opts = { accessTokenTtl: 3600, scope: 'mcp', clients: [], loginClients: [], port: 0 };
   for (let i = 0; i < argv.length; i += 1) {
     const value = argv[i + 1];
     switch (argv[i]) {
       case '--access-token-ttl': opts.accessTokenTtl = Number(value); i += 1; break;
       case '--scope': opts.scope = value; i += 1; break;
       case '--client': opts.clients.push(value); i += 1; break;
+      case '--login-client': opts.loginClients.push(value); i += 1; break;
       case '--port': opts.port = Number(value); i += 1; break;
       default: throw new Error(`unknown option ${argv[i]}`);
     }
@@ -72,9 +77,27 @@ function preRegisteredClients(specs) {
   });
 }
 
+function loginClients(specs) {
+  return specs.map((spec) => {
+    const at = spec.indexOf('=');
+    if (at <= 0) throw new Error(`--login-client wants ID=REDIRECT_URI, got ${spec}`);
+    return {
+      client_id: spec.slice(0, at),
+      token_endpoint_auth_method: 'none',
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      redirect_uris: [spec.slice(at + 1)],
+    };
+  });
+}
+
 function configuration(opts) {
   return {
-    clients: preRegisteredClients(opts.clients),
+    clients: [...preRegisteredClients(opts.clients), ...loginClients(opts.loginClients)],
+    // ID tokens carry the claims of the scopes asked for (here `roles` with `openid`), not only
+    // the userinfo endpoint.
+    conformIdTokenClaims: false,
+    claims: { openid: ['sub', 'roles'] },
     // The resource servers' scopes are listed too: a client registering dynamically names the
     // scopes it will ask for, and only listed ones are accepted there.
     scopes: ['openid', 'offline_access', ...opts.scope.split(' ').filter(Boolean)],
@@ -82,7 +105,8 @@ function configuration(opts) {
     jwks: { keys: [signingKey()] },
     cookies: { keys: [crypto.randomBytes(32).toString('base64url')] },
     async findAccount(_ctx, id) {
-      return { accountId: id, async claims() { return { sub: id }; } };
+      const roles = id.startsWith('admin') ? ['viewer', 'manifold-admin'] : ['viewer'];
+      return { accountId: id, async claims() { return { sub: id, roles }; } };
     },
     features: {
       devInteractions: { enabled: false },
