@@ -21,6 +21,7 @@ pub mod drain;
 mod legacy;
 mod markup;
 mod peer;
+mod signins;
 mod stateless;
 mod streamable;
 pub mod streams;
@@ -564,21 +565,30 @@ fn sse_response(body: streams::EventBody) -> HttpResponse {
 /// A fresh session token: 128 bits from the operating system's cryptographic random source,
 /// as hex. `Err` if that source fails (a token from anything weaker would be guessable).
 fn new_token() -> Result<String, HttpResponse> {
-    let mut bytes = [0u8; 16];
+    let Some(bytes) = random_bytes::<16>() else {
+        return Err(refuse(&RouteError::Internal(
+            "no random source for a session id".into(),
+        )));
+    };
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `N` bytes from the operating system's cryptographic random source; `None` (logged) if it
+/// fails.
+pub(crate) fn random_bytes<const N: usize>() -> Option<[u8; N]> {
+    let mut bytes = [0u8; N];
     let mut filled = 0;
-    while filled < bytes.len() {
+    while filled < N {
         match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
             Ok(n) => filled += n,
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => {
-                tracing::error!("no random source for session ids: {e}");
-                return Err(refuse(&RouteError::Internal(
-                    "no random source for a session id".into(),
-                )));
+                tracing::error!("no random source: {e}");
+                return None;
             }
         }
     }
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Some(bytes)
 }
 
 #[cfg(test)]

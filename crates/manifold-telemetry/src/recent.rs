@@ -28,7 +28,8 @@ pub struct CallRecord {
     pub team: Arc<str>,
     /// The method as a metric label (`other` for one Manifold does not know).
     pub method: &'static str,
-    /// The tool or prompt name, or the URI, as the host named it, when it was routed.
+    /// The tool or prompt name as the host named it, when it was routed (never a resource's
+    /// URI, which may carry what the caller asked).
     pub subject: Option<Arc<str>>,
     pub upstream: Option<Arc<str>>,
     /// The host's transport label.

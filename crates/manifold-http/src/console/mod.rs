@@ -34,7 +34,7 @@ use manifold_core::router::Router;
 
 use crate::admin::ReloadHook;
 use crate::credentials::Consents;
-pub(crate) use logins::{cookie, same_secret};
+use crate::signins::same_secret;
 use logins::{Logins, COOKIE};
 use page::{escape, html, nav, page, see_other};
 
@@ -305,7 +305,6 @@ async fn overview_page(req: HttpRequest, console: web::Data<Console>) -> HttpRes
         _ => None,
     };
     logged_in_page(&req, &console, "Overview", OVERVIEW_REFRESH_SECONDS, |_| {
-        overview::sample(&console.latency);
         overview::body(&console.router, &console.latency, replicas)
     })
 }
@@ -363,7 +362,7 @@ async fn log_in(
 /// Opens a login (the admin token or the issuer said who it is): its cookie, and on to the
 /// overview.
 fn open_login(console: &Console) -> HttpResponse {
-    let Some((session, _csrf)) = console.logins.open() else {
+    let Some((session, _csrf)) = console.logins.open(()) else {
         return HttpResponse::InternalServerError()
             .content_type("text/plain; charset=utf-8")
             .body("the system's random source failed; no login was opened\n");

@@ -2,15 +2,16 @@
 //! restarts, breaker, and the tool calls sent to it, read from the router and Manifold's own
 //! metrics when the page is asked for.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
 use manifold_catalog::UpstreamState;
+use manifold_core::replicas::{replica_id, ReplicaCard};
 use manifold_core::router::Router;
 use manifold_telemetry::metrics;
 use manifold_telemetry::metrics::CallCounts;
 use manifold_upstream::BreakerState;
-
-use std::time::Instant;
-
-use manifold_core::replicas::{replica_id, ReplicaCard};
 
 use super::latency::{self, History, Latency};
 use super::page::{escape, fill, OVERVIEW};
@@ -97,12 +98,15 @@ fn replicas_html(replicas: Option<Result<Vec<ReplicaCard>, String>>) -> String {
 
 /// Samples every upstream's call durations into `history` when a sample is due.
 pub(super) fn sample(history: &History) {
-    let counts = metrics()
-        .upstream_calls()
-        .into_iter()
-        .map(|(key, calls)| (key, calls.durations))
+    sample_of(history, &metrics().upstream_calls(), Instant::now());
+}
+
+fn sample_of(history: &History, calls: &BTreeMap<Arc<str>, CallCounts>, now: Instant) {
+    let counts = calls
+        .iter()
+        .map(|(key, c)| (Arc::clone(key), c.durations.clone()))
         .collect();
-    history.sample(Instant::now(), counts);
+    history.sample(now, counts);
 }
 
 fn rows(router: &Router, history: &History) -> Vec<Row> {
@@ -110,6 +114,8 @@ fn rows(router: &Router, history: &History) -> Vec<Row> {
     let handles = router.upstreams();
     let calls = metrics().upstream_calls();
     let now = Instant::now();
+    // The page's own read is a sample too, when one is due.
+    sample_of(history, &calls, now);
     let mut rows = Vec::new();
     for (i, def) in catalog.defs().iter().enumerate() {
         if def.retired {

@@ -14,7 +14,6 @@ use manifold_core::session::Session;
 use manifold_telemetry::recent::TraceId;
 use manifold_telemetry::trace::Carrier;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 
 /// How long past the router's own request timeout the console waits for an answer (the
@@ -74,22 +73,18 @@ pub(super) async fn call(
 }
 
 /// A trace context under which the call's span is made: its trace id is the one the page
-/// shows (and the one the recent calls keep, exported or not).
+/// shows (and the one the recent calls keep, exported or not), under a random parent span.
 fn carrier(trace: TraceId) -> Carrier {
     let mut carrier = Carrier::default();
-    let span = Sha256::digest(trace.0);
-    let span: String = span.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let span = crate::random_bytes::<8>().unwrap_or([1; 8]);
+    let span: String = span.iter().map(|b| format!("{b:02x}")).collect();
     carrier.set("traceparent", format!("00-{trace}-{span}-01"));
     carrier
 }
 
 /// A new random trace id; `None` when the system's random source failed.
 pub(super) fn new_trace_id() -> Option<TraceId> {
-    let token = manifold_auth::oauth::pkce::random_token().ok()?;
-    let digest = Sha256::digest(token.as_bytes());
-    let mut id = [0u8; 16];
-    id.copy_from_slice(digest.get(..16)?);
-    Some(TraceId(id))
+    crate::random_bytes::<16>().map(TraceId)
 }
 
 /// Where the console's call is answered: the first answer is handed over, anything else

@@ -9,33 +9,31 @@
 //! SameSite=Strict cookie scoped to `/oauth/account`, mapped (by its hash) to the caller and
 //! the CSRF token every form of the page carries.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
-
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use manifold_auth::oauth::pkce::random_token;
 use manifold_auth::Owner;
-use manifold_config::KeyHash;
 use manifold_policy::Principal;
 
 use super::{page, CredentialPages};
+use crate::signins::{cookie, same_secret, SignIns, LIFETIME};
 
 /// The cookie of a signed-in user.
 const COOKIE: &str = "manifold_account";
-/// How long a sign-in lasts.
-const LIFETIME: Duration = Duration::from_secs(8 * 60 * 60);
 /// Sign-ins kept at most: past this the oldest is forgotten.
 const MAX_SIGNED_IN: usize = 10_000;
 
-/// One signed-in user.
+/// Who signed in: the caller their host is.
 #[derive(Clone)]
+struct Caller {
+    team: String,
+    principal: String,
+}
+
+/// One signed-in user.
 pub(super) struct Account {
     pub(super) team: String,
     pub(super) principal: String,
     pub(super) csrf: String,
-    expires: Instant,
 }
 
 impl Account {
@@ -44,60 +42,34 @@ impl Account {
     }
 }
 
-/// The signed-in users of this process, by the hash of their session id.
+/// The signed-in users of this process.
 #[derive(Default)]
-pub(super) struct Accounts {
-    by_session: Mutex<HashMap<KeyHash, Account>>,
-}
+pub(super) struct Accounts(SignIns<Caller, MAX_SIGNED_IN>);
 
 impl Accounts {
     /// A new sign-in of `team`/`principal`: its session id, `None` without a random source.
     fn open(&self, team: &str, principal: &str) -> Option<String> {
-        let session = random_token().ok()?;
-        let now = Instant::now();
-        let account = Account {
+        let caller = Caller {
             team: team.to_owned(),
             principal: principal.to_owned(),
-            csrf: random_token().ok()?,
-            expires: now + LIFETIME,
         };
-        let mut all = self.lock();
-        all.retain(|_, a| a.expires > now);
-        if all.len() >= MAX_SIGNED_IN {
-            let oldest = all.iter().min_by_key(|(_, a)| a.expires).map(|(k, _)| *k);
-            if let Some(oldest) = oldest {
-                all.remove(&oldest);
-            }
-        }
-        all.insert(KeyHash::of(&session), account);
-        Some(session)
+        self.0.open(caller).map(|(session, _csrf)| session)
     }
 
     /// The live sign-in of the request's cookie.
     fn of(&self, req: &HttpRequest) -> Option<Account> {
-        let session = crate::console::cookie(req, COOKIE)?;
-        let key = KeyHash::of(&session);
-        let mut all = self.lock();
-        match all.get(&key) {
-            Some(a) if a.expires > Instant::now() => Some(a.clone()),
-            Some(_) => {
-                all.remove(&key);
-                None
-            }
-            None => None,
-        }
+        let signed_in = self.0.find(&cookie(req, COOKIE)?)?;
+        Some(Account {
+            team: signed_in.who.team,
+            principal: signed_in.who.principal,
+            csrf: signed_in.csrf,
+        })
     }
 
     fn close(&self, req: &HttpRequest) {
-        if let Some(session) = crate::console::cookie(req, COOKIE) {
-            self.lock().remove(&KeyHash::of(&session));
+        if let Some(session) = cookie(req, COOKIE) {
+            self.0.close(&session);
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<KeyHash, Account>> {
-        self.by_session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -217,7 +189,7 @@ fn checked(
             "Sign in at /oauth/account first.",
         ));
     };
-    if !crate::console::same_secret(csrf, &account.csrf) {
+    if !same_secret(csrf, &account.csrf) {
         return Err(page::text(
             StatusCode::FORBIDDEN,
             "Form expired",
